@@ -1,0 +1,56 @@
+"""Startup entry point, called from ``fsguard.pth`` (and ``fsguard.start`` on Python 3.15+).
+
+Runs in every interpreter of the environment, so it imports only what it needs, never raises,
+and reports any problem as one line on stderr prefixed ``fsguard:``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_started = False
+
+
+def warn(message: str) -> None:
+    """Print one line on stderr; never raise."""
+    try:
+        sys.stderr.write(f"fsguard: {message}\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a closed stderr must not break the interpreter
+        pass
+
+
+def start() -> None:
+    """Decide from the environment whether to patch, and patch. Safe to call any number of times."""
+    global _started
+    if _started:
+        return
+    _started = True
+    try:
+        _start()
+    except ImportError as error:
+        warn(f"not active: cannot import {error.name or error} ({error}); running unpatched")
+    except Exception as error:  # noqa: BLE001 - startup must never break an interpreter
+        warn(f"not active: {type(error).__name__}: {error}; running unpatched")
+
+
+def _start() -> None:
+    from . import config
+
+    settings = config.load(os.environ)
+    for problem in settings.problems:
+        warn(problem)
+    if settings.mode == "off":
+        return
+    from . import launcher
+
+    launch = launcher.detect(os.environ)
+    if settings.mode != "force":
+        if launch is None or not launch.distributed:
+            return
+        if launcher.is_launcher_process(sys.orig_argv if hasattr(sys, "orig_argv") else sys.argv):
+            return
+    from . import patching
+
+    patching.install(settings.ops, settings=settings)

@@ -1,0 +1,1 @@
+"""The ``fsguard`` command line: status, report, scan, demo."""

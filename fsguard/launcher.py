@@ -1,0 +1,102 @@
+"""Which distributed launcher started this process, and this process's place in the job.
+
+``detect`` is the single source of that truth: records, locks and ``fsguard status`` all use its result.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place in a distributed job."""
+
+    launcher: str
+    rank: int
+    local_rank: int
+    world_size: Optional[int]  # None where the launcher does not say
+    host: str
+
+    @property
+    def distributed(self) -> bool:
+        """More than one process (or an unknown count from a launcher that only sets a rank)."""
+        return self.world_size is None or self.world_size > 1 or self.rank > 0
+
+
+def _int(env: Mapping[str, str], *names: str) -> Optional[int]:
+    for name in names:
+        raw = env.get(name)
+        if raw is not None and raw.strip() != "":
+            try:
+                return int(raw.strip())
+            except ValueError:
+                continue
+    return None
+
+
+def _slurm_size(env: Mapping[str, str]) -> Optional[int]:
+    return _int(env, "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS")
+
+
+def hostname(env: Mapping[str, str]) -> str:
+    """The node name a launcher reports, else the kernel's (no socket import)."""
+    for name in ("SLURMD_NODENAME", "HOROVOD_HOSTNAME", "FSGUARD_HOST"):
+        if env.get(name):
+            return env[name]
+    return os.uname().nodename
+
+
+def _torch_launcher(env: Mapping[str, str]) -> str:
+    if any(k.startswith("ACCELERATE_") for k in env):
+        return "accelerate"
+    if any(k.startswith("DEEPSPEED") or k.startswith("DS_") for k in env) or "CROSS_RANK" in env:
+        return "deepspeed"
+    if "TORCHELASTIC_RUN_ID" in env or any(k.startswith("TORCHELASTIC_") for k in env):
+        return "torchrun"
+    return "torch.distributed"
+
+
+def detect(env: Mapping[str, str]) -> Optional[Launch]:
+    """The launcher environment of this process, or None when none is recognised."""
+    host = hostname(env)
+    rank = _int(env, "RANK")
+    if rank is not None and (_int(env, "WORLD_SIZE") is not None or _int(env, "LOCAL_RANK") is not None):
+        return Launch(_torch_launcher(env), rank, _int(env, "LOCAL_RANK") or 0, _int(env, "WORLD_SIZE"), host)
+    rank = _int(env, "OMPI_COMM_WORLD_RANK")
+    if rank is not None:
+        return Launch("openmpi", rank, _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0, _int(env, "OMPI_COMM_WORLD_SIZE"), host)
+    rank = _int(env, "HOROVOD_RANK")
+    if rank is not None:
+        return Launch("horovod", rank, _int(env, "HOROVOD_LOCAL_RANK") or 0, _int(env, "HOROVOD_SIZE"), host)
+    rank = _int(env, "PMI_RANK")
+    if rank is not None:
+        return Launch("mpich", rank, _int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK") or 0, _int(env, "PMI_SIZE"), host)
+    rank = _int(env, "PMIX_RANK")
+    if rank is not None:
+        return Launch("pmix", rank, _int(env, "PMIX_LOCAL_RANK") or 0, _int(env, "PMIX_SIZE", "PMI_SIZE"), host)
+    rank = _int(env, "SLURM_PROCID")
+    if rank is not None:
+        size = _slurm_size(env)
+        if size is None and "SLURM_STEP_ID" not in env:
+            return None  # a batch script, not a task of a step
+        return Launch("slurm", rank, _int(env, "SLURM_LOCALID") or 0, size, host)
+    return None
+
+
+_LAUNCHER_SCRIPTS = ("torchrun", "deepspeed", "accelerate", "mpirun", "mpiexec", "srun", "horovodrun")
+_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher.runner",
+                     "deepspeed.launcher.launch", "accelerate.commands.launch", "accelerate.commands.accelerate_cli")
+
+
+def is_launcher_process(argv: Sequence[str]) -> bool:
+    """True for the launcher's own agent (e.g. torchrun under ``srun``), which must not be patched."""
+    args = list(argv)
+    for i, arg in enumerate(args[:4]):
+        if os.path.basename(arg) in _LAUNCHER_SCRIPTS:
+            return True
+        if arg == "-m" and i + 1 < len(args) and args[i + 1] in _LAUNCHER_MODULES:
+            return True
+    return False

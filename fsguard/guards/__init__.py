@@ -1,0 +1,51 @@
+"""Policy: for each guarded operation, one small rule that decides what a failure means.
+
+A rule looks at the error and the evidence and returns a ``Verdict``: absorb the failure (a peer of this
+job already did the same thing) or re-raise it unchanged. Rules never patch, lock or log: the mechanism in
+``fsguard.patching`` does that with their verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with a failed call.
+
+    ``absorb``: return as if the call had succeeded. ``decision``: the record to write (``absorbed``,
+    ``hazard`` or ``conflict``), or None for a plain re-raise that needs no record.
+    """
+
+    absorb: bool
+    decision: Optional[str]
+    evidence: str
+    waited_s: float = 0.0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def reraise(evidence: str = "", waited_s: float = 0.0) -> Verdict:
+    return Verdict(False, None, evidence, waited_s)
+
+
+def absorb(evidence: str, waited_s: float = 0.0, decision: str = "absorbed", **detail: Any) -> Verdict:
+    return Verdict(True, decision, evidence, waited_s, dict(detail))
+
+
+def conflict(evidence: str, waited_s: float = 0.0, **detail: Any) -> Verdict:
+    return Verdict(False, "conflict", evidence, waited_s, dict(detail))
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The numbers a rule needs from the configuration and the job."""
+
+    settle_s: float
+    fresh_s: float
+    job_start: float
+
+    def is_fresh(self, ctime: float) -> bool:
+        """Changed during this job (with ``fresh_s`` of slack for launch stagger and clock skew)."""
+        return ctime >= self.job_start - self.fresh_s

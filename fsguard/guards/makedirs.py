@@ -1,0 +1,62 @@
+"""``os.makedirs``: absorb ``FileExistsError`` when a peer of this job created the directory.
+
+Absorbed:
+  * ``exist_ok=False``: the path is now a directory, it changed during this job, and this process's own
+    guarded calls did not make it (nor anything below it);
+  * ``exist_ok=True``: the fresh parent listing shows a directory although the (cached) lookup said it
+    was missing: a peer's ``mkdir`` that this node's lookup cache has not seen yet.
+Re-raised: a file or symlink in the way, a directory older than the job, one this process made itself,
+and every other error.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from typing import Any
+
+from .. import evidence
+from . import Rules, Verdict, absorb, reraise
+
+
+def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
+    if error.errno != errno.EEXIST:
+        return reraise()
+    name = args[0] if args else kwargs.get("name")
+    if name is None:
+        return reraise()
+    exist_ok = bool(args[2] if len(args) > 2 else kwargs.get("exist_ok", False))
+    path = evidence.norm(name)
+
+    if not exist_ok and evidence.own_last_event(path, within=True) == "made":
+        return reraise("this process made it itself")
+
+    seen, waited = evidence.settle(lambda: _directory_in_listing(path), rules.settle_s if exist_ok else 0.0)
+    if seen is None:
+        return reraise("not a directory in its parent's listing", waited)
+    if exist_ok:
+        return absorb("directory present in a fresh listing of its parent (lookup cache was stale)", waited)
+
+    st = evidence.lstat_or_none(path)
+    if st is None:
+        # The listing has it but a lookup does not: this node cached "missing" moments ago, so a peer
+        # created it within the cache period.
+        return absorb("directory present in a fresh listing but missing from this node's lookup cache: "
+                      "a peer created it moments ago", waited)
+    if evidence.kind_of(st) != "dir":
+        return reraise()
+    age = time.time() - st.st_ctime
+    if not rules.is_fresh(st.st_ctime):
+        return reraise(f"directory is older than the job ({age:.1f} s)")
+    return absorb(f"directory created by a peer {age:.2f} s ago, during this job", waited)
+
+
+def _directory_in_listing(path: str) -> bool | None:
+    seen = evidence.look(path)
+    if seen.present and seen.kind == "dir":
+        return True
+    if seen.present and seen.kind is None:
+        st = evidence.lstat_or_none(path)
+        return True if st is not None and evidence.kind_of(st) == "dir" else None
+    return None

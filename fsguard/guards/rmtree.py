@@ -1,0 +1,184 @@
+"""``shutil.rmtree``: finish removing a tree that peers of this job are removing at the same time.
+
+The standard ``rmtree`` runs unchanged, with an error handler of fsguard's in front of the caller's:
+  * ``FileNotFoundError`` on an entry inside the tree (it was listed a moment ago): a peer removed it.
+  * ``FileNotFoundError`` on the top path before anything was removed: absorbed when its parent changed
+    during this job and this process did not remove or move it itself (idempotence; a README deviation).
+  * ``FileNotFoundError`` on the top path after the walk: a peer removed or renamed the emptied tree. If a
+    peer *renamed* it (its inode is found under another name), entries this process deleted are missing
+    from the renamed result: a ``hazard`` record says where.
+  * ``ENOTEMPTY``/``EBUSY`` on a directory: a peer (or NFS's ``.nfsXXXX`` files) added entries mid-walk;
+    removal of that directory is retried, bounded by ``FSGUARD_SETTLE_S``, while it is still the same
+    directory.
+Every other error goes to the caller's ``onexc``/``onerror``, or is raised, exactly as without fsguard.
+``ignore_errors=True`` and ``dir_fd`` calls pass straight through.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+from typing import Any, Callable, Optional
+
+from .. import evidence
+from . import Rules, Verdict
+
+_RETRIES = 4
+
+
+class _Walk:
+    """Error handler for one guarded ``rmtree`` call; collects what it absorbed."""
+
+    def __init__(self, original: Callable[..., Any], top: Any, rules: Rules, use_onexc: bool,
+                 onerror: Optional[Callable[..., Any]], onexc: Optional[Callable[..., Any]]) -> None:
+        self.original = original
+        self.top = top
+        self.top_norm = evidence.norm(top)
+        self.rules = rules
+        self.use_onexc = use_onexc
+        self.user_onerror = onerror
+        self.user_onexc = onexc
+        self.entries_gone: list[str] = []
+        self.retried: list[str] = []
+        self.waited = 0.0
+        self.top_gone: Optional[str] = None  # "before" or "after" the walk
+        self.renamed_to: Optional[str] = None
+        self.first_error: Optional[BaseException] = None
+
+    # Called by the standard rmtree as onerror(func, path, exc_info) or onexc(func, path, exc).
+    def onerror(self, func: Callable[..., Any], path: Any, exc_info: Any) -> None:
+        self._handle(func, path, exc_info[1], exc_info)
+
+    def onexc(self, func: Callable[..., Any], path: Any, exc: BaseException) -> None:
+        self._handle(func, path, exc, None)
+
+    def _handle(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
+        code = getattr(exc, "errno", None)
+        is_top = evidence.norm(path) == self.top_norm
+        if code == errno.ENOENT and self.first_error is None:
+            self.first_error = exc
+        if code == errno.ENOENT:
+            if not is_top:
+                self.entries_gone.append(evidence.norm(path))
+                return
+            if func is os.rmdir:
+                self.top_gone = "after"
+                self.renamed_to = _find_renamed(self.top_norm, sys._getframe(2))
+                return
+            if self._top_gone_before_by_peer():
+                self.top_gone = "before"
+                return
+        elif code in (errno.ENOTEMPTY, errno.EBUSY) and func is os.rmdir and self._retry(path, sys._getframe(2)):
+            return
+        self._forward(func, path, exc, exc_info)
+
+    def _top_gone_before_by_peer(self) -> bool:
+        if evidence.own_last_event(self.top_norm) in ("removed", "moved-away"):
+            return False  # this process removed it itself: raise as the standard library does
+        parent = os.path.dirname(self.top_norm)
+        seen = evidence.look(self.top_norm)
+        if not seen.parent_exists or seen.present:
+            return False
+        st = evidence.lstat_or_none(parent)
+        return st is not None and self.rules.is_fresh(st.st_ctime)
+
+    def _retry(self, path: Any, frame: Any) -> bool:
+        """Remove a directory again that gained entries mid-walk, if it is still the same directory."""
+        before = frame.f_locals.get("orig_st") if frame is not None else None
+        for attempt in range(_RETRIES):
+            if self.waited >= self.rules.settle_s:
+                return False
+            pause = min(0.02 * (2**attempt), max(self.rules.settle_s - self.waited, 0.0))
+            time.sleep(pause)
+            self.waited += pause
+            now = evidence.lstat_or_none(evidence.norm(path))
+            if now is None:
+                self.retried.append(evidence.norm(path))
+                return True  # a peer finished it
+            if before is not None and not os.path.samestat(before, now):
+                return False  # a different directory now stands there: not ours to remove
+            failures: list[BaseException] = []
+            handler = (lambda f, p, e: failures.append(e if isinstance(e, BaseException) else e[1]))
+            kwargs = {"onexc": handler} if self.use_onexc else {"onerror": handler}
+            self.original(path, **kwargs)
+            if not any(getattr(e, "errno", None) not in (errno.ENOENT,) for e in failures):
+                self.retried.append(evidence.norm(path))
+                return True
+        return False
+
+    def _forward(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
+        if self.user_onexc is not None:
+            self.user_onexc(func, path, exc)
+        elif self.user_onerror is not None:
+            self.user_onerror(func, path, exc_info or (type(exc), exc, exc.__traceback__))
+        else:
+            raise exc
+
+    def verdict(self) -> Optional[Verdict]:
+        if not (self.entries_gone or self.top_gone or self.retried):
+            return None
+        parts = []
+        if self.top_gone == "before":
+            parts.append("tree already removed (its parent changed during this job)")
+        if self.entries_gone:
+            parts.append(f"{len(self.entries_gone)} entr{'y' if len(self.entries_gone) == 1 else 'ies'} "
+                         f"removed by a peer first")
+        if self.retried:
+            parts.append(f"{len(self.retried)} director{'y' if len(self.retried) == 1 else 'ies'} "
+                         f"gained entries mid-walk and were removed again")
+        detail: dict[str, Any] = {"entries_gone": self.entries_gone[:50], "retried": self.retried[:50],
+                                  "error": self.first_error}
+        if self.top_gone == "after":
+            if self.renamed_to:
+                detail["renamed_to"] = self.renamed_to
+                return Verdict(True, "hazard",
+                               f"tree renamed to {self.renamed_to} by a peer while this process was deleting "
+                               f"its entries: {self.renamed_to} may be missing entries this process deleted "
+                               f"(still there: {_count(self.renamed_to)})", self.waited, detail)
+            parts.append("top directory removed by a peer at the end")
+        return Verdict(True, "absorbed", "; ".join(parts), self.waited, detail)
+
+
+def _count(path: str) -> str:
+    try:
+        n = len(os.listdir(path))
+    except OSError:
+        return "unknown"
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def _find_renamed(top: str, frame: Any) -> Optional[str]:
+    """Where the tree went, if a peer renamed it within its parent (found by the inode rmtree started on)."""
+    orig = frame.f_locals.get("orig_st") if frame is not None else None
+    if orig is None:
+        return None
+    parent = os.path.dirname(top)
+    try:
+        with os.scandir(parent) as entries:
+            for entry in entries:
+                if entry.inode() == orig.st_ino:
+                    st = entry.stat(follow_symlinks=False)
+                    if st.st_dev == orig.st_dev:
+                        return entry.path
+    except OSError:
+        return None
+    return None
+
+
+def run(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules,
+        use_onexc: bool) -> Optional[Verdict]:
+    """Call the standard ``rmtree`` with fsguard's handler; return a verdict when something was absorbed."""
+    path = args[0] if args else kwargs["path"]
+    ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)
+    onerror = args[2] if len(args) > 2 else kwargs.get("onerror")
+    onexc = kwargs.get("onexc")
+    rest = {k: v for k, v in kwargs.items() if k not in ("path", "ignore_errors", "onerror", "onexc")}
+    walk = _Walk(original, path, rules, use_onexc, onerror, onexc)
+    if use_onexc:
+        original(path, False, onexc=walk.onexc, **rest)
+    else:
+        original(path, False, walk.onerror, **rest)
+    del ignore_errors  # only False reaches here
+    return walk.verdict()

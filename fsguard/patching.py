@@ -1,0 +1,188 @@
+"""Mechanism: wrap the four functions in place with wrapt, and hand every failure to its guard.
+
+The happy path of a wrapped call is: call the original, remember the call (one deque append), return.
+Only a failing call reaches a guard's ``decide``; only an absorbed (or conflicting) failure makes a record.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pkgutil
+import shutil
+import threading
+from types import ModuleType
+from typing import Any, Callable, Iterable, Optional
+
+import wrapt
+
+from . import config, evidence, launcher, runtime
+from .guards import Rules, Verdict
+from .guards import makedirs as makedirs_rule
+from .guards import rename as rename_rule
+from .guards import rmtree as rmtree_rule
+
+# operation -> (module, attribute, name by which pickles refer to it)
+TARGETS: dict[str, tuple[ModuleType, str, str]] = {
+    "makedirs": (os, "makedirs", "os:makedirs"),
+    "rename": (os, "rename", "os:rename"),
+    "replace": (os, "replace", "os:replace"),
+    "rmtree": (shutil, "rmtree", "shutil:rmtree"),
+}
+
+_DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], Verdict]] = {
+    "makedirs": makedirs_rule.decide,
+    "rename": rename_rule.decide,
+    "replace": rename_rule.decide,
+}
+
+_lock = threading.RLock()
+_originals: dict[str, Any] = {}
+_serializer: Any = None  # set by fsguard.locks when FSGUARD_SERIALIZE=1
+
+
+class GuardedFunction(wrapt.FunctionWrapper):  # type: ignore[misc]
+    """A wrapt function wrapper that pickles and copies as the function it stands for.
+
+    ``pickle`` stores a reference (``os:makedirs``) resolved again on loading, so a pool worker gets its
+    own ``os.makedirs``: the real function, or fsguard's wrapper where fsguard is active too.
+    """
+
+    def __init__(self, wrapped: Any, wrapper: Any, qualified: str) -> None:
+        super().__init__(wrapped, wrapper)
+        self._self_qualified = qualified
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (pkgutil.resolve_name, (self._self_qualified,))
+
+    def __reduce__(self) -> Any:
+        return (pkgutil.resolve_name, (self._self_qualified,))
+
+    def __copy__(self) -> "GuardedFunction":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "GuardedFunction":
+        return self
+
+
+def _rules() -> Rules:
+    settings = runtime.settings
+    return Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s,
+                 job_start=evidence.job_start(runtime.launch is not None))
+
+
+def _settle(verdict: Verdict, op: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+            error: Optional[BaseException]) -> bool:
+    """Record a verdict that needs one; True when the failure is absorbed."""
+    if verdict.decision is not None:
+        shown = list(args[:2] if op in ("rename", "replace") else args[:1])
+        if not shown:
+            shown = [kwargs.get(k) for k in ("src", "dst", "name", "path") if k in kwargs]
+        runtime.record(op, verdict.decision, verdict.evidence, shown, error, verdict.waited_s, verdict.detail)
+    return verdict.absorb
+
+
+def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True to absorb. Any failure inside fsguard's own decision means: re-raise the original."""
+    if runtime.busy():
+        return False
+    try:
+        with runtime.Busy():
+            verdict = _DECIDE[op](error, args, kwargs, _rules())
+    except Exception:  # noqa: BLE001 - a broken rule must not change what the caller sees
+        return False
+    return _settle(verdict, op, args, kwargs, error)
+
+
+def _path_wrapper(op: str) -> Callable[..., Any]:
+    remember = evidence.MEMORY.append
+
+    def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            result = wrapped(*args, **kwargs)
+        except OSError as error:
+            if _decide(op, error, args, kwargs):
+                remember((op, args, kwargs))
+                return None
+            raise
+        remember((op, args, kwargs))
+        return result
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _serializer is not None and not runtime.busy():
+            return _serializer.run(op, wrapped, args, kwargs, guarded_call)
+        return guarded_call(wrapped, args, kwargs)
+
+    return wrapper
+
+
+def _rmtree_wrapper() -> Callable[..., Any]:
+    remember = evidence.MEMORY.append
+    use_onexc = "onexc" in inspect.signature(shutil.rmtree).parameters
+
+    def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)
+        if ignore_errors or kwargs.get("dir_fd") is not None or runtime.busy() or not (args or "path" in kwargs):
+            return wrapped(*args, **kwargs)
+        verdict = rmtree_rule.run(wrapped, args, kwargs, _rules(), use_onexc)
+        remember(("rmtree", args, kwargs))
+        if verdict is not None:
+            _settle(verdict, "rmtree", args, kwargs, verdict.detail.pop("error", None))
+        return None
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _serializer is not None and not runtime.busy():
+            return _serializer.run("rmtree", wrapped, args, kwargs, guarded_call)
+        return guarded_call(wrapped, args, kwargs)
+
+    return wrapper
+
+
+def install(ops: Optional[Iterable[str]] = None, settings: Optional[config.Settings] = None) -> list[str]:
+    """Wrap the named operations in place (default: all). Returns the names patched after the call."""
+    with _lock:
+        if not _originals:
+            runtime.configure(settings or config.load(os.environ), launcher.detect(os.environ))
+        if runtime.settings.serialize and _serializer is None:
+            _enable_serializer()
+        wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in TARGETS]
+        for op in wanted:
+            if op in _originals:
+                continue
+            module, attribute, qualified = TARGETS[op]
+            original = getattr(module, attribute)
+            wrapper = _rmtree_wrapper() if op == "rmtree" else _path_wrapper(op)
+            _originals[op] = original
+            setattr(module, attribute, GuardedFunction(original, wrapper, qualified))
+        return installed()
+
+
+def uninstall(ops: Optional[Iterable[str]] = None) -> None:
+    """Put back the exact original objects of the named operations (default: all)."""
+    with _lock:
+        for op in list(_originals) if ops is None else list(ops):
+            original = _originals.pop(op, None)
+            if original is not None:
+                module, attribute, _ = TARGETS[op]
+                setattr(module, attribute, original)
+
+
+def installed() -> list[str]:
+    return [op for op in config.ALL_OPS if op in _originals]
+
+
+def original(op: str) -> Any:
+    """The unpatched function of an operation, patched or not."""
+    if op in _originals:
+        return _originals[op]
+    module, attribute, _ = TARGETS[op]
+    return getattr(module, attribute)
+
+
+def _enable_serializer() -> None:
+    global _serializer
+    try:
+        from . import locks
+    except ImportError:
+        return
+    _serializer = locks.serializer(runtime.settings, runtime.launch)

@@ -1,0 +1,138 @@
+"""The state of an active fsguard in this process: settings, launch, and turning decisions into records.
+
+Mechanism only: the guards decide, this module writes down what they decided and where it was called from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+from typing import Any, Optional
+
+from . import __version__, config, launcher, records
+
+settings: config.Settings = config.Settings()
+launch: Optional[launcher.Launch] = None
+
+_local = threading.local()
+_skip_dirs: Optional[tuple[str, ...]] = None
+_stdlib_dirs: tuple[str, ...] = ()
+_keep_dirs: tuple[str, ...] = ()
+
+
+def configure(new_settings: config.Settings, new_launch: Optional[launcher.Launch]) -> None:
+    global settings, launch
+    settings = new_settings
+    launch = new_launch
+
+
+def busy() -> bool:
+    """True while this thread is inside fsguard's own decision or logging (guarded calls then pass through)."""
+    return getattr(_local, "busy", False)
+
+
+class Busy:
+    """Marks this thread as inside fsguard, so fsguard's own filesystem calls are not guarded again."""
+
+    def __enter__(self) -> None:
+        _local.busy = True
+
+    def __exit__(self, *exc: object) -> None:
+        _local.busy = False
+
+
+def _site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(fsguard and wrapt: always skipped), (standard library: skipped), (site-packages: never skipped)."""
+    global _skip_dirs, _stdlib_dirs, _keep_dirs
+    if _skip_dirs is None:
+        own = {os.path.dirname(os.path.abspath(__file__)) + os.sep}
+        try:
+            import wrapt
+
+            own.add(os.path.dirname(os.path.abspath(wrapt.__file__)) + os.sep)
+        except Exception:  # noqa: BLE001
+            pass
+        stdlib = set()
+        for key in ("stdlib", "platstdlib"):
+            path = sysconfig.get_paths().get(key)
+            if path:
+                stdlib.add(os.path.realpath(path) + os.sep)
+                stdlib.add(path + os.sep)
+        keep = {p + os.sep for k in ("purelib", "platlib") if (p := sysconfig.get_paths().get(k))}
+        keep.update(p + os.sep for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+        _skip_dirs, _stdlib_dirs, _keep_dirs = tuple(own), tuple(stdlib), tuple(keep)
+    return _skip_dirs, _stdlib_dirs, _keep_dirs
+
+
+def call_site(depth: int = 2) -> Optional[dict[str, Any]]:
+    """file, line and function of the first frame outside fsguard, wrapt and the standard library."""
+    own, stdlib, keep = _site_dirs()
+    frame: Any = sys._getframe(depth)
+    fallback = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(own):
+            if fallback is None:
+                fallback = frame
+            internal = filename.startswith("<frozen") or (filename.startswith(stdlib) and not filename.startswith(keep))
+            if not internal:
+                break
+        frame = frame.f_back
+    chosen = frame or fallback
+    if chosen is None:
+        return None
+    return {"file": chosen.f_code.co_filename, "line": chosen.f_lineno, "function": chosen.f_code.co_name}
+
+
+def describe_error(error: Optional[BaseException]) -> Optional[dict[str, Any]]:
+    if error is None:
+        return None
+    import errno
+
+    code = getattr(error, "errno", None)
+    return {
+        "type": type(error).__name__,
+        "errno": errno.errorcode.get(code, str(code)) if code is not None else None,
+        "message": str(error),
+    }
+
+
+def path_text(value: Any) -> str:
+    try:
+        text = os.fspath(value)
+    except TypeError:
+        return repr(value)
+    return os.fsdecode(text) if isinstance(text, bytes) else text
+
+
+def record(op: str, decision: str, evidence: str, args: list[Any], error: Optional[BaseException] = None,
+           waited_s: float = 0.0, detail: Optional[dict[str, Any]] = None) -> None:
+    """Build and emit one record for a decision. Never raises."""
+    try:
+        with Busy():
+            current = launch
+            rec = records.Record(
+                op=op,
+                decision=decision,
+                evidence=evidence,
+                args=[path_text(a) for a in args],
+                error=describe_error(error),
+                waited_s=round(waited_s, 4),
+                site=call_site(3),
+                host=current.host if current else launcher.hostname(os.environ),
+                pid=os.getpid(),
+                rank=current.rank if current else None,
+                local_rank=current.local_rank if current else None,
+                world_size=current.world_size if current else None,
+                launcher=current.launcher if current else None,
+                version=__version__,
+                detail=detail or {},
+            )
+            records.emit(rec, stderr=settings.stderr, log_dir=settings.log_dir)
+    except Exception as failure:  # noqa: BLE001 - a record must never break the guarded call
+        try:
+            sys.stderr.write(f"fsguard: could not record a decision ({type(failure).__name__}: {failure})\n")
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The one test command (README and .ci/run): installs what the tests need, then runs every check.
+# Debian packages (bindfs, fuse3, openmpi-bin) are installed when missing and we are root; the Python
+# test dependencies go into .venv (torch pinned to the CPU build).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v bindfs >/dev/null || missing+=(bindfs)
+command -v fusermount3 >/dev/null || command -v fusermount >/dev/null || missing+=(fuse3)
+command -v mpirun >/dev/null || missing+=(openmpi-bin)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "scripts/test.sh: installing Debian packages: ${missing[*]}"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+            || { echo "scripts/test.sh: apt-get install failed" >&2; exit 1; }
+    else
+        echo "scripts/test.sh: missing ${missing[*]} (not root: tests that need them will skip)" >&2
+    fi
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv || exit 1
+.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt || exit 1
+
+status=0
+if [ -f scripts/lint.sh ]; then
+    bash scripts/lint.sh || status=1
+fi
+
+.venv/bin/python -m pytest "$@"
+rc=$?
+if [ $rc -eq 5 ]; then
+    echo "scripts/test.sh: pytest collected no tests: failing" >&2
+    rc=1
+fi
+[ $rc -ne 0 ] && status=$rc
+exit $status

@@ -1,0 +1,311 @@
+"""Issue 2: the .pth auto-loader, activation rules, launcher detection, patching mechanics, status."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TORCHRUN_ENV, clean_env, run_python
+
+STATE = """
+import json, os, shutil, sys
+mods = sorted(m for m in sys.modules if m.split('.')[0] in ('fsguard', 'wrapt', 'torch', 'filelock'))
+launch = None
+if 'fsguard.runtime' in sys.modules:
+    l = sys.modules['fsguard.runtime'].launch
+    launch = l and dict(launcher=l.launcher, rank=l.rank, local_rank=l.local_rank, world_size=l.world_size, host=l.host)
+print(json.dumps(dict(
+    patched=[n for n, f in (('makedirs', os.makedirs), ('rename', os.rename), ('replace', os.replace),
+                            ('rmtree', shutil.rmtree)) if hasattr(f, '__wrapped__')],
+    modules=mods, launch=launch)))
+"""
+
+
+def state(python: Path, env: dict[str, str], args: tuple[str, ...] = ()) -> tuple[dict, str]:
+    result = run_python(python, STATE, env, args=args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), result.stderr
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "false", "off", "no", "OFF"])
+def test_disabled_imports_nothing(fsguard_python: Path, value: str | None) -> None:
+    env = {} if value is None else {"FSGUARD": value}
+    env.update(TORCHRUN_ENV)
+    result = run_python(fsguard_python, "pass", env, args=("-X", "importtime"))
+    assert result.returncode == 0
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line]
+    assert imported, "importtime printed nothing"
+    assert not [m for m in imported if m.split(".")[0] in ("fsguard", "wrapt")]
+    assert "fsguard:" not in result.stderr
+
+
+def test_pth_is_installed_at_site_packages_root(fsguard_python: Path) -> None:
+    result = run_python(fsguard_python, "import sysconfig; print(sysconfig.get_path('purelib'))")
+    site = Path(result.stdout.strip())
+    assert (site / "fsguard.pth").read_text().startswith("import os;")
+    assert (site / "fsguard.start").read_text().strip() == "fsguard._boot:start"
+
+
+@pytest.mark.parametrize("value", ["1", "true", "on", "yes", "TRUE"])
+def test_enabled_without_launcher_does_not_patch(fsguard_python: Path, value: str) -> None:
+    info, err = state(fsguard_python, {"FSGUARD": value})
+    assert info["patched"] == []
+    assert "wrapt" not in info["modules"]
+    assert err == ""
+
+
+LAUNCHERS = [
+    ("torchrun", TORCHRUN_ENV, 1, 1, 4),
+    ("torch.distributed", {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "0"}, 2, 0, 3),
+    ("accelerate", {**TORCHRUN_ENV, "ACCELERATE_MIXED_PRECISION": "no"}, 1, 1, 4),
+    ("slurm", {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0",
+               "SLURMD_NODENAME": "node7"}, 5, 1, 8),
+    ("slurm", {"SLURM_PROCID": "1", "SLURM_NPROCS": "2"}, 1, 0, 2),
+    ("openmpi", {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+                 "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, 3, 3, 4),
+    ("mpich", {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}, 1, 1, 2),
+    ("pmix", {"PMIX_RANK": "2"}, 2, 0, None),
+    ("horovod", {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0"}, 0, 0, 2),
+]
+
+
+@pytest.mark.parametrize("name,env,rank,local_rank,world", LAUNCHERS)
+def test_enabled_with_launcher_patches(fsguard_python: Path, name: str, env: dict[str, str], rank: int,
+                                       local_rank: int, world: int | None) -> None:
+    info, err = state(fsguard_python, {"FSGUARD": "1", **env})
+    assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert info["launch"]["launcher"] == name
+    assert (info["launch"]["rank"], info["launch"]["local_rank"], info["launch"]["world_size"]) == (
+        rank, local_rank, world)
+    assert "torch" not in info["modules"]
+    assert err == ""
+
+
+@pytest.mark.parametrize("env", [
+    {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},           # one task
+    {"SLURM_PROCID": "0", "SLURM_JOB_ID": "12"},          # a batch script, not a step's task
+    {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"},  # single-process torchrun
+    {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
+])
+def test_single_process_launches_are_not_patched(fsguard_python: Path, env: dict[str, str]) -> None:
+    info, _ = state(fsguard_python, {"FSGUARD": "1", **env})
+    assert info["patched"] == []
+
+
+def test_launcher_agent_is_not_patched(fsguard_python: Path, tmp_path: Path) -> None:
+    """A torchrun agent started by srun has SLURM task variables but no RANK: it must stay unpatched."""
+    agent = tmp_path / "torchrun"
+    agent.write_text(STATE)
+    env = clean_env({"FSGUARD": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"})
+    out = subprocess.run([str(fsguard_python), str(agent)], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["patched"] == []
+    worker = tmp_path / "train.py"
+    worker.write_text(STATE)
+    out = subprocess.run([str(fsguard_python), str(worker)], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+
+
+def test_force_patches_without_launcher(fsguard_python: Path) -> None:
+    info, err = state(fsguard_python, {"FSGUARD": "force"})
+    assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert info["launch"] is None
+    assert err == ""
+
+
+def test_ops_selects_operations(fsguard_python: Path) -> None:
+    info, err = state(fsguard_python, {"FSGUARD": "force", "FSGUARD_OPS": "rename, rmtree"})
+    assert info["patched"] == ["rename", "rmtree"]
+    assert err == ""
+
+
+def test_pth_processed_twice_patches_once(fsguard_python: Path) -> None:
+    code = """
+        import os, site, sysconfig
+        site.addsitedir(sysconfig.get_path('purelib'))   # processes fsguard.pth a second time
+        site.addsitedir(sysconfig.get_path('purelib'))
+        inner = os.rename.__wrapped__
+        print(type(inner).__name__, hasattr(inner, '__wrapped__'))
+    """
+    result = run_python(fsguard_python, code, {"FSGUARD": "force"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["builtin_function_or_method", "False"]
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"FSGUARD": "maybe"}, "FSGUARD='maybe' is not understood"),
+    ({"FSGUARD": "force", "FSGUARD_OPS": "rename,mkdirz"}, "unknown operation(s) mkdirz"),
+    ({"FSGUARD": "force", "FSGUARD_SETTLE_S": "soon"}, "FSGUARD_SETTLE_S='soon' is not a valid number"),
+    ({"FSGUARD": "force", "FSGUARD_FRESH_S": "-4"}, "FSGUARD_FRESH_S='-4' is not a valid number"),
+    ({"FSGUARD": "force", "FSGUARD_LOCK": "zookeeper"}, "FSGUARD_LOCK='zookeeper' is not one of"),
+    ({"FSGUARD": "force", "FSGUARD_SERIALIZE": "perhaps"}, "FSGUARD_SERIALIZE='perhaps' is not a boolean"),
+])
+def test_bad_settings_warn_in_one_line_and_go_on(fsguard_python: Path, env: dict[str, str],
+                                                 expected: str) -> None:
+    result = run_python(fsguard_python, "print('alive')", env)
+    assert result.returncode == 0
+    assert result.stdout == "alive\n"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("fsguard: ") and expected in lines[0]
+
+
+def test_missing_wrapt_warns_in_one_line(fsguard_python: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "wrapt"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('No module named wrapt', name='wrapt')\n")
+    result = run_python(fsguard_python, "import os; print(hasattr(os.rename, '__wrapped__'))",
+                        {"FSGUARD": "force", "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0
+    assert result.stdout == "False\n"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fsguard: not active: cannot import wrapt"), result.stderr
+
+
+def test_unwritable_log_dir_warns_once_and_goes_on(fsguard_python: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = f"""
+        import os
+        for i in range(3):
+            peer = os.path.join({str(tmp_path)!r}, 'peer%d' % i)
+            os.mkdir(peer)       # unpatched: as if a peer had made it
+            os.makedirs(peer)    # absorbed
+        print('alive')
+    """
+    result = run_python(fsguard_python, code, {"FSGUARD": "force", "FSGUARD_LOG": str(blocker / "logs")})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "alive\n"
+    warnings = [line for line in result.stderr.splitlines() if "cannot write records" in line]
+    assert len(warnings) == 1
+    assert sum("fsguard: absorbed makedirs" in line for line in result.stderr.splitlines()) == 3
+
+
+def test_patched_functions_keep_their_faces(fsguard_python: Path) -> None:
+    code = """
+        import inspect, os, shutil, copy, pickle
+        assert os.makedirs.__name__ == 'makedirs' and os.makedirs.__doc__ == os.makedirs.__wrapped__.__doc__
+        assert str(inspect.signature(os.makedirs)) == '(name, mode=511, exist_ok=False)'
+        assert 'onerror' in inspect.signature(shutil.rmtree).parameters
+        assert shutil.rmtree.avoids_symlink_attacks is True
+        assert os.rename.__name__ == 'rename' and os.replace.__name__ == 'replace'
+        assert copy.copy(os.rename) is os.rename and copy.deepcopy(os.rename) is os.rename
+        for f in (os.makedirs, os.rename, os.replace, shutil.rmtree):
+            assert pickle.loads(pickle.dumps(f)) is f
+        print(type(os.rename).__name__)
+    """
+    result = run_python(fsguard_python, code, {"FSGUARD": "force"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "GuardedFunction"
+
+
+def test_pickles_load_as_the_real_function_where_fsguard_is_off(fsguard_python: Path) -> None:
+    dumped = run_python(fsguard_python, "import os, pickle, sys; sys.stdout.write(pickle.dumps(os.makedirs).hex())",
+                        {"FSGUARD": "force"})
+    assert dumped.returncode == 0, dumped.stderr
+    code = f"""
+        import os, pickle
+        f = pickle.loads(bytes.fromhex({dumped.stdout!r}))
+        print(f is os.makedirs, hasattr(f, '__wrapped__'))
+    """
+    loaded = run_python(fsguard_python, code, {})
+    assert loaded.stdout.split() == ["True", "False"], loaded.stderr
+
+
+def test_spawn_pool_passes_patched_functions(fsguard_python: Path, tmp_path: Path) -> None:
+    code = f"""
+        import multiprocessing, os, shutil
+        if __name__ == '__main__':
+            base = {str(tmp_path / 'out')!r}
+            paths = [os.path.join(base, 'd%d' % i, 'sub') for i in range(6)]
+            with multiprocessing.get_context('spawn').Pool(2) as pool:
+                pool.map(os.makedirs, paths)
+                pool.map(shutil.rmtree, [os.path.dirname(p) for p in paths[:3]])
+                flags = pool.starmap(hasattr, [(os.rename, '__wrapped__')] * 2)
+            print(sorted(os.listdir(base)), flags)
+    """
+    script = tmp_path / "pool.py"
+    script.write_text(__import__("textwrap").dedent(code))
+    result = subprocess.run([str(fsguard_python), str(script)], env=clean_env({"FSGUARD": "force"}),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['d3', 'd4', 'd5'] [True, True]"
+
+
+def test_install_uninstall_restore_identity(fsguard_python: Path) -> None:
+    code = """
+        import os, shutil, fsguard
+        originals = (os.makedirs, os.rename, os.replace, shutil.rmtree)
+        assert fsguard.install() == ['makedirs', 'rename', 'replace', 'rmtree']
+        assert os.rename is not originals[1] and os.rename.__wrapped__ is originals[1]
+        assert fsguard.install() == ['makedirs', 'rename', 'replace', 'rmtree']   # idempotent
+        assert os.rename.__wrapped__ is originals[1]
+        fsguard.uninstall()
+        assert (os.makedirs, os.rename, os.replace, shutil.rmtree) == originals
+        assert all(a is b for a, b in zip((os.makedirs, os.rename, os.replace, shutil.rmtree), originals))
+        with fsguard.guarded(['rename']):
+            assert os.rename is not originals[1] and os.replace is originals[2]
+        assert os.rename is originals[1]
+        fsguard.install(['replace'])
+        with fsguard.guarded():
+            pass
+        assert fsguard.installed() == ['replace']   # the block restores only what it patched
+        print('ok')
+    """
+    result = run_python(fsguard_python, code, {})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def _status(python: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    fsguard_cli = python.parent / "fsguard"
+    return subprocess.run([str(fsguard_cli), "status", *args], env=clean_env(env), capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_status_json_reports_launcher_and_settings(fsguard_python: Path) -> None:
+    result = _status(fsguard_python, {"FSGUARD": "1", "FSGUARD_SETTLE_S": "5", **TORCHRUN_ENV}, "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["would_patch"] is True and info["enabled"] == "on"
+    assert info["launch"]["launcher"] == "torchrun" and info["launch"]["rank"] == 1
+    assert info["launch"]["world_size"] == 4
+    assert info["operations"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert info["pth"] and info["pth"][0].endswith("fsguard.pth")
+    settle = next(s for s in info["settings"] if s["name"] == "FSGUARD_SETTLE_S")
+    assert settle == {"name": "FSGUARD_SETTLE_S", "value": "5", "default": "2.0", "help": settle["help"]}
+    assert info["problems"] == []
+
+
+def test_status_lists_problems(fsguard_python: Path) -> None:
+    result = _status(fsguard_python, {"FSGUARD": "1", "FSGUARD_OPS": "bogus", "FSGUARD_SETLE_S": "1"}, "--json")
+    info = json.loads(result.stdout)
+    assert info["would_patch"] is False and info["reason"] == "no distributed launcher detected"
+    assert any("bogus" in p for p in info["problems"])
+    assert any("FSGUARD_SETLE_S is not a known" in p for p in info["problems"])
+
+
+def test_status_human_and_module_form(fsguard_python: Path) -> None:
+    human = _status(fsguard_python, {"FSGUARD": "force"})
+    assert human.returncode == 0
+    assert "would patch: yes (FSGUARD=force)" in human.stdout
+    assert "FSGUARD_LOCK_TIMEOUT" in human.stdout
+    module = subprocess.run([str(fsguard_python), "-m", "fsguard", "--version"], env=clean_env(),
+                            capture_output=True, text=True)
+    assert module.stdout.strip().startswith("fsguard ")
+
+
+def test_editable_install_has_the_pth(tmp_path: Path) -> None:
+    """`pip install -e .` must also put fsguard.pth at the root of site-packages."""
+    env_dir = tmp_path / "editable"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(root)], check=True)
+    info, _ = state(python, {"FSGUARD": "force", "PYTHONPATH": str(Path(__import__("wrapt").__file__).parent.parent)})
+    assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]

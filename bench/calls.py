@@ -1,0 +1,440 @@
+"""Cost per call (issue 3): the happy path, patched vs. unpatched, and the cost of deciding a race.
+
+Happy path, all in this one process, rounds interleaved in random order, ``os.<op>`` swapped between:
+  unpatched (the original), fsguard (``fsguard.install``), a bare ``wrapt.FunctionWrapper`` that only calls
+  through, and a plain Python ``def shim(*a, **k): return f(*a, **k)`` — so the report can say which part of
+  the added time is wrapt's, which the Python-level wrapper's, and which fsguard's own.
+  Operations: os.replace of a file, os.rename of a directory, os.makedirs(exist_ok=True) of an existing
+  directory, shutil.rmtree of a small tree (only the rmtree call is timed), and a null function (a C builtin
+  wrapped the same way: wrapper cost without any filesystem noise). Target: <= 0.3 us added per call.
+
+Decisions (target <= 1 ms on local disk), in child processes so each logging setting starts clean:
+  makedirs(exist_ok=False) of a directory a peer just made, rename/replace with the source gone and the
+  destination present, rmtree of a tree a peer already removed; with FSGUARD_STDERR=0, with the stderr
+  line, and with the stderr line plus FSGUARD_LOG JSONL; each with an empty and with a full own-memory.
+
+bindfs (target: well under a second): one backing directory mounted twice with 30 s entry, attribute and
+  negative caches; B's cache is primed, the change is made through A, then the guarded call through B is
+  timed. Skipped with a message when bindfs or FUSE is unavailable.
+
+Run: ``python bench/calls.py [--quick] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    __package__ = "bench"
+
+from bench import _common as common
+
+ARMS = ("unpatched", "fsguard", "wrapt", "shim")
+TARGET = {"replace": (os, "replace"), "rename": (os, "rename"), "makedirs": (os, "makedirs"),
+          "rmtree": (shutil, "rmtree")}
+
+
+def _load_fsguard() -> Any:
+    """The working tree's fsguard, configured as a job would have it (no records on stderr)."""
+    os.environ["FSGUARD_STDERR"] = "0"
+    os.environ.pop("FSGUARD_LOG", None)
+    sys.path.insert(0, str(common.ROOT))
+    import fsguard
+
+    return fsguard
+
+
+# --- happy path ---------------------------------------------------------------------------------------
+
+
+def _variants(op: str, original: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
+    import wrapt
+
+    def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        return wrapped(*args, **kwargs)
+
+    def shim(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **kwargs)
+
+    return {"unpatched": original, "wrapt": wrapt.FunctionWrapper(original, passthrough), "shim": shim}
+
+
+def _time_op(op: str, calls: int, work: Path) -> Callable[[], float]:
+    """A function timing ``calls`` calls of ``op`` as user code makes them (``os.replace(...)``)."""
+    if op == "replace":
+        a, b = str(work / "a"), str(work / "b")
+        Path(a).write_bytes(b"x")
+
+        def run() -> float:
+            t = time.perf_counter()
+            for _ in range(calls // 2):
+                os.replace(a, b)
+                os.replace(b, a)
+            return (time.perf_counter() - t) / (calls // 2 * 2)
+        return run
+    if op == "rename":
+        a, b = str(work / "d1"), str(work / "d2")
+        os.mkdir(a)
+
+        def run() -> float:
+            t = time.perf_counter()
+            for _ in range(calls // 2):
+                os.rename(a, b)
+                os.rename(b, a)
+            return (time.perf_counter() - t) / (calls // 2 * 2)
+        return run
+    if op == "makedirs":
+        d = str(work / "exists")
+        os.mkdir(d)
+
+        def run() -> float:
+            t = time.perf_counter()
+            for _ in range(calls):
+                os.makedirs(d, exist_ok=True)
+            return (time.perf_counter() - t) / calls
+        return run
+    if op == "rmtree":
+        top = str(work / "tree")
+        n = max(1, calls // 20)  # rmtree is ~100x slower than the others
+
+        def run() -> float:
+            total = 0.0
+            for _ in range(n):
+                os.mkdir(top)
+                for i in range(3):
+                    sub = os.path.join(top, f"s{i}")
+                    os.mkdir(sub)
+                    for j in range(3):
+                        with open(os.path.join(sub, f"f{j}"), "wb"):
+                            pass
+                t = time.perf_counter()
+                shutil.rmtree(top)
+                total += time.perf_counter() - t
+            return total / n
+        return run
+    raise ValueError(op)
+
+
+def happy_path(calls: int, rounds: int) -> dict[str, Any]:
+    fsguard = _load_fsguard()
+    from fsguard import patching
+
+    rng = random.Random(3)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="fsguard-calls-") as tmp:
+        for op, (module, attribute) in TARGET.items():
+            work = Path(tmp) / op
+            work.mkdir()
+            original = getattr(module, attribute)
+            variants = _variants(op, original)
+            timer = _time_op(op, calls, work)
+            samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
+            for _ in range(rounds + 1):
+                order = list(ARMS)
+                rng.shuffle(order)
+                for arm in order:
+                    if arm == "fsguard":
+                        fsguard.install([op])
+                    else:
+                        setattr(module, attribute, variants[arm])
+                    try:
+                        samples[arm].append(timer())
+                    finally:
+                        fsguard.uninstall()
+                        setattr(module, attribute, original)
+            results[op] = _summarise({arm: s[1:] for arm, s in samples.items()})  # first round: warm-up
+        results["null"] = _null_function(patching, calls * 10, rounds, rng)
+    return results
+
+
+def _null_function(patching: Any, calls: int, rounds: int, rng: random.Random) -> dict[str, Any]:
+    """The same wrappers around ``max``, a C function that cannot fail: the pure cost of wrapping."""
+    original = max
+    variants = _variants("null", original)
+    try:  # fsguard's own wrapper, as install() builds it (an internal API: n/a if it changed)
+        variants["fsguard"] = patching.GuardedFunction(original, patching._path_wrapper("replace"), "builtins:max")
+    except Exception:  # noqa: BLE001
+        pass
+    samples: dict[str, list[float]] = {arm: [] for arm in variants}
+    for _ in range(rounds + 1):
+        order = list(variants)
+        rng.shuffle(order)
+        for arm in order:
+            f = variants[arm]
+            t = time.perf_counter()
+            for _ in range(calls):
+                f(1, 2)
+            samples[arm].append((time.perf_counter() - t) / calls)
+    return _summarise({arm: s[1:] for arm, s in samples.items()})
+
+
+def _summarise(samples: dict[str, list[float]]) -> dict[str, Any]:
+    """Median per-call time of each arm, and the median of per-round differences against unpatched."""
+    out: dict[str, Any] = {}
+    base = samples["unpatched"]
+    for arm, values in samples.items():
+        out[arm] = {"us": common.median(values) * 1e6}
+        if arm != "unpatched":
+            out[arm]["added_us"] = common.median(v - b for v, b in zip(values, base)) * 1e6
+    return out
+
+
+# --- decisions ----------------------------------------------------------------------------------------
+
+
+def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, Any]:
+    """Runs in a fresh interpreter: times absorbed decisions of each operation."""
+    fsguard = _load_fsguard()
+    os.environ["FSGUARD_STDERR"] = "0" if mode == "off" else "1"
+    from fsguard import evidence
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="fsguard-decide-") as tmp:
+        if mode == "jsonl":
+            os.environ["FSGUARD_LOG"] = os.path.join(tmp, "log")
+        fsguard.install()
+        work = Path(tmp) / "w"
+        os.mkdir(work)
+        if memory_full:  # a long job: the own-memory deque is full of unrelated calls
+            other = str(Path(tmp) / "other")
+            os.mkdir(other)
+            for _ in range(evidence.MEMORY_SIZE):
+                os.makedirs(other, exist_ok=True)
+        counter = iter(range(10**9))
+
+        def scenario(op: str) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]]:
+            """(set up as a peer would, the guarded call, clean up), on names never used before: fsguard
+            rightly re-raises a race on a path this process itself changed. Set-up and clean-up unpatched."""
+            n = next(counter)
+            src, dst, made, tree = (str(work / f"{name}{n}") for name in ("src", "dst", "made", "tree"))
+            if op == "makedirs":
+                return (lambda: os.mkdir(made)), (lambda: os.makedirs(made)), (lambda: os.rmdir(made))
+            if op in ("rename", "replace"):
+                call = getattr(os, op)
+                return (lambda: Path(dst).write_bytes(b"x")), (lambda: call(src, dst)), (lambda: os.unlink(dst))
+            return (lambda: None), (lambda: shutil.rmtree(tree)), (lambda: None)
+
+        for op in ("makedirs", "rename", "replace", "rmtree"):
+            times, failures = [], 0
+            for _ in range(iterations + 1):
+                setup, call, cleanup = scenario(op)
+                setup()
+                t = time.perf_counter()
+                try:
+                    call()
+                except OSError:
+                    failures += 1
+                times.append(time.perf_counter() - t)
+                cleanup()
+            fsguard.uninstall()
+            setup, call, cleanup = scenario(op)
+            setup()  # the same failing call without fsguard, for reference
+            t = time.perf_counter()
+            try:
+                call()
+            except OSError:
+                pass
+            raw = time.perf_counter() - t
+            cleanup()
+            fsguard.install()
+            first, rest = times[0], times[1:]
+            results[op] = {"median_ms": common.median(rest) * 1000, "p90_ms": common.percentile(rest, 90) * 1000,
+                           "first_ms": first * 1000, "raised": failures, "iterations": iterations,
+                           "unguarded_failure_ms": raw * 1000}
+    return results
+
+
+def decisions(iterations: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for mode in ("off", "stderr", "jsonl"):
+        for memory in ("empty", "full"):
+            args = [sys.executable, str(Path(__file__).resolve()), "--decision-child", mode,
+                    "--iterations", str(iterations), *(["--memory-full"] if memory == "full" else [])]
+            done = subprocess.run(args, env=common.clean_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True, timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"decision child {mode}/{memory} failed (exit {done.returncode})")
+            out[f"{mode}/{memory}"] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+# --- bindfs -------------------------------------------------------------------------------------------
+
+
+def _unmount(mount: str) -> None:
+    for command in (["fusermount", "-u", mount], ["fusermount3", "-u", mount], ["umount", mount]):
+        try:
+            if subprocess.run(command, capture_output=True, timeout=30).returncode == 0:
+                return
+        except (OSError, subprocess.SubprocessError):
+            continue
+
+
+def bindfs(iterations: int) -> dict[str, Any]:
+    """Guarded calls through a mount whose caches still show the state before a peer's change."""
+    if shutil.which("bindfs") is None or not os.path.exists("/dev/fuse"):
+        return {"skipped": "bindfs or /dev/fuse not available"}
+    fsguard = _load_fsguard()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="fsguard-bindfs-") as tmp:
+        backing, a, b = (os.path.join(tmp, n) for n in ("backing", "a", "b"))
+        for d in (backing, a, b):
+            os.mkdir(d)
+        options = "entry_timeout=30,attr_timeout=30,negative_timeout=30"
+        mounted = []
+        try:
+            for mnt in (a, b):
+                done = subprocess.run(["bindfs", "-o", options, backing, mnt], capture_output=True, text=True,
+                                      timeout=30)
+                if done.returncode != 0:
+                    return {"skipped": f"bindfs mount failed: {done.stderr.strip() or done.returncode}"}
+                mounted.append(mnt)
+            results = _bindfs_cases(fsguard, a, b, iterations)
+        finally:
+            for mnt in reversed(mounted):
+                _unmount(mnt)
+    return results
+
+
+def _bindfs_cases(fsguard: Any, a: str, b: str, iterations: int) -> dict[str, Any]:
+    counter = iter(range(10**9))
+
+    def fresh_names() -> tuple[str, str]:
+        n = next(counter)
+        return f"s{n}", f"d{n}"
+
+    def case(op: str) -> tuple[bool, Callable[[], None]]:
+        """Prime B's cache, change through A, return (B's cache was stale, the call through B)."""
+        src, dst = fresh_names()
+        if op in ("rename", "replace"):
+            Path(a, src).write_bytes(b"x")
+            os.stat(os.path.join(b, src))
+            os.path.exists(os.path.join(b, dst))  # caches "dst missing"
+            os.rename(os.path.join(a, src), os.path.join(a, dst))
+            stale = os.path.exists(os.path.join(b, src)) and not os.path.exists(os.path.join(b, dst))
+            call = getattr(os, op)
+            return stale, lambda: call(os.path.join(b, src), os.path.join(b, dst))
+        exist_ok = op == "makedirs(exist_ok=True)"
+        os.path.exists(os.path.join(b, dst))
+        os.mkdir(os.path.join(a, dst))
+        stale = not os.path.exists(os.path.join(b, dst))
+        return stale, lambda: os.makedirs(os.path.join(b, dst), exist_ok=exist_ok)
+
+    results: dict[str, Any] = {}
+    for op in ("rename", "replace", "makedirs", "makedirs(exist_ok=True)"):
+        unguarded_stale, call = case(op)  # without fsguard first: what the user would see
+        try:
+            call()
+            unguarded = "ok"
+        except OSError as error:
+            unguarded = type(error).__name__
+        fsguard.install()
+        times, stale, raised = [], 0, []
+        for _ in range(iterations):
+            was_stale, call = case(op)
+            stale += was_stale
+            t = time.perf_counter()
+            try:
+                call()
+            except OSError as error:
+                raised.append(type(error).__name__)
+            times.append(time.perf_counter() - t)
+        fsguard.uninstall()
+        results[op] = {"median_ms": common.median(times) * 1000, "max_ms": max(times) * 1000,
+                       "iterations": iterations, "cache_stale": stale, "raised": raised,
+                       "unguarded": unguarded, "unguarded_cache_stale": unguarded_stale}
+    return results
+
+
+# --- running and reporting ----------------------------------------------------------------------------
+
+
+def run(*, calls: int = 20000, rounds: int = 15, decision_iterations: int = 300,
+        bindfs_iterations: int = 20) -> dict[str, Any]:
+    """All three parts; the in-process parts run in a child so this process's fsguard state stays clean."""
+    args = [sys.executable, str(Path(__file__).resolve()), "--in-process", "--calls", str(calls),
+            "--rounds", str(rounds), "--bindfs-iterations", str(bindfs_iterations)]
+    done = subprocess.run(args, env=common.clean_env(), stdout=subprocess.PIPE, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"calls benchmark failed (exit {done.returncode})")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["decisions"] = decisions(decision_iterations)
+    result.update({"calls": calls, "rounds": rounds, "decision_iterations": decision_iterations})
+    return result
+
+
+def render(result: dict[str, Any]) -> str:
+    hp = result["happy_path"]
+    rows = []
+    for op, arms in hp.items():
+        name = "null function (max)" if op == "null" else op
+        rows.append([name, common.fmt(arms["unpatched"]["us"], " us", 3)]
+                    + [common.fmt(arms[a]["added_us"], " us", 3) if a in arms else "n/a"
+                       for a in ("fsguard", "wrapt", "shim")])
+    lines = [f"happy path: per call, median of {result['rounds']} interleaved rounds; "
+             f"added = median per-round difference to unpatched (target: fsguard <= 0.3 us)",
+             common.table(["operation", "unpatched", "+fsguard", "+bare wrapt", "+python shim"], rows), ""]
+    rows = []
+    for key, ops in result["decisions"].items():
+        for op, r in ops.items():
+            rows.append([f"{op}  [{key}]", common.fmt(r["median_ms"], " ms", 3), common.fmt(r["p90_ms"], " ms", 3),
+                         common.fmt(r["first_ms"], " ms", 2), f"{r['raised']}/{r['iterations'] + 1}",
+                         common.fmt(r["unguarded_failure_ms"], " ms", 3)])
+    lines += ["decisions on local disk (absorbed race; [logging/own-memory]; target <= 1 ms)",
+              common.table(["decision", "median", "p90", "first in process", "raised", "unguarded raise"], rows), ""]
+    bind = result["bindfs"]
+    if "skipped" in bind:
+        lines.append(f"bindfs: skipped ({bind['skipped']})")
+    else:
+        rows = [[op, common.fmt(r["median_ms"], " ms", 2), common.fmt(r["max_ms"], " ms", 2),
+                 f"{r['cache_stale']}/{r['iterations']}", f"{len(r['raised'])}/{r['iterations']}", r["unguarded"]]
+                for op, r in bind.items()]
+        lines += ["bindfs, 30 s entry/attr/negative caches, change made through the other mount (target << 1 s)",
+                  common.table(["guarded call", "median", "max", "cache stale", "raised", "without fsguard"], rows)]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=20000, help="calls per round and arm (default 20000)")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--iterations", type=int, default=300, help="decisions timed per operation and mode")
+    parser.add_argument("--bindfs-iterations", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--decision-child", choices=("off", "stderr", "jsonl"), help=argparse.SUPPRESS)
+    parser.add_argument("--memory-full", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.calls, args.rounds, args.iterations, args.bindfs_iterations = 200, 2, 5, 2
+    if args.decision_child:
+        print(json.dumps(_decision_child(args.decision_child, args.iterations, args.memory_full)))
+        return 0
+    if args.in_process:
+        print(json.dumps({"happy_path": happy_path(args.calls, args.rounds),
+                          "bindfs": bindfs(args.bindfs_iterations)}))
+        return 0
+    info = common.machine()
+    print(common.machine_line(info), flush=True)
+    result = run(calls=args.calls, rounds=args.rounds, decision_iterations=args.iterations,
+                 bindfs_iterations=args.bindfs_iterations)
+    print(render(result))
+    if args.json:
+        common.write_json(args.json, {"machine": info, "calls": result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Interpreter start-up with fsguard installed (issue 2): what every Python process of the environment pays.
+
+Arms, each ``python -c pass`` (or ``import wrapt``) in a fresh venv, run interleaved in random order:
+
+* not installed: a venv without fsguard (same wrapt), the baseline;
+* installed, FSGUARD unset: the ``.pth`` line only (target: ratio <= 1.01, no fsguard import at all);
+* FSGUARD=1 without a launcher: settings and launcher detection, then nothing patched;
+* enabled: ``FSGUARD=force``, and ``FSGUARD=1`` with torchrun's variables;
+* ``import wrapt`` alone, to tell wrapt's share from fsguard's own.
+
+fsguard's own share (target <= 5 ms) is measured twice: from wall time, as (enabled - disabled) minus
+(import wrapt - pass); and from ``-X importtime``, as the cumulative import time of fsguard's modules
+minus the wrapt subtree inside them (import time only: it does not see config parsing or patching).
+With ``--wrapt`` specs (default 2.1.* and 2.5.*) the enabled and wrapt arms are repeated in venvs with that
+wrapt from the package index; they are reported as n/a when it cannot be reached.
+
+Run: ``python bench/startup.py [--runs N] [--quick] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    __package__ = "bench"
+
+from bench import _common as common
+
+
+@dataclass
+class Arm:
+    """One way of starting an interpreter."""
+
+    key: str
+    label: str
+    python: Path
+    env: dict[str, str]
+    code: str = "pass"
+    wall_s: list[float] = field(default_factory=list)
+
+
+def _run_once(arm: Arm, cwd: str, importtime: bool = False) -> tuple[float, str]:
+    args = [str(arm.python), *(["-X", "importtime"] if importtime else []), "-c", arm.code]
+    started = time.perf_counter()
+    done = subprocess.run(args, env=common.clean_env(arm.env), cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{arm.label}: exit {done.returncode}: {done.stderr[-2000:]}")
+    return elapsed, done.stderr
+
+
+# --- -X importtime ------------------------------------------------------------------------------------
+
+
+def import_shares(stderr: str) -> dict[str, Any]:
+    """fsguard's and wrapt's import time (ms) from ``-X importtime`` output.
+
+    The output lists children before their parent, indented by two spaces per level. fsguard's share is
+    the cumulative time of each outermost ``fsguard`` module minus the outermost ``wrapt`` modules inside
+    them; the standard-library modules fsguard pulls in count as fsguard's (they would not load otherwise).
+    """
+    entries: list[tuple[int, str, int]] = []  # (depth, name, cumulative us)
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        try:
+            _, cumulative, name = line[len("import time:"):].split("|")
+        except ValueError:
+            continue
+        depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
+        entries.append((depth, name.strip(), int(cumulative)))
+    parent: list[Optional[int]] = [None] * len(entries)
+    stack: list[int] = []
+    for index in range(len(entries) - 1, -1, -1):  # reversed: each parent comes before its children
+        depth = entries[index][0]
+        while stack and entries[stack[-1]][0] >= depth:
+            stack.pop()
+        parent[index] = stack[-1] if stack else None
+        stack.append(index)
+
+    def is_pkg(name: str, pkg: str) -> bool:
+        return name == pkg or name.startswith(pkg + ".")
+
+    def ancestors(index: int) -> list[str]:
+        names = []
+        p = parent[index]
+        while p is not None:
+            names.append(entries[p][1])
+            p = parent[p]
+        return names
+
+    fsguard_us = wrapt_us = wrapt_in_fsguard_us = 0
+    for index, (_, name, cumulative) in enumerate(entries):
+        above = ancestors(index)
+        if is_pkg(name, "fsguard") and not any(is_pkg(a, "fsguard") for a in above):
+            fsguard_us += cumulative
+        if is_pkg(name, "wrapt") and not any(is_pkg(a, "wrapt") for a in above):
+            wrapt_us += cumulative
+            if any(is_pkg(a, "fsguard") for a in above):
+                wrapt_in_fsguard_us += cumulative
+    modules = sorted({name for _, name, _ in entries if is_pkg(name, "fsguard") or is_pkg(name, "wrapt")})
+    return {"fsguard_own_ms": (fsguard_us - wrapt_in_fsguard_us) / 1000, "wrapt_ms": wrapt_us / 1000,
+            "modules": modules}
+
+
+# --- the benchmark ------------------------------------------------------------------------------------
+
+
+def _arms(ws: common.Workspace, wrapt_specs: list[str]) -> tuple[list[Arm], dict[str, str]]:
+    plain = ws.venv("plain", fsguard=False)
+    guarded = ws.venv("fsguard")
+    if plain is None or guarded is None:
+        raise RuntimeError("cannot make the benchmark venvs")
+    arms = [
+        Arm("absent", "not installed (baseline)", plain, {}),
+        Arm("disabled", "installed, FSGUARD unset", guarded, {}),
+        Arm("no_launcher", "installed, FSGUARD=1, no launcher", guarded, {"FSGUARD": "1"}),
+        Arm("force", "enabled, FSGUARD=force", guarded, {"FSGUARD": "force"}),
+        Arm("torchrun", "enabled, FSGUARD=1 + torchrun env", guarded, {"FSGUARD": "1", **common.TORCHRUN_ENV}),
+        Arm("wrapt", "not installed, import wrapt", plain, {}, "import wrapt"),
+    ]
+    versions = {"installed": common.machine()["wrapt"]}
+    for spec in wrapt_specs:
+        python = ws.venv(f"fsguard-wrapt-{spec}", wrapt=f"wrapt=={spec}")
+        if python is None:
+            versions[spec] = "n/a"
+            continue
+        version = subprocess.run([str(python), "-c", "import wrapt; print(wrapt.__version__)"],
+                                 capture_output=True, text=True, env=common.clean_env()).stdout.strip()
+        versions[spec] = version
+        arms.append(Arm(f"force@{spec}", f"enabled, FSGUARD=force, wrapt {version}", python, {"FSGUARD": "force"}))
+        arms.append(Arm(f"disabled@{spec}", f"installed, FSGUARD unset, wrapt {version}", python, {}))
+        arms.append(Arm(f"wrapt@{spec}", f"import wrapt {version}", python, {}, "import wrapt"))
+    return arms, versions
+
+
+def run(ws: common.Workspace, *, runs: int = 40, importtime_runs: int = 10,
+        wrapt_specs: Optional[list[str]] = None) -> dict[str, Any]:
+    specs = ["2.1.*", "2.5.*"] if wrapt_specs is None else wrapt_specs
+    arms, versions = _arms(ws, specs)
+    rng = random.Random(2)
+    with tempfile.TemporaryDirectory(prefix="fsguard-startup-") as cwd:
+        for arm in arms:  # warm the page cache and the bytecode caches; not counted
+            _run_once(arm, cwd)
+            _run_once(arm, cwd)
+        for _ in range(runs):
+            order = arms[:]
+            rng.shuffle(order)
+            for arm in order:
+                arm.wall_s.append(_run_once(arm, cwd)[0])
+        shares: dict[str, dict[str, Any]] = {}
+        for arm in arms:
+            if arm.code != "pass":
+                continue
+            samples = [import_shares(_run_once(arm, cwd, importtime=True)[1]) for _ in range(importtime_runs)]
+            shares[arm.key] = {
+                "fsguard_own_ms": common.median(s["fsguard_own_ms"] for s in samples),
+                "wrapt_ms": common.median(s["wrapt_ms"] for s in samples),
+                "modules": samples[-1]["modules"] if samples else [],
+            }
+
+    ms = {arm.key: common.median(arm.wall_s) * 1000 for arm in arms}
+
+    def wall_share(enabled: str, disabled: str, wrapt: str, base: str) -> float:
+        return (ms[enabled] - ms[disabled]) - (ms[wrapt] - ms[base])
+
+    summary: dict[str, Any] = {
+        "disabled_ratio": ms["disabled"] / ms["absent"],
+        "no_launcher_ratio": ms["no_launcher"] / ms["disabled"],
+        "enabled_ratio": ms["force"] / ms["disabled"],
+        "enabled_torchrun_ratio": ms["torchrun"] / ms["disabled"],
+        "wrapt_import_ms": ms["wrapt"] - ms["absent"],
+        "fsguard_own_wall_ms": wall_share("force", "disabled", "wrapt", "absent"),
+        "fsguard_own_importtime_ms": shares["force"]["fsguard_own_ms"],
+        "wrapt_importtime_ms": shares["force"]["wrapt_ms"],
+        "disabled_imports": shares["disabled"]["modules"],
+        "wrapt_versions": versions,
+        "by_wrapt": {},
+    }
+    for spec in specs:
+        if f"force@{spec}" in ms:
+            summary["by_wrapt"][versions[spec]] = {
+                "enabled_ratio": ms[f"force@{spec}"] / ms[f"disabled@{spec}"],
+                "wrapt_import_ms": ms[f"wrapt@{spec}"] - ms[f"disabled@{spec}"],
+                "fsguard_own_wall_ms": wall_share(f"force@{spec}", f"disabled@{spec}", f"wrapt@{spec}",
+                                                  f"disabled@{spec}"),
+                "fsguard_own_importtime_ms": shares[f"force@{spec}"]["fsguard_own_ms"],
+                "wrapt_importtime_ms": shares[f"force@{spec}"]["wrapt_ms"],
+            }
+    return {
+        "runs": runs,
+        "importtime_runs": importtime_runs,
+        "arms": {arm.key: {"label": arm.label, "median_ms": ms[arm.key], "min_ms": min(arm.wall_s) * 1000,
+                           "code": arm.code, "env": arm.env} for arm in arms},
+        "importtime": shares,
+        "summary": summary,
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    arms = result["arms"]
+    base = arms["absent"]["median_ms"]
+    rows = [(a["label"], common.fmt(a["median_ms"], " ms"), common.fmt(a["min_ms"], " ms"),
+             common.fmt(a["median_ms"] / base, "x", 3)) for a in arms.values()]
+    s = result["summary"]
+    lines = [f"startup: python -c pass, median of {result['runs']} interleaved runs per arm",
+             common.table(["arm", "median", "min", "vs not installed"], rows), ""]
+    lines.append(f"  disabled / not installed:     {s['disabled_ratio']:.3f}  (target <= 1.01; "
+                 f"fsguard/wrapt modules imported when disabled: {', '.join(s['disabled_imports']) or 'none'})")
+    lines.append(f"  FSGUARD=1 no launcher / disabled: {s['no_launcher_ratio']:.3f}")
+    lines.append(f"  enabled / disabled:           {s['enabled_ratio']:.3f} (force), "
+                 f"{s['enabled_torchrun_ratio']:.3f} (FSGUARD=1 + torchrun env)")
+    lines.append(f"  wrapt {s['wrapt_versions']['installed']} share:  {s['wrapt_import_ms']:.1f} ms wall, "
+                 f"{s['wrapt_importtime_ms']:.1f} ms -X importtime")
+    lines.append(f"  fsguard's own share:          {s['fsguard_own_wall_ms']:.1f} ms wall, "
+                 f"{s['fsguard_own_importtime_ms']:.1f} ms -X importtime  (target <= 5 ms)")
+    if s["by_wrapt"]:
+        rows = [(version, common.fmt(v["enabled_ratio"], "x", 3), common.fmt(v["wrapt_import_ms"], " ms", 1),
+                 common.fmt(v["wrapt_importtime_ms"], " ms", 1), common.fmt(v["fsguard_own_wall_ms"], " ms", 1),
+                 common.fmt(v["fsguard_own_importtime_ms"], " ms", 1)) for version, v in s["by_wrapt"].items()]
+        lines += ["", common.table(["wrapt", "enabled/disabled", "wrapt wall", "wrapt importtime",
+                                    "fsguard own wall", "fsguard own importtime"], rows)]
+    missing = [spec for spec, v in s["wrapt_versions"].items() if v == "n/a"]
+    if missing:
+        lines.append(f"  wrapt {', '.join(missing)}: n/a (could not install from the package index)")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=40, help="interleaved runs per arm (default 40)")
+    parser.add_argument("--importtime-runs", type=int, default=10)
+    parser.add_argument("--wrapt", nargs="*", default=None, metavar="SPEC",
+                        help="extra wrapt versions to compare (default: 2.1.* 2.5.*; none: --wrapt)")
+    parser.add_argument("--quick", action="store_true", help="a few runs, no extra wrapt venvs (smoke test)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.importtime_runs, args.wrapt = 2, 1, args.wrapt or []
+    info = common.machine()
+    print(common.machine_line(info), flush=True)
+    with common.Workspace() as ws:
+        result = run(ws, runs=args.runs, importtime_runs=args.importtime_runs, wrapt_specs=args.wrapt)
+    print(render(result))
+    if args.json:
+        common.write_json(args.json, {"machine": info, "startup": result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Serialization (``FSGUARD_SERIALIZE=1``): guarded operations on one path run one rank at a time.
+
+``serializer`` picks a backend once, at startup, without importing torch (or connecting to anything):
+
+* ``FSGUARD_LOCK=file``: ``flock`` in a private node-local directory (``locks.file``). Serializes the ranks
+  of one node only: file locks on a shared (NFS) filesystem are not to be trusted.
+* ``FSGUARD_LOCK=store``: a lease lock in the job's ``torch.distributed`` store (``locks.store``). Job-wide.
+* ``FSGUARD_LOCK=auto`` (default): ``file`` when the launcher says every rank is on this node (it is
+  cheaper, and as good there) or when torch is not importable; otherwise ``store``, falling back to
+  ``file`` (with a record for each call that was serialized on this node only) while the store is out of
+  reach, e.g. before the job's store exists.
+* ``FSGUARD_LOCK=off``: no serialization.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Mapping, Optional
+
+from .. import config, launcher
+from .base import Backend, Held, LockTimeout, Unreachable
+from .serializer import Serializer
+
+__all__ = ["Backend", "Held", "LockTimeout", "Serializer", "Unreachable", "choose", "serializer", "single_node"]
+
+_SAME = (("LOCAL_WORLD_SIZE", "WORLD_SIZE"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"),
+         ("MPI_LOCALNRANKS", "PMI_SIZE"), ("HOROVOD_LOCAL_SIZE", "HOROVOD_SIZE"))
+_ONE = ("GROUP_WORLD_SIZE", "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+
+
+def single_node(env: Mapping[str, str], launch: Optional[launcher.Launch]) -> bool:
+    """True when the launcher's environment says that every rank of the job runs on this node."""
+    if launch is not None and launch.world_size == 1:
+        return True
+    for local, world in _SAME:
+        if env.get(local, "").strip() and env.get(local, "").strip() == env.get(world, "").strip():
+            return True
+    return any(env.get(name, "").strip() == "1" for name in _ONE)
+
+
+def _torch_importable() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None  # finds, does not import
+    except (ImportError, ValueError):
+        return False
+
+
+def choose(lock: str, lock_timeout: float, launch: Optional[launcher.Launch],
+           env: Mapping[str, str]) -> tuple[Optional[Backend], Optional[Backend], Optional[str]]:
+    """(backend, fallback, a note for stderr) for a ``FSGUARD_LOCK`` value; (None, None, None) for off."""
+    from .file import FileBackend
+
+    host = launch.host if launch else launcher.hostname(env)
+    if lock == "off":
+        return None, None, None
+    if lock == "file":
+        return FileBackend(host), None, None
+    from .store import StoreBackend
+
+    if lock == "store":
+        return StoreBackend(lock_timeout, env), None, None
+    if single_node(env, launch):
+        return FileBackend(host), None, None
+    if not _torch_importable():
+        note = None
+        if launch is not None and launch.distributed:
+            note = "FSGUARD_SERIALIZE: torch is not importable, so ranks are serialized per node only (file locks)"
+        return FileBackend(host), None, note
+    return StoreBackend(lock_timeout, env), FileBackend(host), None
+
+
+def serializer(settings: config.Settings, launch: Optional[launcher.Launch]) -> Optional[Serializer]:
+    """The serializer for these settings, or None for ``FSGUARD_LOCK=off``. Never raises."""
+    from .._boot import warn
+
+    try:
+        backend, fallback, note = choose(settings.lock, settings.lock_timeout, launch, os.environ)
+        if note:
+            warn(note)
+        if backend is None:
+            return None
+        host = launch.host if launch else launcher.hostname(os.environ)
+        return Serializer(backend, settings.lock_timeout, launch.rank if launch else None, host, fallback)
+    except Exception as error:  # noqa: BLE001 - serialization off, guards still on
+        warn(f"FSGUARD_SERIALIZE: not serializing ({type(error).__name__}: {error})")
+        return None

@@ -1,0 +1,151 @@
+"""Node-local serialization: ``flock`` on lock files in a private per-user directory.
+
+Scope: the ranks of one node only. ``flock`` over NFS is not reliable (older clients lock locally only,
+newer ones emulate it with byte-range locks that a server restart can lose), so the directory is always on a
+node-local filesystem: ``/dev/shm/fsguard-<uid>`` (tmpfs), else ``/tmp/fsguard-<uid>``. Both are fixed
+names, so every rank of the node agrees on them whatever its ``TMPDIR`` or ``XDG_RUNTIME_DIR`` says.
+
+Safety: the directory is created mode 0700, then opened with ``O_NOFOLLOW`` and checked on the open
+descriptor (a directory, owned by us, not reachable by others), so a symlink or a directory planted by
+another user in the sticky shared ``/dev/shm`` is refused, not followed. Lock files are opened relative to
+that descriptor with ``O_NOFOLLOW``. Nobody else can write into the directory, so nobody can plant
+anything in it.
+
+A rank killed while holding a lock loses it at once: the kernel drops a ``flock`` when the last
+descriptor of its open file goes away. Lock files are never deleted (deleting a lock file races with a
+waiter that has it open); there are at most ``STRIPES`` of them, each one page.
+
+Why ``fcntl.flock`` by hand rather than the ``filelock`` library: filelock 4.x spends ~800 µs per
+acquire/release on its fork, registry and soft-lock machinery (measured; raw ``flock`` is ~15 µs), sixteen
+times the 50 µs budget of a serialized call; and what that machinery protects against (symlinks and
+foreign owners in shared directories) cannot happen in a private 0700 directory checked as above.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import stat
+import threading
+import time
+from typing import Optional
+
+from .base import Held, LockTimeout, Unreachable
+
+CANDIDATES = ("/dev/shm", "/tmp")
+HOLDER_BYTES = 512  # holder text written at the start of the lock file, padded, so no truncate is needed
+_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_private_dir(parent: str) -> int:
+    """Open (creating it if needed) ``<parent>/fsguard-<uid>``; raise ``Unreachable`` if it is not ours alone."""
+    path = os.path.join(parent, f"fsguard-{os.geteuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise Unreachable(f"cannot create {path}: {error}") from error
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise Unreachable(f"cannot open {path} (a symlink?): {error}") from error
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        os.close(fd)
+        raise Unreachable(f"{path} is not a private directory of uid {os.geteuid()} "
+                          f"(owner {st.st_uid}, mode {stat.filemode(st.st_mode)}): refusing to use it")
+    return fd
+
+
+class FileBackend:
+    """``flock`` locks, one lock file per key, in a private node-local directory."""
+
+    name = "file"
+    scope = "node"
+
+    def __init__(self, host: str, candidates: tuple[str, ...] = CANDIDATES) -> None:
+        self._host = host
+        self._candidates = candidates
+        self._dir_fd: Optional[int] = None
+        self.directory: Optional[str] = None
+        self._lock = threading.Lock()
+
+    def _dir(self) -> int:
+        if self._dir_fd is not None:
+            return self._dir_fd
+        with self._lock:
+            problems = []
+            for parent in self._candidates:
+                if self._dir_fd is not None or not os.path.isdir(parent):
+                    continue
+                try:
+                    self._dir_fd = _open_private_dir(parent)
+                    self.directory = os.path.join(parent, f"fsguard-{os.geteuid()}")
+                except Unreachable as problem:
+                    problems.append(str(problem))
+            if self._dir_fd is None:
+                raise Unreachable("; ".join(problems) or "no node-local directory for lock files")
+            return self._dir_fd
+
+    def acquire(self, key: str, timeout: float, what: str) -> Held:
+        dir_fd = self._dir()
+        try:
+            fd = os.open(f"{key}.lock", _FLAGS, 0o600, dir_fd=dir_fd)
+        except OSError as error:
+            raise Unreachable(f"cannot open lock file {key}.lock: {error}") from error
+        try:
+            started = time.monotonic()
+            holder: Optional[str] = None
+            delay = 0.0002
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as error:
+                    if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise Unreachable(f"flock failed: {error}") from error
+                holder = _read_holder(fd) or holder
+                waited = time.monotonic() - started
+                if waited >= timeout:
+                    raise LockTimeout(holder, waited)
+                time.sleep(min(delay, timeout - waited))
+                delay = min(delay * 2, 0.01)
+            os.pwrite(fd, what.encode("utf-8", "replace")[:HOLDER_BYTES].ljust(HOLDER_BYTES), 0)
+            held = Held(key, fd, time.monotonic() - started, holder)
+            if holder is not None:
+                held.note = _gone_note(holder, self._host)
+            return held
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def release(self, held: Held) -> None:
+        os.close(held.token)  # closing the only descriptor of the open file drops the flock
+
+
+def _read_holder(fd: int) -> Optional[str]:
+    try:
+        text = os.pread(fd, HOLDER_BYTES, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+_PID = re.compile(r"pid (\d+) on ")
+
+
+def _gone_note(holder: str, host: str) -> str:
+    """Whether the holder we waited for is still alive (same node, so its pid means something here)."""
+    found = _PID.search(holder)
+    if not found or not holder[found.end():].startswith(f"{host} "):
+        return ""
+    try:
+        os.kill(int(found.group(1)), 0)
+    except ProcessLookupError:
+        return f"; its process {found.group(1)} has exited (killed?), and the kernel released its lock"
+    except OSError:
+        pass
+    return ""

@@ -1,0 +1,172 @@
+"""One guarded call at a time per path: lock the call's target paths, run it, unlock, record what waiting cost.
+
+Keys: the normalised path (absolute, ``..`` folded), hashed into one of ``STRIPES`` stripes. Stripes bound
+what a long job leaves behind (lock files on the node, keys in the store) whatever number of paths it
+touches; two paths sharing a stripe only wait for each other needlessly, once in 4096. A rename locks the
+stripes of both its source and its destination, taken in sorted order: every call takes its locks in one
+global order, so no two calls can each hold what the other waits for.
+
+Never a collective, never a hang, never an error of its own: a rank that calls alone takes a free lock
+and goes on; every wait is bounded by ``FSGUARD_LOCK_TIMEOUT`` for the whole call; on timeout or when the
+backend cannot be used the call runs unserialized (the guard's idempotence rule still protects it) and a
+record says so. A thread that already holds a stripe (a caller's ``onerror`` calling back into a guarded
+function) does not wait for itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from .. import evidence, runtime
+from .base import Backend, Held, LockTimeout, Unreachable, holder_text
+
+STRIPES_HEX = 3  # 16**3 = 4096 stripes
+WAIT_RECORD_S = 1.0  # a wait at least this long becomes part of the operation's record
+
+GuardedCall = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+
+
+def stripe(path: str) -> str:
+    return hashlib.sha1(path.encode("utf-8", "surrogateescape")).hexdigest()[:STRIPES_HEX]
+
+
+def targets(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[list[str]]:
+    """The normalised paths a call works on, or None when it cannot be keyed (``*dir_fd`` calls)."""
+    try:
+        if op in ("rename", "replace"):
+            if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
+                return None
+            src = args[0] if args else kwargs["src"]
+            dst = args[1] if len(args) > 1 else kwargs["dst"]
+            return [evidence.norm(src), evidence.norm(dst)]
+        if kwargs.get("dir_fd") is not None:
+            return None
+        return [evidence.norm(args[0] if args else kwargs["name" if op == "makedirs" else "path"])]
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
+class Serializer:
+    """What ``fsguard.patching`` calls around every guarded operation when ``FSGUARD_SERIALIZE=1``."""
+
+    def __init__(self, backend: Backend, timeout: float, rank: Optional[int], host: str,
+                 fallback: Optional[Backend] = None) -> None:
+        self.backend = backend
+        self.fallback = fallback  # node-local locks when the job-wide backend cannot be reached
+        self.timeout = timeout
+        self._rank = rank
+        self._host = host
+        self._local = threading.local()
+
+    def describe(self) -> str:
+        text = f"{self.backend.name} ({'whole job' if self.backend.scope == 'job' else 'this node only'})"
+        if self.fallback is not None:
+            text += f", falling back to {self.fallback.name} ({self.fallback.scope} only) when unreachable"
+        return f"{text}, timeout {self.timeout:g} s"
+
+    def run(self, op: str, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+            guarded_call: GuardedCall) -> Any:
+        paths = targets(op, args, kwargs)
+        if not paths:
+            return guarded_call(wrapped, args, kwargs)
+        mine: set[str] = self._local.__dict__.setdefault("keys", set())
+        keys = sorted({stripe(p) for p in paths} - mine)
+        if not keys:
+            return guarded_call(wrapped, args, kwargs)
+        what = holder_text(self._rank, self._host, f"{op} {' -> '.join(paths)}")
+        backend, held = self._acquire(op, paths, keys, what)
+        mine.update(h.key for h in held)
+        try:
+            return guarded_call(wrapped, args, kwargs)
+        finally:
+            mine.difference_update(h.key for h in held)
+            if backend is not None:
+                self._release(op, paths, backend, held)
+
+    # --- taking and giving back ------------------------------------------------------------------------
+
+    def _take(self, backend: Backend, keys: list[str], what: str, deadline: float) -> list[Held]:
+        """All keys in order, or none: on any failure the ones taken are given back before raising."""
+        held: list[Held] = []
+        try:
+            with runtime.Busy():  # torch's import and our own file calls must not be guarded (or locked) again
+                for key in keys:
+                    held.append(backend.acquire(key, max(deadline - time.monotonic(), 0.0), what))
+        except BaseException:
+            self._give_back(backend, held)
+            raise
+        return held
+
+    def _give_back(self, backend: Backend, held: list[Held]) -> list[str]:
+        problems = []
+        with runtime.Busy():
+            for h in reversed(held):
+                try:
+                    backend.release(h)
+                except Exception as error:  # noqa: BLE001 - the call is done; a lost release is only recorded
+                    problems.append(f"release failed ({error})")
+                if h.lost:
+                    problems.append(f"lock lost mid-call: {h.lost}")
+        return problems
+
+    def _acquire(self, op: str, paths: list[str], keys: list[str], what: str) -> tuple[Optional[Backend], list[Held]]:
+        started = time.monotonic()
+        deadline = started + self.timeout
+        try:
+            held = self._take(self.backend, keys, what, deadline)
+        except LockTimeout as timeout:
+            self._unserialized(op, paths, started, f"{self.backend.name} lock still held by "
+                               f"{timeout.holder or 'an unknown holder'} after {timeout.waited_s:.2f} s",
+                               reason="timeout", holder=timeout.holder)
+            return None, []
+        except Exception as error:  # noqa: BLE001 - Unreachable, or anything a backend raised
+            why = str(error) if isinstance(error, Unreachable) else f"{type(error).__name__}: {error}"
+            if self.fallback is None:
+                self._unserialized(op, paths, started, f"{self.backend.name} backend unusable: {why}",
+                                   reason="unreachable")
+                return None, []
+            return self._fall_back(op, paths, keys, what, started, deadline, why)
+        self._waited(op, paths, self.backend, held)
+        return self.backend, held
+
+    def _fall_back(self, op: str, paths: list[str], keys: list[str], what: str, started: float,
+                   deadline: float, why: str) -> tuple[Optional[Backend], list[Held]]:
+        assert self.fallback is not None
+        try:
+            held = self._take(self.fallback, keys, what, deadline)
+        except Exception as error:  # noqa: BLE001
+            self._unserialized(op, paths, started, f"{self.backend.name} backend unusable: {why}; "
+                               f"{self.fallback.name} fallback too: {error}", reason="unreachable")
+            return None, []
+        self._unserialized(op, paths, started, f"{self.backend.name} backend unusable: {why}; serialized "
+                           f"with this node's ranks only ({self.fallback.name} locks), not across nodes",
+                           reason="unreachable", fallback=self.fallback.name)
+        return self.fallback, held
+
+    def _release(self, op: str, paths: list[str], backend: Backend, held: list[Held]) -> None:
+        problems = self._give_back(backend, held)
+        if problems:
+            runtime.record(op, "unserialized", f"{backend.name} lock: {'; '.join(problems)}: the call may "
+                           f"have overlapped a peer's", paths, detail={"backend": backend.name,
+                                                                       "reason": "lost"})
+
+    # --- records ---------------------------------------------------------------------------------------
+
+    def _unserialized(self, op: str, paths: list[str], started: float, why: str, **detail: Any) -> None:
+        detail["backend"] = self.backend.name
+        runtime.record(op, "unserialized", f"{why}: proceeded without the lock", paths,
+                       waited_s=time.monotonic() - started, detail=detail)
+
+    def _waited(self, op: str, paths: list[str], backend: Backend, held: list[Held]) -> None:
+        waited = sum(h.waited_s for h in held)
+        took_over = [h for h in held if h.took_over]
+        if waited < WAIT_RECORD_S and not took_over:
+            return
+        holders = sorted({h.holder for h in held if h.holder})
+        notes = "".join(sorted({h.note for h in held if h.note}))
+        runtime.record(op, "waited", f"waited {waited:.2f} s for the {backend.name} lock held by "
+                       f"{', '.join(holders) or 'an unknown holder'}{notes}", paths, waited_s=waited,
+                       detail={"backend": backend.name, "holders": holders, "took_over": bool(took_over)})

@@ -1,0 +1,263 @@
+"""Job-wide serialization: a lease lock in the job's own ``torch.distributed`` key-value store.
+
+Which store: the server behind the default process group's store once ``init_process_group`` has run
+(``PrefixStore`` layers unwrapped, so every rank meets under the same keys whatever its group's prefix);
+before that, the launcher's store at ``MASTER_ADDR:MASTER_PORT`` (torchrun's agent store; or rank 0's server
+once it has started one). fsguard always talks to it through a client connection of its own, so its short
+timeouts never change the process group's, and its keys live under ``/fsguard/lock/<restart>/`` where no
+torch key lives. torch is imported on the first serialized call, never at startup.
+
+The lock: key ``/fsguard/lock/<restart>/<stripe>``; free when absent or empty; held when its value is
+``<token>#<seq> <holder text>``. Taking it is ``compare_set(key, "", mine)``; giving it back is
+``compare_set(key, mine, "")``, which clears it only if it is still ours (no delete that could remove a
+successor's lock). Both are single atomic store operations: an uncontended call costs two round trips.
+
+Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
+(``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole
+lease on its own monotonic clock knows the holder stopped renewing (killed, or frozen), and takes the lock
+over with ``compare_set(key, that value, mine)``: atomic, so of several waiters exactly one wins, and a
+holder that wakes up again finds its lock gone (and says so in a record) instead of clearing the new
+owner's. No wall-clock times are compared, so clock skew between nodes does not matter.
+
+Lease length: a third of ``FSGUARD_LOCK_TIMEOUT``, between 0.5 s and 10 s (10 s at the default 30 s). A
+peer of a killed holder is then served *serialized* after at most one lease, well inside its own bound;
+renewal keeps a long ``rmtree`` of a live holder safe however long it takes (its waiters time out and go
+on unserialized, with a record, rather than "taking over" from a live process).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from .base import Held, LockTimeout, Unreachable, process_nonce
+
+RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
+
+
+def lease_for(lock_timeout: float) -> float:
+    return min(max(lock_timeout / 3.0, 0.5), 10.0)
+
+
+@dataclass
+class _Lease:
+    key: str
+    token: bytes
+    what: bytes
+    seq: int = 0
+    released: bool = False
+
+    def value(self) -> bytes:
+        return b"%s#%d %s" % (self.token, self.seq, self.what)
+
+
+def holder_of(value: bytes) -> Optional[str]:
+    """The holder text of a lock value, or None for a free lock."""
+    if not value:
+        return None
+    return value.partition(b" ")[2].decode("utf-8", "replace") or value.decode("utf-8", "replace")
+
+
+class StoreBackend:
+    """Lease locks in the job's key-value store; see the module docstring."""
+
+    name = "store"
+    scope = "job"
+
+    def __init__(self, lock_timeout: float, env: Mapping[str, str]) -> None:
+        self.lease_s = lease_for(lock_timeout)
+        self._op_timeout = min(max(lock_timeout, 1.0), 30.0)
+        self._address = (env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
+        self.prefix = f"/fsguard/lock/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        """Fresh state (also in a forked child: the parent's connection and renewal thread are not ours)."""
+        self._store: Any = None
+        self.address: Optional[str] = None
+        self._failure: Optional[tuple[float, str, bool]] = None  # (when, why, process group was up)
+        self._connect_lock = threading.Lock()
+        self._io = threading.Lock()
+        self._cond = threading.Condition()
+        self._held: dict[int, Held] = {}
+        self._renewer: Optional[threading.Thread] = None
+        self._tokens = itertools.count()
+
+    # --- connection ------------------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        if self._store is not None:
+            return self._store
+        with self._connect_lock:
+            if self._store is not None:
+                return self._store
+            if self._failure is not None:
+                when, why, had_group = self._failure
+                if time.monotonic() - when < RETRY_S and (had_group or not _group_initialized()):
+                    raise Unreachable(why)
+            try:
+                self._store = self._open()
+            except Exception as error:  # noqa: BLE001 - whatever torch raises, the store is unusable now
+                why = str(error) if isinstance(error, Unreachable) else f"{type(error).__name__}: {error}"
+                self._failure = (time.monotonic(), why, _group_initialized())
+                raise Unreachable(why) from error
+            self._failure = None
+            return self._store
+
+    def _open(self) -> Any:
+        try:
+            import torch.distributed as dist
+        except ImportError as error:
+            raise Unreachable(f"torch is not importable ({error})") from error
+        if not dist.is_available():
+            raise Unreachable("this torch build has no torch.distributed")
+        host, port = self._address
+        tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for type checkers
+        if dist.is_initialized():
+            root = dist.distributed_c10d._get_default_store()
+            while isinstance(root, getattr(dist, "PrefixStore")):  # noqa: B009
+                root = root.underlying_store
+            if not isinstance(root, tcp_store):
+                self.address = type(root).__name__
+                return root  # a FileStore or HashStore the job shares already: use it as it is
+            host, port = root.host, str(root.port)
+        elif not (host and port):
+            raise Unreachable("no process group yet and no MASTER_ADDR/MASTER_PORT to find the job's store")
+        from datetime import timedelta
+
+        # A plain connect first: "nothing listens there" then fails in microseconds, without the retry
+        # loop and the C++ stack traces that a TCPStore client prints for the same answer.
+        try:
+            socket.create_connection((host, int(port)), timeout=min(self._op_timeout, 5.0)).close()
+        except (OSError, ValueError) as error:
+            raise Unreachable(f"the job's store at {host}:{port} does not answer ({error})") from error
+        store = tcp_store(host, int(port), is_master=False, timeout=timedelta(seconds=self._op_timeout),
+                              wait_for_workers=False)
+        self.address = f"{host}:{port}"
+        return store
+
+    def _cas(self, key: str, expected: bytes, desired: bytes) -> bytes:
+        store = self._connect()
+        with self._io:
+            result = store.compare_set(key, expected, desired)
+        return bytes(result)
+
+    def _broken(self, error: BaseException) -> Unreachable:
+        """Forget a connection that failed mid-use; the next call reconnects (after ``RETRY_S``)."""
+        why = f"the job's store failed ({type(error).__name__}: {error})"
+        with self._connect_lock:
+            self._store = None
+            self._failure = (time.monotonic(), why, _group_initialized())
+        return Unreachable(why)
+
+    # --- the lock --------------------------------------------------------------------------------------
+
+    def acquire(self, key: str, timeout: float, what: str) -> Held:
+        self._connect()
+        lease = _Lease(self.prefix + key, b"%s.%d" % (process_nonce().encode(), next(self._tokens)),
+                       what.encode("utf-8", "replace"))
+        mine = lease.value()
+        started = time.monotonic()
+        seen, seen_since = b"", started
+        holder: Optional[str] = None
+        delay = 0.0002
+        try:
+            while True:
+                current = self._cas(lease.key, b"", mine)
+                if current == mine:
+                    return self._hold(Held(key, lease, time.monotonic() - started, holder))
+                now = time.monotonic()
+                holder = holder_of(current) or holder
+                if current != seen:
+                    seen, seen_since = current, now
+                elif now - seen_since >= self.lease_s:
+                    after = self._cas(lease.key, current, mine)
+                    if after == mine:
+                        held = Held(key, lease, time.monotonic() - started, holder, took_over=True)
+                        held.note = (f"; took over its lease, not renewed for {now - seen_since:.1f} s "
+                                     f"(holder killed or frozen)")
+                        return self._hold(held)
+                    seen, seen_since = after, time.monotonic()
+                waited = now - started
+                if waited >= timeout:
+                    raise LockTimeout(holder, waited)
+                time.sleep(min(delay, timeout - waited))
+                delay = min(delay * 2, 0.01)
+        except (LockTimeout, Unreachable):
+            raise
+        except Exception as error:  # noqa: BLE001
+            raise self._broken(error) from error
+
+    def release(self, held: Held) -> None:
+        lease: _Lease = held.token
+        with self._cond:
+            self._held.pop(id(held), None)
+        with held.lock:
+            lease.released = True
+            if held.lost:
+                return
+            try:
+                after = self._cas(lease.key, lease.value(), b"")
+            except Exception as error:  # noqa: BLE001
+                raise self._broken(error) from error
+            if after:
+                held.lost = f"taken over by {holder_of(after)}"
+
+    # --- renewal ---------------------------------------------------------------------------------------
+
+    def _hold(self, held: Held) -> Held:
+        with self._cond:
+            self._held[id(held)] = held
+            if self._renewer is None or not self._renewer.is_alive():
+                self._renewer = threading.Thread(target=self._renew_loop, name="fsguard-lease", daemon=True)
+                self._renewer.start()
+            self._cond.notify()
+        return held
+
+    def _renew_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._held:
+                    self._cond.wait()
+            time.sleep(self.lease_s / 4)
+            with self._cond:
+                holds = list(self._held.values())
+            for held in holds:
+                try:
+                    self._renew(held)
+                except Exception:  # noqa: BLE001, S110 - a failed renewal shows as a lost lease at release
+                    pass
+
+    def _renew(self, held: Held) -> None:
+        lease: _Lease = held.token
+        with held.lock:
+            if lease.released or held.lost:
+                return
+            old = lease.value()
+            lease.seq += 1
+            try:
+                after = self._cas(lease.key, old, lease.value())
+            except BaseException:
+                lease.seq -= 1
+                raise
+            if after != lease.value():
+                lease.seq -= 1
+                # compare_set answers the expected value itself when the key has gone
+                held.lost = "cleared by someone else" if after in (old, b"") else f"taken over by {holder_of(after)}"
+
+
+def _group_initialized() -> bool:
+    """Whether a default process group exists (False, without importing torch, if torch is not loaded)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:  # noqa: BLE001
+        return False

@@ -1,0 +1,332 @@
+"""Real distributed jobs on simulated nodes (namespaces + caching bindfs): they die without fsguard and live with it.
+
+Every race here is real: separate pid namespaces, separate FUSE lookup caches, real torchrun/mpirun and gloo.
+Run alone with ``pytest -m cluster``. ``FSGUARD_CAPTURE_LOGS=<dir>`` keeps trimmed per-node logs of the
+two-node checkpoint jobs there (that is how ``tests/data/logs/`` was made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+from fsguard.records import Record, parse_line
+from tests.cluster.fixtures import WORKLOADS, job_env, make_cluster, needs_cluster  # noqa: F401 (fixture)
+from tests.cluster.harness import Cluster, RunResult, free_port, mounts_under
+from tests.cluster.workloads._common import RESULT_SUBDIRS as SUBDIRS, payload
+from tests.conftest import clean_env
+
+pytestmark = [pytest.mark.cluster, pytest.mark.fuse, needs_cluster]
+
+NODES, NPROC = 2, 2
+WORLD = NODES * NPROC
+STEPS, KEEP = 4, 2
+ERRORS = {"checkpoint_loop.py": "FileNotFoundError", "results_dir.py": "FileExistsError",
+          "compile_cache.py": "FileNotFoundError"}
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def records(result: RunResult) -> list[Record]:
+    """Every fsguard record line on every node's stderr."""
+    found = []
+    for node in result.nodes:
+        for line in node.stderr.splitlines():
+            rec = parse_line(line)
+            if rec is not None:
+                found.append(rec)
+    return found
+
+
+def jsonl_records(log_dir: Path) -> list[Record]:
+    found = []
+    for path in sorted(log_dir.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            rec = parse_line(line)
+            assert rec is not None, f"unparsable line in {path.name}: {line!r}"
+            found.append(rec)
+    return found
+
+
+def assert_absorbed_at(recs: list[Record], script: str, output: str) -> None:
+    """Every record is an absorbed race whose call site is the workload script itself."""
+    assert recs, f"no fsguard records: the race did not happen or was not recorded\n{output[-4000:]}"
+    for rec in recs:
+        assert rec.decision == "absorbed", rec.to_line()
+        assert rec.site and str(rec.site["file"]).endswith("/" + script), rec.to_line()
+        assert rec.launcher is not None and rec.rank is not None, rec.to_line()
+
+
+def workload_seconds(result: RunResult) -> float:
+    """How long the workload ran after its start gate (rank 0's own measure: launch time excluded)."""
+    found = re.findall(r"workload: finished in ([0-9.]+) s", "".join(n.stdout for n in result.nodes))
+    assert len(found) == 1, result.output()[-3000:]
+    return float(found[0])
+
+
+def worker_pids(result: RunResult) -> dict[int, set[int]]:
+    """node -> pids of its workload processes, as they reported themselves."""
+    return {n.node: {int(p) for p in re.findall(r"workload: rank .* pid (\d+) ", n.stdout)} for n in result.nodes}
+
+
+def probe_reports(probe_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(p.read_text()) for p in sorted(probe_dir.glob("*.json"))]
+
+
+def assert_only_workers_patched(probe_dir: Path, script: str, agents: int, workers: int) -> None:
+    """The launcher agents (torchrun) ran unpatched; every workload process had all four operations patched."""
+    reports = probe_reports(probe_dir)
+    agent = [r for r in reports if "torch.distributed.run" in r["argv"]]  # type: ignore[operator]
+    worker = [r for r in reports if any(str(a).endswith(script) for a in r["argv"]) and r not in agent]  # type: ignore[union-attr]
+    assert len(agent) == agents, reports
+    assert len(worker) == workers, reports
+    for r in agent:
+        assert r["patched"] == [], f"launcher agent was patched: {r}"
+    for r in worker:
+        assert r["patched"] == ["makedirs", "rename", "replace", "rmtree"], r
+
+
+def keep_logs(result: RunResult, stem: str, limit: int = 6000) -> None:
+    """With FSGUARD_CAPTURE_LOGS=<dir>, keep each node's stdout+stderr there, trimmed to about ``limit`` chars."""
+    target = os.environ.get("FSGUARD_CAPTURE_LOGS")
+    if not target:
+        return
+    Path(target).mkdir(parents=True, exist_ok=True)
+    for node in result.nodes:
+        text = f"# node{node.node} exit status {node.returncode}\n# --- stdout ---\n{node.stdout}# --- stderr ---\n{node.stderr}"
+        if len(text) > limit:
+            half = limit // 2
+            text = f"{text[:half]}\n[... {len(text) - limit} characters trimmed ...]\n{text[-half:]}"
+        (Path(target) / f"{stem}-node{node.node}.log").write_text(text)
+
+
+def torchrun(made: Cluster, python: Path, script: str, *args: str, guarded: bool, probe: bool = False,
+             name: Optional[str] = None) -> RunResult:
+    extra = {"FSGUARD": "1", "FSGUARD_LOG": str(made.root / "records")} if guarded else {}
+    env = job_env(clean_env(extra), made.root / "probe" if probe else None)
+    return made.torchrun(python, WORKLOADS / script, [str(made.shared), *args], nproc_per_node=NPROC, env=env,
+                         timeout=90, name=name)
+
+
+# --- what each workload must leave behind -------------------------------------------------------------------
+
+
+def expected_rng_state(rank: int, step: int) -> "object":
+    import torch
+
+    generator = torch.Generator().manual_seed(1000 + rank)
+    for _ in range(step):
+        torch.rand(4, generator=generator)
+    return generator.get_state()
+
+
+def check_checkpoints(backing: Path, recs: list[Record], world: int, nodes: int) -> None:
+    import torch
+
+    kept = sorted(p.name for p in backing.iterdir())
+    assert kept == [f"checkpoint-{s}" for s in range(STEPS - KEEP + 1, STEPS + 1)], kept
+    for step in range(STEPS - KEEP + 1, STEPS + 1):
+        folder = backing / f"checkpoint-{step}"
+        names = sorted(p.name for p in folder.iterdir())
+        assert names == sorted([f"model-rank{r}.bin" for r in range(world)] +
+                               [f"rng_state_{r}.pth" for r in range(world)]), (folder, names)
+        for rank in range(world):
+            assert (folder / f"model-rank{rank}.bin").read_bytes() == payload("shard", step, rank), (step, rank)
+            state = torch.load(folder / f"rng_state_{rank}.pth")
+            assert torch.equal(state, expected_rng_state(rank, step)), (step, rank)  # type: ignore[arg-type]
+
+    renames = [r for r in recs if r.op == "rename"]
+    # Each step, every node's first process renames staging; exactly one rename per step can succeed.
+    assert len(renames) == STEPS * (nodes - 1), [r.to_line() for r in renames]
+    assert sorted(r.args[1].rsplit("/", 1)[1] for r in renames) == sorted(
+        f"checkpoint-{s}" for s in range(1, STEPS + 1) for _ in range(nodes - 1))
+    for old in range(1, STEPS - KEEP + 1):
+        removals = [r for r in recs if r.op == "rmtree" and r.args[0].endswith(f"/checkpoint-{old}")]
+        # Every rank removes it; only one can remove the top directory, so at least world-1 saw a peer's work.
+        assert world - 1 <= len(removals) <= world, [r.to_line() for r in removals]
+    assert {r.op for r in recs} <= {"rename", "rmtree", "makedirs"}
+
+
+def check_results(backing: Path, recs: list[Record], world: int, nodes: int) -> None:
+    run = backing / "results" / "run-1"
+    assert sorted(p.name for p in run.iterdir()) == sorted([*SUBDIRS, "done"])
+    assert {r.op for r in recs} == {"makedirs"}
+    for sub in SUBDIRS:
+        mine = [r for r in recs if r.args[0].endswith(f"/results/run-1/{sub}")]
+        # Every rank makes it; exactly one mkdir succeeds; every other rank's failure was absorbed and recorded.
+        assert len(mine) == world - 1, (sub, [r.to_line() for r in mine])
+
+
+def check_cache(backing: Path, recs: list[Record], world: int, nodes: int) -> None:
+    cache = backing / "cache"
+    names = sorted(p.name for p in cache.iterdir())
+    assert names == [f"kernel_{i:03d}.so" for i in range(16)], names  # no temp file left behind
+    for i in range(16):
+        key = f"kernel_{i:03d}"
+        assert (cache / f"{key}.so").read_bytes() == payload("kernel", key, size=256 * 1024), key
+    replaces = [r for r in recs if r.op == "replace"]
+    assert replaces and {r.op for r in recs} == {"replace"}, [r.to_line() for r in recs]
+    for rec in replaces:
+        assert rec.args[0].endswith(".tmp") and rec.args[1].endswith(".so"), rec.to_line()
+        assert rec.error and rec.error["errno"] == "ENOENT", rec.to_line()
+
+
+CHECKS: dict[str, Callable[[Path, list[Record], int, int], None]] = {
+    "checkpoint_loop.py": check_checkpoints, "results_dir.py": check_results, "compile_cache.py": check_cache}
+
+
+# --- the harness itself -------------------------------------------------------------------------------------
+
+NODE_SCRIPT = r"""
+g="$GATES"; me=$(hostname)
+wait_for() { for _ in $(seq 1000); do [ -e "$g/$1" ] && return 0; sleep 0.01; done; echo "gate $1 never opened"; exit 3; }
+echo "pid=$$ host=$me"
+echo "$me" > "$FSG_LOCAL/mine"; ls "$FSG_LOCAL" | tr '\n' ' '; echo
+if [ "$me" = node0 ]; then
+  echo data > "$FSG_SHARED/a"; touch "$g/written"; wait_for cached
+  mv "$FSG_SHARED/a" "$FSG_SHARED/b"; touch "$g/moved"
+else
+  wait_for written; stat "$FSG_SHARED/a" >/dev/null && touch "$g/cached"; wait_for moved
+  if stat "$FSG_SHARED/a" >/dev/null 2>&1; then echo "lookup of a: stale hit"; else echo "lookup of a: missing"; fi
+  echo "listing: $(ls "$FSG_SHARED" | tr '\n' ' ')"
+fi
+"""
+
+
+@pytest.mark.parametrize("cache_s", [0, 5])
+def test_nodes_have_own_pids_hosts_tmpfs_and_a_caching_view_of_one_shared_directory(
+        make_cluster: Callable[..., Cluster], cache_s: float) -> None:
+    made = make_cluster(nodes=2, cache_s=cache_s)
+    gates = made.root / "gates"
+    gates.mkdir()
+    result = made.run(["bash", "-c", NODE_SCRIPT], env=clean_env({"GATES": str(gates)}), timeout=30)
+    assert result.ok, result.output()
+    out0, out1 = (n.stdout for n in result.nodes)
+    pids = [re.search(r"pid=(\d+)", out).group(1) for out in (out0, out1)]  # type: ignore[union-attr]
+    assert pids[0] == pids[1], "equal pids on different nodes, as on a real cluster"
+    assert "host=node0" in out0 and "host=node1" in out1
+    assert out0.splitlines()[1].split() == ["mine"] == out1.splitlines()[1].split(), "each node's tmpfs is private"
+    assert not any(made.local.iterdir()), "node-local files never reach the machine's own directory"
+    assert (made.backing / "b").read_text() == "data\n"
+    assert "listing: b" in out1, "a directory listing is always fresh"
+    expected = "stale hit" if cache_s else "missing"
+    assert f"lookup of a: {expected}" in out1, out1
+    assert mounts_under(made.root) == []
+
+
+def test_a_run_that_times_out_is_ended_with_its_mounts(make_cluster: Callable[..., Cluster]) -> None:
+    made = make_cluster(nodes=2)
+    marker = f"{time.time():.6f}"  # sleep's argument: finds exactly the processes this test started
+    started = time.monotonic()
+    result = made.run(["bash", "-c", f"sleep 600.{marker.replace('.', '')} & wait"], env=clean_env(), timeout=1.5)
+    assert result.timed_out and not result.ok
+    assert time.monotonic() - started < 15
+    assert mounts_under(made.root) == []
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.replace(".", "") in cmdline.read_text():
+                left.append(cmdline.parent.name)
+        except OSError:
+            continue
+    assert left == [], f"processes of a timed-out run survived: {left}"
+
+
+# --- torchrun, two nodes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("script", sorted(ERRORS))
+def test_torchrun_job_fails_without_fsguard(script: str, make_cluster: Callable[..., Cluster],
+                                            fsguard_python: Path) -> None:
+    made = make_cluster(nodes=NODES)
+    result = torchrun(made, fsguard_python, script, guarded=False, name="unguarded")
+    output = result.output()
+    assert not result.timed_out, output[-4000:]
+    assert any(rc != 0 for rc in result.returncodes), output[-4000:]
+    error = ERRORS[script]
+    assert re.search(rf"\[rank\d+\]: {error}: ", output), f"expected the race to fail with {error}\n{output[-4000:]}"
+    assert re.search(rf'\[rank\d+\]:   File ".*/{re.escape(script)}", line \d+, in main', output), output[-4000:]
+    assert records(result) == []
+    if script == "checkpoint_loop.py":
+        keep_logs(result, "torchrun-2node-unguarded")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("script", sorted(ERRORS))
+def test_torchrun_job_survives_with_fsguard(script: str, make_cluster: Callable[..., Cluster],
+                                            fsguard_python: Path) -> None:
+    made = make_cluster(nodes=NODES)
+    result = torchrun(made, fsguard_python, script, guarded=True, probe=True, name="guarded")
+    output = result.output()
+    assert result.ok, output[-6000:]
+    recs = records(result)
+    assert_absorbed_at(recs, script, output)
+    CHECKS[script](made.backing, recs, WORLD, NODES)
+    assert_only_workers_patched(made.root / "probe", script, agents=NODES, workers=WORLD)
+    # The per-process JSONL files hold exactly the records written on stderr.
+    assert sorted(r.to_json() for r in jsonl_records(made.root / "records")) == sorted(r.to_json() for r in recs)
+    if script == "compile_cache.py":
+        pids = worker_pids(result)
+        assert pids[0] & pids[1], f"no pid shared by the two nodes' workers: {pids}"
+    if script == "checkpoint_loop.py":
+        keep_logs(result, "torchrun-2node-guarded")
+
+
+@pytest.mark.timeout(200)
+def test_stale_lookup_caches_do_not_make_the_guarded_job_wait_them_out(make_cluster: Callable[..., Cluster],
+                                                                        fsguard_python: Path) -> None:
+    """30 s lookup caches (longer than the whole job) must cost about nothing: fsguard reads fresh listings."""
+    seconds = {}
+    for cache_s in (0, 30):
+        made = make_cluster(nodes=NODES, cache_s=cache_s)
+        result = torchrun(made, fsguard_python, "checkpoint_loop.py", guarded=True, name=f"cache{cache_s}")
+        assert result.ok, result.output()[-6000:]
+        recs = records(result)
+        assert_absorbed_at(recs, "checkpoint_loop.py", result.output())
+        check_checkpoints(made.backing, recs, WORLD, NODES)
+        seconds[cache_s] = workload_seconds(result)
+    assert seconds[30] <= seconds[0] * 1.5 + 3.0, seconds
+
+
+# --- Open MPI's mpirun --------------------------------------------------------------------------------------
+
+
+def mpirun(made: Cluster, python: Path, guarded: bool) -> RunResult:
+    assert shutil.which("mpirun"), "openmpi-bin is not installed"
+    extra = {"FSGUARD": "1"} if guarded else {}
+    env = job_env(clean_env(extra), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                  OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    command = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(WORLD), str(python),
+               str(WORKLOADS / "checkpoint_loop.py"), str(made.shared)]
+    return made.run(command, env=env, timeout=90, name="guarded" if guarded else "unguarded")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin (mpirun) is not installed")
+@pytest.mark.timeout(200)
+def test_mpirun_job_fails_without_fsguard_and_survives_with_it(make_cluster: Callable[..., Cluster],
+                                                               fsguard_python: Path) -> None:
+    """``mpirun -np 4`` on one node: the ranks rotate checkpoints with ``rmtree`` at the same time."""
+    made = make_cluster(nodes=1)
+    failed = mpirun(made, fsguard_python, guarded=False)
+    assert not failed.timed_out and not failed.ok, failed.output()[-4000:]
+    assert "FileNotFoundError" in failed.output(), failed.output()[-4000:]
+
+    made = make_cluster(nodes=1)
+    result = mpirun(made, fsguard_python, guarded=True)
+    output = result.output()
+    assert result.ok, output[-6000:]
+    recs = records(result)
+    assert_absorbed_at(recs, "checkpoint_loop.py", output)
+    assert {r.launcher for r in recs} == {"openmpi"}, [r.to_line() for r in recs]
+    assert {r.world_size for r in recs} == {WORLD}
+    check_checkpoints(made.backing, recs, WORLD, nodes=1)

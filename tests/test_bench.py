@@ -1,0 +1,68 @@
+"""The benchmarks keep working: each script, and the runner, with tiny sizes. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, clean_env
+
+
+def bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, *args], env=clean_env(), capture_output=True, text=True, timeout=400,
+                          cwd=cwd)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "machine:" in done.stdout and "cores" in done.stdout
+    return done
+
+
+@pytest.mark.timeout(420)
+def test_startup_alone(tmp_path: Path) -> None:
+    done = bench(str(ROOT / "bench" / "startup.py"), "--quick", "--json", str(tmp_path / "s.json"), cwd=tmp_path)
+    result = json.loads((tmp_path / "s.json").read_text())["startup"]
+    assert {"absent", "disabled", "force", "torchrun", "wrapt"} <= set(result["arms"])
+    assert result["summary"]["disabled_imports"] == []  # disabled: no fsguard or wrapt import at all
+    assert result["importtime"]["force"]["fsguard_own_ms"] > 0
+    assert "fsguard's own share" in done.stdout
+
+
+@pytest.mark.timeout(420)
+def test_calls_alone(tmp_path: Path) -> None:
+    done = bench(str(ROOT / "bench" / "calls.py"), "--quick", "--json", str(tmp_path / "c.json"), cwd=tmp_path)
+    result = json.loads((tmp_path / "c.json").read_text())["calls"]
+    assert set(result["happy_path"]) == {"replace", "rename", "makedirs", "rmtree", "null"}
+    for arms in result["happy_path"].values():
+        assert {"unpatched", "wrapt", "shim"} <= set(arms)
+    assert set(result["decisions"]) == {f"{m}/{f}" for m in ("off", "stderr", "jsonl") for f in ("empty", "full")}
+    for ops in result["decisions"].values():
+        for op, r in ops.items():
+            assert r["raised"] == 0, (op, r)  # every decision scenario is a race fsguard absorbs
+    for op, r in result["bindfs"].items():
+        if op != "skipped":
+            assert r["raised"] == [], (op, r)
+    assert "happy path" in done.stdout
+
+
+@pytest.mark.timeout(420)
+def test_scale_alone(tmp_path: Path) -> None:
+    bench(str(ROOT / "bench" / "scale.py"), "--quick", "--json", str(tmp_path / "x.json"), cwd=tmp_path)
+    result = json.loads((tmp_path / "x.json").read_text())["scale"]
+    assert result["problems"] == []
+    cells = result["cells"]
+    for op in ("makedirs", "rename", "replace", "rmtree"):
+        assert cells[f"{op}/4/none"]["success_rate"] < 1  # the race is real without fsguard
+        assert cells[f"{op}/4/fsguard"]["success_rate"] == 1
+        assert cells[f"{op}/4/rank0+barrier"]["success_rate"] == 1
+
+
+@pytest.mark.timeout(600)
+def test_runner_writes_one_json(tmp_path: Path) -> None:
+    out = tmp_path / "all.json"
+    done = bench("-m", "bench", "--quick", "--out", str(out), cwd=ROOT)
+    data = json.loads(out.read_text())
+    assert {"machine", "startup", "calls", "scale"} <= set(data)
+    assert "== summary ==" in done.stdout

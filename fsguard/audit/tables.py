@@ -1,0 +1,152 @@
+"""Output shared by ``report`` and ``scan``: an 80-column human table, Markdown, JSON.
+
+The human form is one row of short columns per group, then indented detail lines (call site, path
+pattern, a sentence of why), so that it reads at a glance in an 80-column terminal without wrapping.
+Long paths lose their *beginning* (``.../runs/checkpoint-<n>``): the end of a path says the most.
+Sentences are wrapped, never cut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import inputs
+
+WIDTH = 80
+INDENT = "     "
+LABEL = 6  # "path  ", "why   "
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    width: int
+    right: bool = False
+
+    def cell(self, text: str) -> str:
+        text = elide(text, self.width)
+        return text.rjust(self.width) if self.right else text.ljust(self.width)
+
+
+@dataclass
+class Row:
+    """One group: a mark (``!!`` for what needs attention), its cells, and ``(label, text, wrap)`` details."""
+
+    mark: str
+    cells: list[str]
+    details: list[tuple[str, str, bool]] = field(default_factory=list)
+
+
+def elide(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, keeping its end."""
+    if len(text) <= width:
+        return text
+    if width <= 3:
+        return text[-width:]
+    return "..." + text[-(width - 3) :]
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``0-3,7``: sorted ranks with runs collapsed."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts) or "?"
+
+
+def human(columns: Sequence[Column], rows: Sequence[Row], width: int = WIDTH) -> list[str]:
+    """The table's lines: header, then each row with its details."""
+    lines = ["   " + "  ".join(c.cell(c.title) for c in columns).rstrip()]
+    room = max(width - len(INDENT) - LABEL, 20)
+    for row in rows:
+        lines.append(f"{row.mark:<2} " + "  ".join(c.cell(v) for c, v in zip(columns, row.cells)).rstrip())
+        for label, text, wrap in row.details:
+            pieces = textwrap.wrap(text, room, break_on_hyphens=False) if wrap else [elide(text, room)]
+            for n, piece in enumerate(pieces or [""]):
+                lines.append(f"{INDENT}{(label if n == 0 else ''):<{LABEL}}{piece}".rstrip())
+    return lines
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A GitHub-flavoured Markdown table; cells are escaped, never cut."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
+    return lines
+
+
+def code(text: str) -> str:
+    """Markdown inline code for a path or site (backticks inside are rare enough to swap for quotes)."""
+    return f"`{text.replace('`', chr(39))}`" if text else ""
+
+
+def to_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, sort_keys=False)
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``--json`` / ``--markdown`` (default: the human table) and ``--width``."""
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", dest="format", action="store_const", const="json",
+                      help="one JSON document on stdout, for tools")
+    form.add_argument("--markdown", dest="format", action="store_const", const="markdown",
+                      help="a Markdown table, for issues and reports")
+    parser.set_defaults(format="human")
+    parser.add_argument("--width", type=int, default=WIDTH, metavar="COLUMNS",
+                        help=f"width of the human table (default {WIDTH})")
+
+
+def clock(epoch: float) -> str:
+    """``HH:MM:SS`` in local time, for the human table."""
+    return time.strftime("%H:%M:%S", time.localtime(epoch))
+
+
+def stamp(epoch: float) -> str:
+    """``YYYY-MM-DD HH:MM:SS`` in local time."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def iso(epoch: float) -> str:
+    """ISO 8601 with the local UTC offset, for JSON."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch))
+
+
+class Problems:
+    """Problems with inputs: printed on stderr as they happen, kept for JSON and the exit status."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.items: list[inputs.Problem] = []
+
+    def __call__(self, problem: inputs.Problem) -> None:
+        self.items.append(problem)
+        kind = "" if problem.error else "note: "
+        print(f"fsguard {self.command}: {kind}{problem.text()}", file=sys.stderr, flush=True)
+
+    @property
+    def error(self) -> bool:
+        return any(p.error for p in self.items)
+
+    def as_json(self) -> list[dict[str, Any]]:
+        return [{"source": p.source, "message": p.message, "error": p.error} for p in self.items]
+
+
+def exit_status(problems: Problems, found: bool) -> int:
+    """2 for read errors (they hide what the input held), else 1 when something was found, else 0."""
+    return 2 if problems.error else 1 if found else 0

@@ -1,0 +1,335 @@
+"""``fsguard scan LOG...``: in logs of jobs that ran *without* fsguard, the filesystem races that crashed them,
+and whether fsguard would have saved the job.
+
+A traceback counts when its exception is an ``OSError`` (or subclass) raised from ``os.makedirs``,
+``os.mkdir``, ``os.rename``, ``os.replace``, ``shutil.rmtree`` or ``shutil.move`` (``pathlib``'s methods
+of the same names too). The operation is read from the standard library's frames (``makedirs`` in
+``os``, ``rmtree`` in ``shutil``); for C functions, which have no frame, from the call in the source line
+of the innermost frame of the program (the one under the carets, where Python prints them). That frame
+is the call site; findings are grouped by call site, operation and error.
+
+Verdicts, one per (operation, error) - the rules fsguard's guards apply, read backwards:
+
+=========================  ==============================  ===========================================
+operation                  error                           verdict
+=========================  ==============================  ===========================================
+makedirs                   EEXIST                          absorbed: a peer created it
+rename, replace, move      ENOENT                          absorbed: a peer already did the same move
+rmtree                     ENOENT                          absorbed: a peer removed it first
+rmtree                     EBUSY                           absorbed: the removal is retried, bounded
+rename, replace, move      ENOTEMPTY, EEXIST               serialize: rename onto a non-empty directory
+rmtree                     ENOTEMPTY, EEXIST               serialize: entries appeared during removal
+any                        ESTALE                          serialize: a peer replaced it (NFS)
+mkdir                      EEXIST                          not fixable: ``os.mkdir`` is not guarded
+makedirs                   ENOENT                          not fixable: a parent removed meanwhile
+mkdir                      ENOENT                          not fixable: missing parent
+any                        EACCES, EPERM, EROFS, EXDEV,    not fixable: a genuine error
+                           ENOTDIR, EISDIR, ENOSPC, ...
+=========================  ==============================  ===========================================
+
+"absorbed" means fsguard's default mode (``FSGUARD=1``) turns the crash into a record; "serialize" means
+it takes ``FSGUARD_SERIALIZE=1`` (the calls on one path run one rank at a time); "not fixable" means
+fsguard re-raises it, rightly: a genuine error, or an ordering bug of the application. Errno numbers in
+a log are read with this machine's table (logs from Linux, read on Linux).
+
+The same traceback printed twice (by the rank, then again in torchrun's failure summary) counts once per
+rank. Exit status: 0 no races found, 1 races found that fsguard absorbs or that need serialization (a
+CI gate), 2 usage or read errors (a truncated, binary or unreadable input, or one that ends inside a
+traceback). Genuine errors are listed but do not make the status 1: they are not races.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import re
+import textwrap
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import __version__
+from ..audit import inputs, patterns, tables
+from ..audit.tracebacks import Frame, Reader, Traceback
+
+ABSORBED, SERIALIZE, NOT_FIXABLE = "absorbed", "serialize", "not fixable"
+VERDICT_ORDER = (SERIALIZE, ABSORBED, NOT_FIXABLE)
+MAX_PATTERNS = 50
+MAX_SEEN_KEYS = 1_000_000  # dedupe memory bound; beyond it duplicates are counted, not dropped
+
+OS_ERRORS = {"OSError": None, "IOError": None, "EnvironmentError": None, "FileExistsError": "EEXIST",
+             "FileNotFoundError": "ENOENT", "PermissionError": "EACCES", "IsADirectoryError": "EISDIR",
+             "NotADirectoryError": "ENOTDIR"}
+# Functions of the standard library whose frame names the operation (outermost wins: shutil.move over
+# the os.rename inside it).
+_STDLIB_OPS = {"makedirs": "makedirs", "mkdir": "mkdir", "rename": "rename", "replace": "replace",
+               "rmtree": "rmtree", "_rmtree_safe_fd": "rmtree", "_rmtree_safe_fd_step": "rmtree",
+               "_rmtree_unsafe": "rmtree", "move": "move"}
+_CALL = re.compile(r"(?P<qual>\b(?:os|shutil)\.)?\b(?P<op>makedirs|mkdir|rename|replace|rmtree|move)\s*\(")
+_INTERNAL = re.compile(r"^<frozen |[/\\][Ll]ib[/\\]python\d[\d.]*[/\\](?!site-packages|dist-packages)[^/\\]+"
+                       r"(?:[/\\][^/\\]+)?\.py$|[/\\](?:fsguard|wrapt)[/\\][^/\\]+\.py$")
+_ERRNO = re.compile(r"\[Errno (?P<num>\d+)\] (?P<text>.*?)(?:: (?P<a>'[^']*'|\"[^\"]*\")"
+                    r"(?: -> (?P<b>'[^']*'|\"[^\"]*\"))?)?$")
+_GENUINE = {
+    "EACCES": "permission denied: a genuine error, not a race between ranks.",
+    "EPERM": "operation not permitted: a genuine error, not a race between ranks.",
+    "EROFS": "read-only filesystem: a genuine error, not a race between ranks.",
+    "ENOSPC": "no space left on the device: a genuine error, not a race between ranks.",
+    "EDQUOT": "disk quota exceeded: a genuine error, not a race between ranks.",
+    "EXDEV": "source and destination are on different filesystems, which a rename cannot cross "
+             "(shutil.move can): a genuine error.",
+    "ENOTDIR": "a file stands where a directory is expected: a genuine error (or ranks writing different "
+               "kinds of object at one path).",
+    "EISDIR": "a directory stands where a file is expected: a genuine error (or ranks writing different "
+              "kinds of object at one path).",
+    "ENAMETOOLONG": "the path is too long: a genuine error.",
+}
+
+
+def verdict(op: str, errno_name: str | None) -> tuple[str, str]:
+    """The verdict for one operation and error, with one sentence of why (see the module docstring)."""
+    moves = ("rename", "replace", "move")
+    if errno_name == "ESTALE":
+        return SERIALIZE, ("stale NFS file handle: a peer replaced or removed the path while this rank used "
+                           "it; FSGUARD_SERIALIZE=1 runs the calls on it one rank at a time (check the NFS "
+                           "attribute caching too).")
+    if op == "makedirs" and errno_name == "EEXIST":
+        return ABSORBED, "a peer created the directory first; the default mode treats it as done."
+    if op in moves and errno_name == "ENOENT":
+        return ABSORBED, ("the source was gone because a peer already made the same move; the default mode "
+                          "absorbs it when the destination is there.")
+    if op == "rmtree" and errno_name == "ENOENT":
+        return ABSORBED, "a peer removed the entry (or the whole tree) first; the default mode finishes the removal."
+    if op == "rmtree" and errno_name == "EBUSY":
+        return ABSORBED, ("a directory was busy (often NFS .nfsXXXX files); the default mode retries its "
+                          "removal for up to FSGUARD_SETTLE_S.")
+    if op in moves and errno_name in ("ENOTEMPTY", "EEXIST"):
+        return SERIALIZE, ("a directory was renamed onto a non-empty one: ranks interleaved removing and "
+                           "renaming it; FSGUARD_SERIALIZE=1 runs those calls one rank at a time.")
+    if op == "rmtree" and errno_name in ("ENOTEMPTY", "EEXIST"):
+        return SERIALIZE, ("entries appeared in the tree while it was being removed (a peer wrote or renamed "
+                           "into it); FSGUARD_SERIALIZE=1 orders the removal against the peer's calls.")
+    if op == "mkdir" and errno_name == "EEXIST":
+        return NOT_FIXABLE, ("fsguard does not guard os.mkdir (nor pathlib's mkdir); the application should "
+                             "use os.makedirs(path, exist_ok=True).")
+    if op == "makedirs" and errno_name == "ENOENT":
+        return NOT_FIXABLE, ("makedirs creates missing parents, so a parent was removed while it ran: an "
+                             "ordering bug between this creation and another rank's removal.")
+    if op == "mkdir" and errno_name == "ENOENT":
+        return NOT_FIXABLE, ("the parent directory does not exist and os.mkdir does not create it: a genuine "
+                             "error, or this rank ran before the one that creates the parent.")
+    if errno_name in _GENUINE:
+        return NOT_FIXABLE, _GENUINE[errno_name]
+    return NOT_FIXABLE, f"fsguard does not absorb {errno_name or 'this error'} from {op}: not a race it can prove."
+
+
+def _internal(frame: Frame) -> bool:
+    return bool(_INTERNAL.search(frame.file))
+
+
+def operation(frames: list[Frame]) -> tuple[str | None, Frame | None]:
+    """The filesystem operation that raised, and the program's frame that called it (the call site)."""
+    site_at = next((i for i in range(len(frames) - 1, -1, -1) if not _internal(frames[i])), None)
+    site = frames[site_at] if site_at is not None else None
+    below = frames[site_at + 1 :] if site_at is not None else frames
+    for frame in below:  # outermost library frame first
+        if frame.function in _STDLIB_OPS and not frame.file.endswith(("fsguard/patching.py", "wrapt")):
+            return _STDLIB_OPS[frame.function], site
+    if site is None or not site.source:
+        return None, site
+    calls = list(_CALL.finditer(site.source))
+    if site.caret >= 0:
+        calls = [c for c in calls if c.start() >= site.caret] or calls
+    else:
+        calls = [c for c in calls if c.group("qual")] or calls
+    return (calls[0].group("op") if calls else None), site
+
+
+def _unquote(text: str | None) -> str | None:
+    return text[1:-1] if text else None
+
+
+def parse_error(exception: str, message: str) -> tuple[str, str | None, list[str]] | None:
+    """``(type, errno name, paths)`` of an OSError's exception line, or None for any other exception."""
+    name = exception.rsplit(".", 1)[-1]
+    if name not in OS_ERRORS:
+        return None
+    match = _ERRNO.match(message)
+    if match is None:
+        return name, OS_ERRORS[name], []
+    errno_name = errno.errorcode.get(int(match["num"]), OS_ERRORS[name])
+    paths = [p for p in (_unquote(match["a"]), _unquote(match["b"])) if p is not None]
+    return name, errno_name, paths
+
+
+@dataclass
+class Finding:
+    """The tracebacks of one call site, operation and error."""
+
+    op: str
+    site: Frame | None
+    error_type: str
+    errno_name: str | None
+    message: str
+    verdict: str
+    why: str
+    first_source: str
+    first_line: int
+    count: int = 0
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    paths: Counter[str] = field(default_factory=Counter)
+    sources: set[str] = field(default_factory=set)
+
+    @property
+    def site_text(self) -> str:
+        return self.site.text() if self.site else "?"
+
+    @property
+    def error_text(self) -> str:
+        return f"{self.error_type} {self.errno_name}" if self.errno_name else self.error_type
+
+    def sort_key(self) -> tuple[int, int, str]:
+        return (VERDICT_ORDER.index(self.verdict), -self.count, self.site_text)
+
+    def as_json(self) -> dict[str, Any]:
+        site = None if self.site is None else {"file": self.site.file, "line": self.site.line,
+                                                 "function": self.site.function}
+        return {
+            "op": self.op, "site": site, "site_text": self.site_text,
+            "error": {"type": self.error_type, "errno": self.errno_name, "message": self.message},
+            "verdict": self.verdict, "why": self.why, "count": self.count, "ranks": sorted(self.ranks),
+            "hosts": sorted(self.hosts), "paths": [{"pattern": p, "count": n} for p, n in self.paths.most_common()],
+            "first_seen": {"source": self.first_source, "line": self.first_line}, "sources": len(self.sources),
+        }
+
+
+class Findings:
+    """Tracebacks of filesystem operations, grouped; the same rank's traceback read twice counts once."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, str, str, str | None], Finding] = {}
+        self._seen: set[tuple[Any, ...]] = set()
+
+    def add(self, tb: Traceback) -> None:
+        error = parse_error(tb.exception, tb.message)
+        if error is None:
+            return
+        error_type, errno_name, paths = error
+        op, site = operation(tb.frames)
+        if op is None:
+            return
+        site_text = site.text() if site else "?"
+        key = (op, site_text, error_type, errno_name)
+        finding = self.groups.get(key)
+        if finding is None:
+            finding = self.groups[key] = Finding(op, site, error_type, errno_name, tb.message,
+                                                 *verdict(op, errno_name), tb.source, tb.lineno)
+        if tb.host:  # the summary's copy of a rank's traceback still tells its host
+            finding.hosts.add(tb.host)
+        if tb.rank is not None:
+            seen = (tb.source, tb.rank, key, tb.message)
+            if seen in self._seen:
+                return
+            if len(self._seen) < MAX_SEEN_KEYS:
+                self._seen.add(seen)
+            finding.ranks.add(tb.rank)
+        finding.count += 1
+        if paths:
+            pattern = patterns.fold_args(paths)
+            if pattern in finding.paths or len(finding.paths) < MAX_PATTERNS:
+                finding.paths[pattern] += 1
+        if len(finding.sources) < MAX_PATTERNS:
+            finding.sources.add(tb.source)
+
+    def sorted(self) -> list[Finding]:
+        return sorted(self.groups.values(), key=Finding.sort_key)
+
+    @property
+    def races(self) -> int:
+        return sum(1 for f in self.groups.values() if f.verdict != NOT_FIXABLE)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="LOG",
+                        help="job log, directory of logs (.gz/.bz2/.xz too), or - for stdin")
+    tables.add_output_options(parser)
+
+
+COLUMNS = (
+    tables.Column("VERDICT", 11),
+    tables.Column("OP", 8),
+    tables.Column("ERROR", 26),
+    tables.Column("N", 5, right=True),
+    tables.Column("RANKS", 10),
+    tables.Column("HOSTS", 5, right=True),
+)
+LEGEND = ("absorbed: fsguard's default mode (FSGUARD=1) absorbs it; serialize: it needs FSGUARD=1 "
+          "FSGUARD_SERIALIZE=1; not fixable: fsguard rightly re-raises it.")
+
+
+def _summary(findings: Findings, read: int) -> str:
+    found = findings.sorted()
+    counts = Counter(f.verdict for f in found)
+    parts = [f"{counts[ABSORBED]} absorbed by default", f"{counts[SERIALIZE]} need serialization",
+             f"{counts[NOT_FIXABLE]} not fixable"]
+    return (f"{len(found)} call site{'s' if len(found) != 1 else ''} with filesystem errors in {read} "
+            f"input{'s' if read != 1 else ''}: " + ", ".join(parts))
+
+
+def _seen_text(f: Finding) -> str:
+    more = len(f.sources) - 1
+    return f"{f.first_source}:{f.first_line}" + (f" (and {more} more input{'s' if more > 1 else ''})" if more else "")
+
+
+def render_human(findings: Findings, read: int, width: int) -> str:
+    found = findings.sorted()
+    if not found:
+        return f"fsguard scan: no filesystem-race tracebacks in {read} input{'s' if read != 1 else ''}"
+    rows = []
+    for f in found:
+        details: list[tuple[str, str, bool]] = [("at", f.site_text, False)]
+        details += [("path" if i == 0 else "", p, False) for i, (p, _) in enumerate(f.paths.most_common(3))]
+        if f.hosts:
+            details.append(("hosts", ", ".join(sorted(f.hosts)), True))
+        details += [("seen", _seen_text(f), False), ("why", f.why, True)]
+        rows.append(tables.Row("!!" if f.verdict == SERIALIZE else "", [
+            f.verdict, f.op, f.error_text, str(f.count), tables.ranks_text(f.ranks), str(len(f.hosts) or "?")],
+            details))
+    lines = [f"fsguard scan: {_summary(findings, read)}", ""]
+    lines += tables.human(COLUMNS, rows, width)
+    lines += [""] + textwrap.wrap(LEGEND, width)
+    return "\n".join(lines)
+
+
+def render_markdown(findings: Findings, read: int) -> str:
+    found = findings.sorted()
+    if not found:
+        return f"**fsguard scan**: no filesystem-race tracebacks in {read} input{'s' if read != 1 else ''}."
+    headers = ["Verdict", "Op", "Error", "Call site", "Paths", "N", "Ranks", "Hosts", "Why"]
+    rows = [[f"**{f.verdict}**" if f.verdict == SERIALIZE else f.verdict, f.op, f.error_text,
+             tables.code(f.site_text), "<br>".join(tables.code(p) for p, _ in f.paths.most_common(3)),
+             str(f.count), tables.ranks_text(f.ranks), ", ".join(sorted(f.hosts)), f.why] for f in found]
+    return "\n".join([f"**fsguard scan**: {_summary(findings, read)}.", ""] + tables.markdown(headers, rows)
+                     + ["", f"_{LEGEND}_"])
+
+
+def run(args: argparse.Namespace) -> int:
+    problems = tables.Problems("scan")
+    findings = Findings()
+    read = inputs.process(args.paths, Reader(findings.add), problems)
+    status = tables.exit_status(problems, findings.races > 0)
+    if args.format == "json":
+        print(tables.to_json({
+            "command": "scan",
+            "version": __version__,
+            "inputs_read": read,
+            "findings": [f.as_json() for f in findings.sorted()],
+            "problems": problems.as_json(),
+            "exit_status": status,
+        }))
+    elif args.format == "markdown":
+        print(render_markdown(findings, read))
+    else:
+        print(render_human(findings, read, args.width))
+    return status

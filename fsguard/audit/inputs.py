@@ -109,27 +109,27 @@ def _open(path: str) -> IO[bytes]:
         raise InputError(f"cannot read: {_describe(error)}") from error
 
 
-class _Reader(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
+def _reader(raw: IO[bytes]) -> Callable[[int], bytes]:
+    """How to read ``raw``: directly, or decompressing when its magic bytes say so.
 
-
-def _decompressed(raw: IO[bytes]) -> _Reader:
-    """``raw`` itself, or a decompressing reader over it when its magic bytes say so."""
+    Decompressed streams are read with ``read1``, one compressed chunk at a time, so that a truncated
+    stream loses only its last chunk (``read(n)`` would drop everything it had decoded towards ``n``).
+    """
     peek = getattr(raw, "peek", None)
     head = peek(6)[:6] if peek is not None else b""
     if head[:2] == b"\x1f\x8b":
         import gzip
 
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return gzip.GzipFile(fileobj=raw, mode="rb").read1
     if head[:3] == b"BZh":
         import bz2
 
-        return bz2.BZ2File(raw, mode="rb")
+        return bz2.BZ2File(raw, mode="rb").read1
     if head == b"\xfd7zXZ\x00":
         import lzma
 
-        return lzma.LZMAFile(raw, mode="rb")
-    return raw
+        return lzma.LZMAFile(raw, mode="rb").read1
+    return raw.read
 
 
 def _read_errors() -> tuple[type[BaseException], ...]:
@@ -148,12 +148,12 @@ def blocks(path: str) -> Iterator[bytes]:
     """
     raw = _open(path)
     try:
-        stream = _decompressed(raw)
+        read = _reader(raw)
         carry = b""
         first = True
         while True:
             try:
-                chunk = stream.read(BLOCK)
+                chunk = read(BLOCK)
             except _read_errors() as error:
                 if carry:
                     yield carry

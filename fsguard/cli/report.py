@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,7 +213,7 @@ def render_human(collector: Collector, read: int, width: int) -> str:
     groups = collector.sorted_groups()
     if not groups:
         return f"fsguard report: no fsguard records in {read} input{'s' if read != 1 else ''}"
-    lines = [f"fsguard report: {_summary(collector, read)}"]
+    lines = textwrap.wrap(f"fsguard report: {_summary(collector, read)}", width, break_on_hyphens=False)
     if groups:
         first = min(g.first for g in groups)
         last = max(g.last for g in groups)

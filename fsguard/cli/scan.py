@@ -296,7 +296,7 @@ def render_human(findings: Findings, read: int, width: int) -> str:
         rows.append(tables.Row("!!" if f.verdict == SERIALIZE else "", [
             f.verdict, f.op, f.error_text, str(f.count), tables.ranks_text(f.ranks), str(len(f.hosts) or "?")],
             details))
-    lines = [f"fsguard scan: {_summary(findings, read)}", ""]
+    lines = textwrap.wrap(f"fsguard scan: {_summary(findings, read)}", width, break_on_hyphens=False) + [""]
     lines += tables.human(COLUMNS, rows, width)
     lines += [""] + textwrap.wrap(LEGEND, width)
     return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""Throughput and memory of ``fsguard report`` and ``fsguard scan`` on a large log with few matches.
+
+``python bench/audit.py [--mb 1024] [--quick] [--gzip] [--json FILE]``
+
+Writes a synthetic training log (progress lines, torch warnings, a rank's traceback of a makedirs race
+and an fsguard record every ~64 MiB) into a temporary directory, then runs each command on it in a fresh
+interpreter and reports MB/s (wall clock, whole process including start-up) and the peak resident memory
+of that process (``wait4`` rusage). The same commands on a log a quarter of the size show that memory
+does not grow with the input. Target: >= 100 MB/s on a 2-core development machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+
+TRACEBACK = """\
+[rank{r}]: Traceback (most recent call last):
+[rank{r}]:   File "/job/train.py", line 88, in <module>
+[rank{r}]:     main()
+[rank{r}]:   File "/job/train.py", line 40, in save
+[rank{r}]:     os.makedirs(os.path.join(out, f"checkpoint-{{step}}"))
+[rank{r}]:   File "<frozen os>", line 225, in makedirs
+[rank{r}]: FileExistsError: [Errno 17] File exists: '/ckpt/checkpoint-{step}'
+"""
+RECORD = ('fsguard: absorbed rename rank={r}/64 host=n{h} at /job/train.py:120 in save: source gone, destination '
+          'present and changed 0.01 s ago: a peer did the same move :: {{"args": ["/ckpt/tmp-checkpoint-{step}", '
+          '"/ckpt/checkpoint-{step}"], "decision": "absorbed", "detail": {{}}, "error": null, "evidence": "a peer '
+          'did the same move", "host": "n{h}", "launcher": "torchrun", "local_rank": 0, "op": "rename", "pid": 42, '
+          '"rank": {r}, "site": {{"file": "/job/train.py", "function": "save", "line": 120}}, "time": 1796000000.0, '
+          '"v": 1, "version": "0.1.0", "waited_s": 0.0, "world_size": 64}}\n')
+
+
+def _filler_block() -> bytes:
+    """About 1 MiB of ordinary log lines, none of which either command cares about."""
+    lines = []
+    i = 0
+    size = 0
+    while size < MIB:
+        if i % 50 == 0:
+            line = (f"W1202 19:05:{i % 60:02d}.{i:06d} 5189 torch/distributed/run.py:874] Setting OMP_NUM_THREADS "
+                    f"environment variable for each process to be 1 in default\n")
+        else:
+            line = (f"[rank{i % 8}]: step {i:7d} | loss {1 / (i + 1):.6f} | lr 3.0e-04 | grad_norm {i % 97 / 7:.3f} "
+                    f"| tokens/s {12000 + i % 513} | mem 23.{i % 10} GiB\n")
+        lines.append(line)
+        size += len(line)
+        i += 1
+    return "".join(lines).encode()
+
+
+def write_log(path: Path, mb: int, compress: bool) -> int:
+    """The log of ``mb`` MiB with a traceback and a record every 64 MiB; returns its size on disk."""
+    block = _filler_block()
+    opener: Any = gzip.open if compress else open
+    with opener(path, "wb") as out:
+        written = 0
+        n = 0
+        while written < mb * MIB:
+            out.write(block)
+            written += len(block)
+            n += 1
+            if n % 64 == 0:
+                out.write(TRACEBACK.format(r=n % 8, step=n).encode())
+                out.write(RECORD.format(r=n % 8, h=n % 4, step=n).encode())
+    return path.stat().st_size
+
+
+def measure(command: str, path: Path) -> dict[str, float]:
+    """Run ``python -m fsguard <command> path`` once; wall seconds and peak RSS of that process."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "fsguard", command, "--json", str(path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    found = json.loads(output)
+    count = sum(g["count"] for g in found.get("groups", found.get("findings", [])))
+    return {"seconds": seconds, "max_rss_mib": usage.ru_maxrss / 1024, "exit": proc.returncode, "found": count}
+
+
+def run(mb: int, compress: bool, workdir: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {"cores": os.cpu_count(), "python": sys.version.split()[0], "mb": mb,
+                               "gzip": compress, "runs": {}}
+    for size in (max(mb // 4, 1), mb):
+        path = workdir / (f"job-{size}.log" + (".gz" if compress else ""))
+        on_disk = write_log(path, size, compress)
+        for command in ("report", "scan"):
+            r = measure(command, path)
+            r["mb_per_s"] = size * MIB / 1e6 / r["seconds"]  # of uncompressed log, decimal MB
+            r["bytes_on_disk"] = on_disk
+            results["runs"][f"{command}/{size}"] = r
+        path.unlink()
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [(f"machine: {results['cores']} cores, Python {results['python']}; log "
+             f"{'gzip-compressed' if results['gzip'] else 'plain'}"),
+             f"{'command/MiB':<16}{'MB/s':>9}{'seconds':>10}{'peak RSS':>12}{'found':>7}"]
+    for name, r in results["runs"].items():
+        lines.append(f"{name:<16}{r['mb_per_s']:>9.0f}{r['seconds']:>10.2f}{r['max_rss_mib']:>9.1f} MiB{r['found']:>7}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=int, default=1024, help="size of the large log in MiB (default 1024)")
+    parser.add_argument("--quick", action="store_true", help="a 64 MiB log: checks that everything runs")
+    parser.add_argument("--gzip", action="store_true", help="gzip-compressed log (decompression dominates)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    mb = 64 if args.quick else args.mb
+    workdir = Path(tempfile.mkdtemp(prefix="fsguard-bench-audit-"))
+    try:
+        results = run(mb, args.gzip, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(render(results))
+    if args.json:
+        args.json.write_text(json.dumps({"audit": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

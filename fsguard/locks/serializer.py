@@ -69,18 +69,31 @@ class Serializer:
 
     def run(self, op: str, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
             guarded_call: GuardedCall) -> Any:
+        """``guarded_call`` with the original function locked: the lock covers the filesystem call itself
+        (for ``rmtree``, the whole walk), and is given back before a failure goes to the guard's rule. A
+        rule may wait up to ``FSGUARD_SETTLE_S`` for a slow filesystem to show a peer's change; waiting
+        that out while holding the lock would make every later rank wait for it too."""
         paths = targets(op, args, kwargs)
         if not paths:
             return guarded_call(wrapped, args, kwargs)
+
+        def locked(*call_args: Any, **call_kwargs: Any) -> Any:
+            return self.call(op, paths, wrapped, call_args, call_kwargs)
+
+        return guarded_call(locked, args, kwargs)
+
+    def call(self, op: str, paths: list[str], function: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+        """``function(*args, **kwargs)`` holding the locks of ``paths`` (those this thread does not hold yet)."""
         mine: set[str] = self._local.__dict__.setdefault("keys", set())
         keys = sorted({stripe(p) for p in paths} - mine)
         if not keys:
-            return guarded_call(wrapped, args, kwargs)
+            return function(*args, **kwargs)
         what = holder_text(self._rank, self._host, f"{op} {' -> '.join(paths)}")
         backend, held = self._acquire(op, paths, keys, what)
         mine.update(h.key for h in held)
         try:
-            return guarded_call(wrapped, args, kwargs)
+            return function(*args, **kwargs)
         finally:
             mine.difference_update(h.key for h in held)
             if backend is not None:

@@ -20,6 +20,7 @@ import random
 import shutil
 import sys
 import time
+from typing import Callable
 
 import torch.distributed as dist
 
@@ -66,7 +67,8 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     random.seed(rank * 7919 + int(time.time() * 1000))
-    outcomes, calls = [], []
+    outcomes: list[str] = []
+    rounds_calls: list[list[object]] = []
     for k in range(rounds):
         round_dir = os.path.join(root, f"round{k}")
         if rank == 0:
@@ -81,7 +83,7 @@ def main() -> None:
         dist.all_gather_object(gathered, result)
         if rank == 0:
             outcomes.append(outcome(round_dir))
-            calls.append(gathered)
+            rounds_calls.append(gathered)
         dist.barrier()
 
     # Storms: everyone does the same thing to one path at once.
@@ -92,17 +94,24 @@ def main() -> None:
             f.write("w")
     dist.barrier()
     errors = []
-    for call in (lambda: os.makedirs(os.path.join(storm, "made", "deep")),
-                 lambda: os.rename(os.path.join(storm, "src"), os.path.join(storm, "dst"))):
+    calls: list[tuple[Callable[..., None], tuple[str, ...]]] = [
+        (os.makedirs, (os.path.join(storm, "made", "deep"),)),
+        (os.rename, (os.path.join(storm, "src"), os.path.join(storm, "dst"))),
+    ]
+    for function, args in calls:
         try:
-            call()
+            function(*args)
         except OSError as error:
             errors.append(f"{type(error).__name__}: {error}")
         dist.barrier()
     gathered_errors: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered_errors, errors)
     if rank == 0:
-        print(json.dumps({"outcomes": outcomes, "calls": calls, "storm_errors": gathered_errors,
+        from fsguard import patching  # which backend served this job, for the test to check
+
+        backend = getattr(patching._serializer, "backend", None)
+        print(json.dumps({"backend": getattr(backend, "name", None), "store": getattr(backend, "address", None),
+                          "outcomes": outcomes, "calls": rounds_calls, "storm_errors": gathered_errors,
                           "storm_dst_ok": os.path.isfile(os.path.join(storm, "dst", "weights"))}), flush=True)
     dist.destroy_process_group()
 

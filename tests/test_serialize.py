@@ -1,0 +1,290 @@
+"""Issue 5: ``FSGUARD_SERIALIZE=1`` — guarded operations on one path never run at once in two ranks.
+
+Real torchrun jobs (4 ranks, gloo on CPU) race a checkpoint commit (``rename``) against a cleanup
+(``rmtree``) of one staging directory: unserialized, the rename lands mid-walk and leaves a partial
+checkpoint; serialized (file and store backends), never. Holders are killed with SIGKILL mid-operation;
+peers go on within the bound, and the records say what happened. Fallbacks: no torch means file locks,
+an unreachable store means proceeding unserialized, with a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+from tests.conftest import clean_env, run_python
+
+WORKERS = Path(__file__).resolve().parent / "workers"
+MULTI_NODE = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
+              "TORCHELASTIC_RUN_ID": "test", "MASTER_ADDR": "127.0.0.1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def records(log_dir: Path) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in sorted(log_dir.glob("*.jsonl")) if log_dir.is_dir() else []:
+        found.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return found
+
+
+def wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+# --- real torchrun jobs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lock", ["off", "auto", "store"])
+def test_rmtree_and_rename_of_staging_never_interleave(fsguard_python: Path, tmp_path: Path, lock: str) -> None:
+    logs = tmp_path / "logs"
+    env = {"FSGUARD": "1", "FSGUARD_SETTLE_S": "0.2", "FSGUARD_STDERR": "0", "FSGUARD_LOG": str(logs),
+           "FSGUARD_SERIALIZE": "0" if lock == "off" else "1", "FSGUARD_LOCK": lock}
+    job = subprocess.run([str(fsguard_python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                          str(WORKERS / "serialize_race.py"), str(tmp_path / "work"), "4"],
+                         env=clean_env(env), capture_output=True, text=True, timeout=120, check=False)
+    assert job.returncode == 0, job.stderr[-3000:]
+    result = json.loads(job.stdout.strip().splitlines()[-1])
+    found = records(logs)
+    outcomes = result["outcomes"]
+    if lock == "off":
+        # The problem exists: a rename that lands while rmtree walks the tree leaves a partial checkpoint,
+        # though every call "succeeded".
+        assert result["backend"] is None
+        assert "partial" in outcomes, result
+        return
+    # auto on one node is the file backend; store is the job's store (torchrun's agent store).
+    assert result["backend"] == ("file" if lock == "auto" else "store"), result
+    if lock == "store":
+        assert result["store"] and ":" in result["store"], result
+    assert set(outcomes) <= {"complete", "gone"}, result
+    assert not [r for r in found if r["decision"] in ("hazard", "conflict", "unserialized")], found
+    # Storms: the work happened once, every other rank's call was absorbed, nobody saw an error.
+    assert result["storm_errors"] == [[], [], [], []] and result["storm_dst_ok"], result
+    storm = [r for r in found if r["decision"] == "absorbed" and "/storm/" in r["args"][0]]
+    assert sorted(r["op"] for r in storm) == ["makedirs"] * 3 + ["rename"] * 3, storm
+
+
+# --- kill -9 of a holder --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def store_port() -> Iterator[int]:
+    """A TCPStore server standing in for the launcher's agent store."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    server = getattr(dist, "TCPStore")(  # noqa: B009 - not re-exported for type checkers
+       "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    yield int(server.port)
+    del server
+
+
+def _role(python: Path, role: str, target: Path, ready: Path, env: dict[str, str], rank: int) -> subprocess.Popen[str]:
+    env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
+    return subprocess.Popen([str(python), str(WORKERS / "serialize_holder.py"), role, str(target), str(ready)],
+                            env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(peer: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = peer.communicate(timeout=60)
+    assert peer.returncode == 0, err
+    done = json.loads(out.strip().splitlines()[-1])
+    return {"done_at": time.monotonic(), **done}
+
+
+def _setup(tmp_path: Path, lock: str, timeout: float, port: Optional[int]) -> tuple[Path, Path, dict[str, str]]:
+    (tmp_path / "target").mkdir()
+    staging = tmp_path / "staging"
+    staging.symlink_to(tmp_path / "target")
+    logs = tmp_path / "logs"
+    env = {"FSGUARD": "1", "FSGUARD_SERIALIZE": "1", "FSGUARD_LOCK": lock, "FSGUARD_LOCK_TIMEOUT": str(timeout),
+           "FSGUARD_STDERR": "0", "FSGUARD_LOG": str(logs), "WORLD_SIZE": "3", "TORCHELASTIC_RUN_ID": "test",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port or free_port())}
+    return staging, logs, env
+
+
+def test_store_holder_killed_peers_take_over_within_the_bound(fsguard_python: Path, tmp_path: Path,
+                                                             store_port: int) -> None:
+    # lease = timeout / 3 = 2 s, renewed every 0.5 s. The holder is killed 3 s after the peers start
+    # waiting: they must not take over before (the renewals keep its lease), and must after about a lease.
+    staging, logs, env = _setup(tmp_path, "store", 6, store_port)
+    holder = _role(fsguard_python, "hold", staging, tmp_path / "held", env, 0)
+    try:
+        wait_for(tmp_path / "held")
+        peers = [_role(fsguard_python, "peer", staging, tmp_path / f"ready{r}", env, r) for r in (1, 2)]
+        for r in (1, 2):
+            wait_for(tmp_path / f"ready{r}")
+        time.sleep(3.0)
+        assert all(p.poll() is None for p in peers), "a peer went on while the holder was alive"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    killed_at = time.monotonic()
+    results = [_finish(p) for p in peers]
+    assert all(r["done_at"] - killed_at < 5.0 for r in results), results  # lease 2 s (+ slack), bound 6 s
+    found = records(logs)
+    assert not [r for r in found if r["decision"] == "unserialized"], found
+    took_over = [r for r in found if r["decision"] == "waited" and r["detail"]["took_over"]]
+    assert len(took_over) == 1, found
+    assert f"rank 0 pid {holder.pid} " in took_over[0]["evidence"] and "took over" in took_over[0]["evidence"]
+    assert took_over[0]["detail"]["backend"] == "store" and took_over[0]["waited_s"] > 3.0
+
+
+def test_file_holder_timeout_then_kill(fsguard_python: Path, tmp_path: Path) -> None:
+    staging, logs, env = _setup(tmp_path, "file", 10, None)
+    holder = _role(fsguard_python, "hold", staging, tmp_path / "held", env, 0)
+    try:
+        wait_for(tmp_path / "held")
+        # A peer with a 1 s bound gives up on the live holder and goes on unserialized, with a record.
+        impatient = _role(fsguard_python, "peer", staging, tmp_path / "ready1", dict(env, FSGUARD_LOCK_TIMEOUT="1"), 1)
+        gave_up = _finish(impatient)
+        assert 1.0 <= gave_up["took_s"] < 3.0, gave_up
+        peer = _role(fsguard_python, "peer", staging, tmp_path / "ready2", env, 2)
+        wait_for(tmp_path / "ready2")
+        time.sleep(1.5)
+        assert peer.poll() is None
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    killed_at = time.monotonic()
+    result = _finish(peer)
+    assert result["done_at"] - killed_at < 2.0, result  # the kernel released the flock with the process
+    found = {r["rank"]: r for r in records(logs)}
+    assert found[1]["decision"] == "unserialized" and found[1]["detail"]["reason"] == "timeout", found
+    assert f"rank 0 pid {holder.pid} " in found[1]["evidence"]
+    assert found[2]["decision"] == "waited" and found[2]["waited_s"] > 1.0, found
+    assert f"rank 0 pid {holder.pid} " in found[2]["evidence"] and "has exited" in found[2]["evidence"]
+
+
+# --- backend choice and fallbacks ---------------------------------------------------------------------
+
+OPS = """
+import json, os, shutil, sys, time
+from fsguard import patching
+base = os.environ["FSG_BASE"]
+out = {"backend": patching._serializer.backend.name, "torch_at_start": "torch" in sys.modules, "took": []}
+for name in ("a", "b"):
+    started = time.monotonic()
+    os.makedirs(os.path.join(base, name, "x"))
+    os.rename(os.path.join(base, name, "x"), os.path.join(base, name, "y"))
+    shutil.rmtree(os.path.join(base, name))
+    out["took"].append(time.monotonic() - started)
+    if name == "a" and os.environ.get("FSG_THEN_AUTO"):  # then the auto backend, with the same unreachable store
+        from fsguard import config, locks, runtime
+        patching._serializer = locks.serializer(config.load(dict(os.environ, FSGUARD_LOCK="auto")), runtime.launch)
+        out["then"] = patching._serializer.describe()
+out["filelock"] = "filelock" in sys.modules
+print(json.dumps(out))
+"""
+
+
+def test_no_torch_means_file_locks(bare_python: Path, tmp_path: Path) -> None:
+    env = dict(MULTI_NODE, MASTER_PORT=str(free_port()), FSGUARD="1", FSGUARD_SERIALIZE="1",
+               FSGUARD_LOG=str(tmp_path / "logs"))
+    result = run_python(bare_python, OPS, dict(env, FSG_BASE=str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["backend"] == "file" and not out["filelock"], out
+    assert "serialized per node only" in result.stderr
+    assert records(tmp_path / "logs") == []
+
+
+def test_unreachable_store_fails_open_with_a_record(fsguard_python: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    env = dict(MULTI_NODE, MASTER_PORT=str(free_port()), FSGUARD="1", FSGUARD_SERIALIZE="1", FSGUARD_LOCK="store",
+               FSGUARD_LOCK_TIMEOUT="2", FSGUARD_STDERR="0", FSGUARD_LOG=str(logs))
+    result = run_python(fsguard_python, OPS, dict(env, FSG_BASE=str(tmp_path), FSG_THEN_AUTO="1"))
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["backend"] == "store" and not out["torch_at_start"], out
+    assert out["took"][1] < 1.0, out  # unreachable is remembered: no wait per call
+    assert "falling back to file" in out["then"], out
+    found = records(logs)
+    # one record per call (os.makedirs's inner call for the missing parent included), each saying why
+    assert {r["decision"] for r in found} == {"unserialized"}, found
+    assert all(r["detail"]["reason"] == "unreachable" and "does not answer" in r["evidence"] for r in found)
+    fell_back = [r["detail"].get("fallback") for r in found]
+    assert fell_back == [None] * 4 + ["file"] * 4, found
+    assert "this node's ranks only" in found[-1]["evidence"]
+
+
+# --- the pieces, in this process ------------------------------------------------------------------------
+
+
+def test_lock_directory_is_private_and_never_followed(tmp_path: Path) -> None:
+    from fsguard.locks.base import LockTimeout, Unreachable
+    from fsguard.locks.file import FileBackend
+
+    uid = os.geteuid()
+    planted = tmp_path / "planted"
+    (planted / "elsewhere").mkdir(parents=True)
+    (planted / f"fsguard-{uid}").symlink_to(planted / "elsewhere")
+    with pytest.raises(Unreachable, match="symlink"):
+        FileBackend("h", (str(planted),)).acquire("abc", 0, "t")
+    loose = tmp_path / "loose"
+    (loose / f"fsguard-{uid}").mkdir(parents=True, mode=0o777)
+    os.chmod(loose / f"fsguard-{uid}", 0o777)
+    with pytest.raises(Unreachable, match="not a private directory"):
+        FileBackend("h", (str(loose),)).acquire("abc", 0, "t")
+
+    backend = FileBackend("h", (str(tmp_path / "missing"), str(tmp_path)))
+    held = backend.acquire("abc", 0, "rank 0 pid 1 on h (test)")
+    assert stat.S_IMODE(os.lstat(tmp_path / f"fsguard-{uid}").st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(tmp_path / f"fsguard-{uid}" / "abc.lock").st_mode) == 0o600
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:  # another thread of the same process is excluded too
+        try:
+            backend.acquire("abc", 0.05, "x")
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert isinstance(errors[0], LockTimeout) and errors[0].holder == "rank 0 pid 1 on h (test)"
+    backend.release(held)
+    backend.release(backend.acquire("abc", 0, "again"))
+
+
+def test_keys_are_normalised_and_ordered() -> None:
+    from fsguard.locks.serializer import stripe, targets
+
+    assert targets("rename", ("a/../b", "/x/./y"), {}) == [os.path.abspath("b"), "/x/y"]
+    assert targets("rename", ("a", "b"), {"src_dir_fd": 3}) is None
+    assert targets("rmtree", (), {"path": b"/t"}) == ["/t"]
+    assert targets("makedirs", ("/d",), {"dir_fd": 4}) is None
+    assert stripe("/x/y") == stripe(os.path.normpath("/x/./y")) and len(stripe("/x")) == 3
+
+
+def test_choice_of_backend() -> None:
+    from fsguard import launcher
+    from fsguard.locks import choose, single_node
+
+    launch = launcher.detect(MULTI_NODE)
+    assert not single_node(MULTI_NODE, launch)
+    assert single_node(dict(MULTI_NODE, LOCAL_WORLD_SIZE="8"), launch)
+    assert single_node({"SLURM_STEP_NUM_NODES": "1"}, None)
+    backend, fallback, _ = choose("auto", 30, launch, MULTI_NODE)
+    assert backend is not None and fallback is not None and (backend.name, fallback.name) == ("store", "file")
+    assert backend.scope == "job" and getattr(backend, "lease_s", None) == 10.0
+    assert choose("off", 30, launch, MULTI_NODE) == (None, None, None)

@@ -101,7 +101,7 @@ def _environment(guarded: bool, run_dir: Path, serialize: bool) -> dict[str, str
         if serialize:
             env["FSGUARD_SERIALIZE"] = "1"
     package_parent = str(Path(__file__).resolve().parent.parent.parent)
-    if importlib.util.find_spec("fsguard") is not None and not _in_site_packages(package_parent):
+    if not _in_site_packages(package_parent):
         # Running from a source tree: let the ranks import the same fsguard.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env
@@ -311,6 +311,9 @@ def run(args: argparse.Namespace) -> int:
         summary = {"ranks": args.ranks, "steps": args.steps, "launcher": launcher, "serialize": args.serialize,
                    "without_fsguard": before.summary(), "with_fsguard": after.summary(), "guarded_run_ok": ok}
         (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        if not ok:
+            log = (root / "with-fsguard" / "logs" / "launcher.log").read_text(encoding="utf-8", errors="replace")
+            _say("\nlast lines of the guarded run's launcher log:\n" + "\n".join(log.splitlines()[-20:]))
         _say("\nguarded run: " + ("succeeded" if ok else "FAILED (see the table above)")
              + (f"; logs, records and files in {root}" if args.keep else ""))
         return 0 if ok else 1

@@ -95,7 +95,7 @@ def assert_only_workers_patched(probe_dir: Path, script: str, agents: int, worke
         assert r["patched"] == ["makedirs", "rename", "replace", "rmtree"], r
 
 
-def keep_logs(result: RunResult, stem: str, limit: int = 6000) -> None:
+def keep_logs(result: RunResult, stem: str, limit: int = 8000) -> None:
     """With FSGUARD_CAPTURE_LOGS=<dir>, keep each node's stdout+stderr there, trimmed to about ``limit`` chars."""
     target = os.environ.get("FSGUARD_CAPTURE_LOGS")
     if not target:
@@ -103,9 +103,15 @@ def keep_logs(result: RunResult, stem: str, limit: int = 6000) -> None:
     Path(target).mkdir(parents=True, exist_ok=True)
     for node in result.nodes:
         text = f"# node{node.node} exit status {node.returncode}\n# --- stdout ---\n{node.stdout}# --- stderr ---\n{node.stderr}"
-        if len(text) > limit:
-            half = limit // 2
-            text = f"{text[:half]}\n[... {len(text) - limit} characters trimmed ...]\n{text[-half:]}"
+        if len(text) > limit:  # whole lines only, so every kept record line still parses
+            lines = text.splitlines(keepends=True)
+            head: list[str] = []
+            tail: list[str] = []
+            while lines and sum(map(len, head)) + len(lines[0]) <= limit // 2:
+                head.append(lines.pop(0))
+            while lines and sum(map(len, tail)) + len(lines[-1]) <= limit // 2:
+                tail.insert(0, lines.pop())
+            text = "".join(head) + f"[... {len(lines)} lines trimmed ...]\n" + "".join(tail)
         (Path(target) / f"{stem}-node{node.node}.log").write_text(text)
 
 

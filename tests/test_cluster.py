@@ -5,23 +5,24 @@ Run alone with ``pytest -m cluster``. ``FSGUARD_CAPTURE_LOGS=<dir>`` keeps trimm
 two-node checkpoint jobs there (that is how ``tests/data/logs/`` was made).
 """
 
+# ruff: noqa: F811  (pytest fixtures are imported, then named as parameters)
 from __future__ import annotations
 
 import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import pytest
 
 from fsguard.records import Record, parse_line
 from tests.cluster.fixtures import WORKLOADS, job_env, make_cluster, needs_cluster  # noqa: F401 (fixture)
-from tests.cluster.harness import Cluster, RunResult, free_port, mounts_under
-from tests.cluster.workloads._common import RESULT_SUBDIRS as SUBDIRS, payload
+from tests.cluster.harness import Cluster, RunResult, cluster, free_port, mounts_under
+from tests.cluster.workloads._common import RESULT_SUBDIRS as SUBDIRS
+from tests.cluster.workloads._common import payload
 from tests.conftest import clean_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.fuse, needs_cluster]
@@ -116,7 +117,7 @@ def keep_logs(result: RunResult, stem: str, limit: int = 8000) -> None:
 
 
 def torchrun(made: Cluster, python: Path, script: str, *args: str, guarded: bool, probe: bool = False,
-             name: Optional[str] = None) -> RunResult:
+             name: str | None = None) -> RunResult:
     extra = {"FSGUARD": "1", "FSGUARD_LOG": str(made.root / "records")} if guarded else {}
     env = job_env(clean_env(extra), made.root / "probe" if probe else None)
     return made.torchrun(python, WORKLOADS / script, [str(made.shared), *args], nproc_per_node=NPROC, env=env,
@@ -126,7 +127,7 @@ def torchrun(made: Cluster, python: Path, script: str, *args: str, guarded: bool
 # --- what each workload must leave behind -------------------------------------------------------------------
 
 
-def expected_rng_state(rank: int, step: int) -> "object":
+def expected_rng_state(rank: int, step: int) -> object:
     import torch
 
     generator = torch.Generator().manual_seed(1000 + rank)
@@ -269,10 +270,13 @@ def test_torchrun_job_fails_without_fsguard(script: str, make_cluster: Callable[
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("script", sorted(ERRORS))
-def test_torchrun_job_survives_with_fsguard(script: str, make_cluster: Callable[..., Cluster],
-                                            fsguard_python: Path) -> None:
-    made = make_cluster(nodes=NODES)
-    result = torchrun(made, fsguard_python, script, guarded=True, probe=True, name="guarded")
+def test_torchrun_job_survives_with_fsguard(script: str, request: pytest.FixtureRequest,
+                                            make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
+    if script == "checkpoint_loop.py":
+        made, result = request.getfixturevalue("guarded_checkpoint_job")
+    else:
+        made = make_cluster(nodes=NODES)
+        result = torchrun(made, fsguard_python, script, guarded=True, probe=True, name="guarded")
     output = result.output()
     assert result.ok, output[-6000:]
     recs = records(result)
@@ -288,19 +292,29 @@ def test_torchrun_job_survives_with_fsguard(script: str, make_cluster: Callable[
         keep_logs(result, "torchrun-2node-guarded")
 
 
-@pytest.mark.timeout(200)
-def test_stale_lookup_caches_do_not_make_the_guarded_job_wait_them_out(make_cluster: Callable[..., Cluster],
-                                                                        fsguard_python: Path) -> None:
+@pytest.fixture(scope="module")
+def guarded_checkpoint_job(tmp_path_factory: pytest.TempPathFactory, fsguard_python: Path) -> tuple[Cluster, RunResult]:
+    """The guarded two-node checkpoint job without lookup caching: checked once, and the stale-cache test's
+    baseline (one job fewer in CI)."""
+    with cluster(NODES, 0.0, root=tmp_path_factory.mktemp("cluster")) as made:
+        result = torchrun(made, fsguard_python, "checkpoint_loop.py", guarded=True, probe=True, name="guarded")
+    return made, result
+
+
+@pytest.mark.timeout(150)
+def test_stale_lookup_caches_do_not_make_the_guarded_job_wait_them_out(
+        make_cluster: Callable[..., Cluster], fsguard_python: Path,
+        guarded_checkpoint_job: tuple[Cluster, RunResult]) -> None:
     """30 s lookup caches (longer than the whole job) must cost about nothing: fsguard reads fresh listings."""
-    seconds = {}
-    for cache_s in (0, 30):
-        made = make_cluster(nodes=NODES, cache_s=cache_s)
-        result = torchrun(made, fsguard_python, "checkpoint_loop.py", guarded=True, name=f"cache{cache_s}")
-        assert result.ok, result.output()[-6000:]
-        recs = records(result)
-        assert_absorbed_at(recs, "checkpoint_loop.py", result.output())
-        check_checkpoints(made.backing, recs, WORLD, NODES)
-        seconds[cache_s] = workload_seconds(result)
+    baseline = guarded_checkpoint_job[1]
+    assert baseline.ok, baseline.output()[-6000:]
+    made = make_cluster(nodes=NODES, cache_s=30)
+    result = torchrun(made, fsguard_python, "checkpoint_loop.py", guarded=True, name="cache30")
+    assert result.ok, result.output()[-6000:]
+    recs = records(result)
+    assert_absorbed_at(recs, "checkpoint_loop.py", result.output())
+    check_checkpoints(made.backing, recs, WORLD, NODES)
+    seconds = {0: workload_seconds(baseline), 30: workload_seconds(result)}
     assert seconds[30] <= seconds[0] * 1.5 + 3.0, seconds
 
 

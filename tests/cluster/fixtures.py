@@ -6,8 +6,9 @@ Import the fixture into a test module (``from tests.cluster.fixtures import make
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional
+from typing import Callable
 
 import pytest
 
@@ -22,7 +23,7 @@ _REASON = unavailable_reason()
 needs_cluster = pytest.mark.skipif(_REASON is not None, reason=f"simulated cluster: {_REASON}")
 
 
-def job_env(base: Mapping[str, str], probe_dir: Optional[Path] = None, **extra: str) -> dict[str, str]:
+def job_env(base: Mapping[str, str], probe_dir: Path | None = None, **extra: str) -> dict[str, str]:
     """A job's environment: ``base`` (a clean one) plus unbuffered output, gloo on loopback, and the probe."""
     env = dict(base)
     env.update(PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")

@@ -31,9 +31,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Callable, Union
 
 Command = Union[Sequence[str], Callable[[int], Sequence[str]]]
 
@@ -63,14 +64,14 @@ def missing_tools() -> list[str]:
     return missing
 
 
-def unavailable_reason() -> Optional[str]:
+def unavailable_reason() -> str | None:
     """Why simulated nodes cannot run here (missing tools, no root, no namespaces), or None."""
     missing = missing_tools()
     if missing:
         return f"missing: {', '.join(missing)}"
     if os.geteuid() != 0:
         return "needs root for mount and pid namespaces"
-    probe = subprocess.run(["unshare", "-m", "-p", "-u", "--fork", "--mount-proc", "true"],
+    probe = subprocess.run(["unshare", "-m", "-p", "-u", "--fork", "--mount-proc", "true"], check=False,
                            capture_output=True, text=True)
     if probe.returncode != 0:
         return f"unshare failed: {probe.stderr.strip()}"
@@ -89,7 +90,7 @@ class NodeResult:
     """What one node's command did."""
 
     node: int
-    returncode: Optional[int]  # None: killed at the run's timeout
+    returncode: int | None  # None: killed at the run's timeout
     stdout_path: Path
     stderr_path: Path
 
@@ -116,7 +117,7 @@ class RunResult:
         return not self.timed_out and all(n.returncode == 0 for n in self.nodes)
 
     @property
-    def returncodes(self) -> list[Optional[int]]:
+    def returncodes(self) -> list[int | None]:
         return [n.returncode for n in self.nodes]
 
     def output(self) -> str:
@@ -159,8 +160,8 @@ class Cluster:
         """Per-run, per-node stdout/stderr files."""
         return self.root / "logs"
 
-    def run(self, command: Command, *, env: Optional[Mapping[str, str]] = None, timeout: float = 120,
-            name: Optional[str] = None, cwd: Optional[Path] = None) -> RunResult:
+    def run(self, command: Command, *, env: Mapping[str, str] | None = None, timeout: float = 120,
+            name: str | None = None, cwd: Path | None = None) -> RunResult:
         """Boot the nodes, run ``command`` (a list, or ``node -> list``) on all of them at once, tear down.
 
         ``env`` is the complete environment of the commands (the harness adds nothing but ``FSG_*``
@@ -213,9 +214,9 @@ class Cluster:
                 if result.returncode is None and proc.returncode is not None and proc.returncode >= 0:
                     result.returncode = proc.returncode
 
-    def torchrun(self, python: Union[str, Path], script: Union[str, Path], args: Sequence[str] = (), *,
-                 nproc_per_node: int = 2, env: Optional[Mapping[str, str]] = None, timeout: float = 120,
-                 name: Optional[str] = None) -> RunResult:
+    def torchrun(self, python: str | Path, script: str | Path, args: Sequence[str] = (), *,
+                 nproc_per_node: int = 2, env: Mapping[str, str] | None = None, timeout: float = 120,
+                 name: str | None = None) -> RunResult:
         """One torchrun job over all nodes: ``torch.distributed.run --nnodes K --node-rank i ...`` per node."""
         port = free_port()
 
@@ -269,10 +270,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def bindfs_options(cache_s: float = 0.0, *, entry_timeout: Optional[float] = None,
-                   attr_timeout: Optional[float] = None, negative_timeout: Optional[float] = None) -> str:
+def bindfs_options(cache_s: float = 0.0, *, entry_timeout: float | None = None,
+                   attr_timeout: float | None = None, negative_timeout: float | None = None) -> str:
     """bindfs ``-o`` options: each timeout defaults to ``cache_s`` (0: every lookup goes to the backing)."""
-    def num(value: Optional[float]) -> str:
+    def num(value: float | None) -> str:
         return f"{cache_s if value is None else value:g}"
 
     return (f"entry_timeout={num(entry_timeout)},attr_timeout={num(attr_timeout)},"
@@ -292,9 +293,9 @@ def mounts_under(path: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def cluster(nodes: int = 2, cache_s: float = 0.0, *, root: Optional[Path] = None,
-            entry_timeout: Optional[float] = None, attr_timeout: Optional[float] = None,
-            negative_timeout: Optional[float] = None, local_size: str = "256m") -> Iterator[Cluster]:
+def cluster(nodes: int = 2, cache_s: float = 0.0, *, root: Path | None = None,
+            entry_timeout: float | None = None, attr_timeout: float | None = None,
+            negative_timeout: float | None = None, local_size: str = "256m") -> Iterator[Cluster]:
     """A cluster of ``nodes`` simulated nodes whose shared mounts cache lookups for ``cache_s`` seconds.
 
     ``root`` (default: a new temporary directory, removed afterwards) holds ``backing/``, the mount points

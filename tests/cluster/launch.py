@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from .harness import cluster
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.cluster.launch", description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--cache-s", type=float, default=0.0, help="bindfs entry/attr/negative timeout")

@@ -13,9 +13,8 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
-
 
 _started = 0.0
 RESULT_SUBDIRS = ("checkpoints", "eval", "samples", "tensorboard")  # what results_dir.py makes

@@ -15,9 +15,8 @@ import argparse
 import os
 import shutil
 
-import torch
-
 import _common
+import torch
 
 
 def main() -> None:

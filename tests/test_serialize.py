@@ -18,10 +18,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
+from tests.cluster.fixtures import job_env, make_cluster, needs_cluster  # noqa: F401 (fixture)
+from tests.cluster.harness import Cluster
 from tests.conftest import clean_env, run_python
 
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -82,6 +84,26 @@ def test_rmtree_and_rename_of_staging_never_interleave(fsguard_python: Path, tmp
     assert sorted(r["op"] for r in storm) == ["makedirs"] * 3 + ["rename"] * 3, storm
 
 
+@pytest.mark.cluster
+@pytest.mark.fuse
+@needs_cluster
+def test_two_nodes_serialize_through_the_job_store(fsguard_python: Path, make_cluster: Callable[..., Cluster]) -> None:
+    # Ranks 0-1 (node0) commit the checkpoint while ranks 2-3 (node1) clean up the staging directory, on
+    # one shared directory seen through each node's own caching FUSE mount: only a job-wide lock helps.
+    made = make_cluster(nodes=2, cache_s=0.5)
+    logs = made.root / "records"
+    env = job_env(clean_env({"FSGUARD": "1", "FSGUARD_SERIALIZE": "1", "FSGUARD_SETTLE_S": "0.2",
+                             "FSGUARD_STDERR": "0", "FSGUARD_LOG": str(logs)}))
+    result = made.torchrun(fsguard_python, WORKERS / "serialize_race.py", [str(made.shared / "work"), "4"],
+                           nproc_per_node=2, env=env, timeout=90, name="serialize")
+    assert result.ok, [node.stderr[-2000:] for node in result.nodes]
+    out = json.loads(result.nodes[0].stdout.strip().splitlines()[-1])
+    assert out["backend"] == "store", out  # auto, ranks on two nodes
+    assert set(out["outcomes"]) <= {"complete", "gone"}, out
+    assert not [r for r in records(logs) if r["decision"] in ("hazard", "conflict", "unserialized")]
+    assert out["storm_errors"] == [[], [], [], []] and out["storm_dst_ok"], out
+
+
 # --- kill -9 of a holder --------------------------------------------------------------------------------
 
 
@@ -140,7 +162,7 @@ def test_store_holder_killed_peers_take_over_within_the_bound(fsguard_python: Pa
         holder.wait()
     killed_at = time.monotonic()
     results = [_finish(p) for p in peers]
-    assert all(r["done_at"] - killed_at < 5.0 for r in results), results  # lease 2 s (+ slack), bound 6 s
+    assert all(r["done_at"] - killed_at < 6.0 for r in results), results  # lease 2 s; the bound is 6 s
     found = records(logs)
     assert not [r for r in found if r["decision"] == "unserialized"], found
     took_over = [r for r in found if r["decision"] == "waited" and r["detail"]["took_over"]]
@@ -181,17 +203,18 @@ OPS = """
 import json, os, shutil, sys, time
 from fsguard import patching
 base = os.environ["FSG_BASE"]
-out = {"backend": patching._serializer.backend.name, "torch_at_start": "torch" in sys.modules, "took": []}
+out = {"torch_at_start": "torch" in sys.modules, "took": [], "before": patching._serializer.describe()}
 for name in ("a", "b"):
     started = time.monotonic()
     os.makedirs(os.path.join(base, name, "x"))
     os.rename(os.path.join(base, name, "x"), os.path.join(base, name, "y"))
     shutil.rmtree(os.path.join(base, name))
     out["took"].append(time.monotonic() - started)
+    out.setdefault("backend", patching._serializer.backend.name)
     if name == "a" and os.environ.get("FSG_THEN_AUTO"):  # then the auto backend, with the same unreachable store
         from fsguard import config, locks, runtime
         patching._serializer = locks.serializer(config.load(dict(os.environ, FSGUARD_LOCK="auto")), runtime.launch)
-        out["then"] = patching._serializer.describe()
+out["then"] = patching._serializer.describe()
 out["filelock"] = "filelock" in sys.modules
 print(json.dumps(out))
 """
@@ -216,6 +239,7 @@ def test_unreachable_store_fails_open_with_a_record(fsguard_python: Path, tmp_pa
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["backend"] == "store" and not out["torch_at_start"], out
+    assert out["before"].startswith("chosen at the first serialized call"), out
     assert out["took"][1] < 1.0, out  # unreachable is remembered: no wait per call
     assert "falling back to file" in out["then"], out
     found = records(logs)

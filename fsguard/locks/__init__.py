@@ -1,6 +1,7 @@
 """Serialization (``FSGUARD_SERIALIZE=1``): guarded operations on one path run one rank at a time.
 
-``serializer`` picks a backend once, at startup, without importing torch (or connecting to anything):
+``serializer`` picks a backend once, at the first serialized call (not at startup: torch may only become
+importable once every ``.pth`` file has run), without importing torch or connecting to anything:
 
 * ``FSGUARD_LOCK=file``: ``flock`` in a private node-local directory (``locks.file``). Serializes the ranks
   of one node only: file locks on a shared (NFS) filesystem are not to be trusted.
@@ -50,18 +51,15 @@ def choose(lock: str, lock_timeout: float, launch: Optional[launcher.Launch],
            env: Mapping[str, str]) -> tuple[Optional[Backend], Optional[Backend], Optional[str]]:
     """(backend, fallback, a note for stderr) for a ``FSGUARD_LOCK`` value; (None, None, None) for off."""
     from .file import FileBackend
+    from .store import StoreBackend
 
     host = launch.host if launch else launcher.hostname(env)
     if lock == "off":
         return None, None, None
-    if lock == "file":
+    if lock == "file" or (lock == "auto" and single_node(env, launch)):
         return FileBackend(host), None, None
-    from .store import StoreBackend
-
     if lock == "store":
         return StoreBackend(lock_timeout, env), None, None
-    if single_node(env, launch):
-        return FileBackend(host), None, None
     if not _torch_importable():
         note = None
         if launch is not None and launch.distributed:
@@ -71,17 +69,22 @@ def choose(lock: str, lock_timeout: float, launch: Optional[launcher.Launch],
 
 
 def serializer(settings: config.Settings, launch: Optional[launcher.Launch]) -> Optional[Serializer]:
-    """The serializer for these settings, or None for ``FSGUARD_LOCK=off``. Never raises."""
-    from .._boot import warn
+    """The serializer for these settings, or None for ``FSGUARD_LOCK=off``. Never raises.
 
-    try:
-        backend, fallback, note = choose(settings.lock, settings.lock_timeout, launch, os.environ)
-        if note:
-            warn(note)
-        if backend is None:
-            return None
-        host = launch.host if launch else launcher.hostname(os.environ)
-        return Serializer(backend, settings.lock_timeout, launch.rank if launch else None, host, fallback)
-    except Exception as error:  # noqa: BLE001 - serialization off, guards still on
-        warn(f"FSGUARD_SERIALIZE: not serializing ({type(error).__name__}: {error})")
+    The backend itself is chosen at the first serialized call (see ``Serializer.backend``)."""
+    if settings.lock == "off":
         return None
+    env = dict(os.environ)
+
+    def chosen() -> tuple[Backend, Optional[Backend], Optional[str]]:
+        try:
+            backend, fallback, note = choose(settings.lock, settings.lock_timeout, launch, env)
+        except Exception as error:  # noqa: BLE001 - node-local locks are better than none
+            from .file import FileBackend
+
+            return FileBackend(host), None, f"FSGUARD_SERIALIZE: {type(error).__name__}: {error}; using file locks"
+        assert backend is not None
+        return backend, fallback, note
+
+    host = launch.host if launch else launcher.hostname(env)
+    return Serializer(chosen, settings.lock_timeout, launch.rank if launch else None, host)

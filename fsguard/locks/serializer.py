@@ -27,6 +27,7 @@ STRIPES_HEX = 3  # 16**3 = 4096 stripes
 WAIT_RECORD_S = 1.0  # a wait at least this long becomes part of the operation's record
 
 GuardedCall = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+Choice = Callable[[], tuple[Backend, Optional[Backend], Optional[str]]]  # (backend, fallback, note for stderr)
 
 
 def stripe(path: str) -> str:
@@ -52,16 +53,35 @@ def targets(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[
 class Serializer:
     """What ``fsguard.patching`` calls around every guarded operation when ``FSGUARD_SERIALIZE=1``."""
 
-    def __init__(self, backend: Backend, timeout: float, rank: Optional[int], host: str,
-                 fallback: Optional[Backend] = None) -> None:
-        self.backend = backend
-        self.fallback = fallback  # node-local locks when the job-wide backend cannot be reached
+    def __init__(self, choose: Choice, timeout: float, rank: Optional[int], host: str) -> None:
+        self._choose: Optional[Choice] = choose
+        self._backend: Optional[Backend] = None
+        self.fallback: Optional[Backend] = None  # node-local locks when the job-wide backend cannot be reached
         self.timeout = timeout
         self._rank = rank
         self._host = host
         self._local = threading.local()
+        self._choosing = threading.Lock()
+
+    @property
+    def backend(self) -> Backend:
+        """Chosen at the first serialized call, not at startup: whether torch is importable is only known
+        once every ``.pth`` file has run (one of them may be what puts torch on ``sys.path``)."""
+        if self._backend is None:
+            with self._choosing:
+                if self._choose is not None:
+                    backend, self.fallback, note = self._choose()
+                    if note:
+                        from .._boot import warn
+
+                        warn(note)
+                    self._backend, self._choose = backend, None
+        assert self._backend is not None
+        return self._backend
 
     def describe(self) -> str:
+        if self._backend is None:
+            return f"chosen at the first serialized call, timeout {self.timeout:g} s"
         text = f"{self.backend.name} ({'whole job' if self.backend.scope == 'job' else 'this node only'})"
         if self.fallback is not None:
             text += f", falling back to {self.fallback.name} ({self.fallback.scope} only) when unreachable"

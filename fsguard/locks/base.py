@@ -7,9 +7,7 @@ given time. What to lock, in which order, what to record and when to give up is 
 from __future__ import annotations
 
 import os
-import secrets
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 
@@ -26,23 +24,27 @@ class Unreachable(Exception):
     """The backend cannot be used right now (no store to talk to, unsafe lock directory...)."""
 
 
-@dataclass
 class Held:
     """One lock this thread holds, and what taking it took.
 
     ``holder`` is who held the lock while we waited (None when it was free), ``took_over`` says that we took
     it from a holder whose lease had run out (dead or stalled), and ``lost`` is filled in by the backend when
-    the lock was taken from *us* before we gave it back.
+    the lock was taken from *us* before we gave it back. (A plain class: a dataclass would cost a
+    millisecond of every serialized job's startup.)
     """
 
-    key: str
-    token: Any
-    waited_s: float = 0.0
-    holder: Optional[str] = None
-    took_over: bool = False
-    note: str = ""
-    lost: Optional[str] = None
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    __slots__ = ("key", "token", "waited_s", "holder", "took_over", "note", "lost", "lock")
+
+    def __init__(self, key: str, token: Any, waited_s: float = 0.0, holder: Optional[str] = None,
+                 took_over: bool = False) -> None:
+        self.key = key
+        self.token = token
+        self.waited_s = waited_s
+        self.holder = holder
+        self.took_over = took_over
+        self.note = ""
+        self.lost: Optional[str] = None
+        self.lock = threading.Lock()
 
 
 class Backend(Protocol):
@@ -58,7 +60,7 @@ class Backend(Protocol):
     def release(self, held: Held) -> None: ...
 
 
-_NONCE = secrets.token_hex(4)
+_NONCE = os.urandom(4).hex()
 
 
 def holder_text(rank: Optional[int], host: str, what: str) -> str:
@@ -74,7 +76,7 @@ def process_nonce() -> str:
 
 def _renew_nonce() -> None:
     global _NONCE
-    _NONCE = secrets.token_hex(4)
+    _NONCE = os.urandom(4).hex()
 
 
 os.register_at_fork(after_in_child=_renew_nonce)

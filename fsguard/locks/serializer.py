@@ -15,7 +15,6 @@ function) does not wait for itself.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -31,7 +30,9 @@ Choice = Callable[[], tuple[Backend, Optional[Backend], Optional[str]]]  # (back
 
 
 def stripe(path: str) -> str:
-    return hashlib.sha1(path.encode("utf-8", "surrogateescape")).hexdigest()[:STRIPES_HEX]
+    from hashlib import sha1  # here, not at startup: a cached import costs well under a microsecond
+
+    return sha1(path.encode("utf-8", "surrogateescape")).hexdigest()[:STRIPES_HEX]
 
 
 def targets(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[list[str]]:

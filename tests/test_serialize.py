@@ -15,6 +15,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -308,7 +309,11 @@ def test_choice_of_backend() -> None:
     assert not single_node(MULTI_NODE, launch)
     assert single_node(dict(MULTI_NODE, LOCAL_WORLD_SIZE="8"), launch)
     assert single_node({"SLURM_STEP_NUM_NODES": "1"}, None)
-    backend, fallback, _ = choose("auto", 30, launch, MULTI_NODE)
+    with_store = dict(MULTI_NODE, MASTER_PORT="29500")
+    backend, fallback, _ = choose("auto", 30, launch, with_store)
     assert backend is not None and fallback is not None and (backend.name, fallback.name) == ("store", "file")
     assert backend.scope == "job" and getattr(backend, "lease_s", None) == 10.0
     assert choose("off", 30, launch, MULTI_NODE) == (None, None, None)
+    if "torch.distributed" not in sys.modules:  # no store to find: file locks, with a note saying so
+        backend, fallback, note = choose("auto", 30, launch, MULTI_NODE)
+        assert backend is not None and backend.name == "file" and fallback is None and note and "MASTER" in note

@@ -7,7 +7,8 @@ importable once every ``.pth`` file has run), without importing torch or connect
   of one node only: file locks on a shared (NFS) filesystem are not to be trusted.
 * ``FSGUARD_LOCK=store``: a lease lock in the job's ``torch.distributed`` store (``locks.store``). Job-wide.
 * ``FSGUARD_LOCK=auto`` (default): ``file`` when the launcher says every rank is on this node (it is
-  cheaper, and as good there) or when torch is not importable; otherwise ``store``, falling back to
+  cheaper, and as good there), when torch is not importable, or when there is no job store to find (no
+  ``MASTER_ADDR``/``MASTER_PORT``, ``torch.distributed`` not imported); otherwise ``store``, falling back to
   ``file`` (with a record for each call that was serialized on this node only) while the store is out of
   reach, e.g. before the job's store exists.
 * ``FSGUARD_LOCK=off``: no serialization.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from typing import Mapping, Optional
 
 from .. import config, launcher
@@ -60,10 +62,17 @@ def choose(lock: str, lock_timeout: float, launch: Optional[launcher.Launch],
         return FileBackend(host), None, None
     if lock == "store":
         return StoreBackend(lock_timeout, env), None, None
+    # A store needs torch, and somewhere to find the job's store: the launcher's address, or a process
+    # group (torch.distributed in use). Without both, importing torch would only cost seconds for nothing.
+    why = None
     if not _torch_importable():
+        why = "torch is not importable"
+    elif not (env.get("MASTER_ADDR") and env.get("MASTER_PORT")) and "torch.distributed" not in sys.modules:
+        why = "no MASTER_ADDR/MASTER_PORT and torch.distributed not in use"
+    if why is not None:
         note = None
         if launch is not None and launch.distributed:
-            note = "FSGUARD_SERIALIZE: torch is not importable, so ranks are serialized per node only (file locks)"
+            note = f"FSGUARD_SERIALIZE: {why}, so ranks are serialized per node only (file locks)"
         return FileBackend(host), None, note
     return StoreBackend(lock_timeout, env), FileBackend(host), None
 

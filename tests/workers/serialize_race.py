@@ -3,7 +3,7 @@
 Run as ``torchrun --nproc-per-node 4 serialize_race.py <root> <rounds>``; rank 0 prints one JSON line.
 
 Race rounds (ranks 0-1 commit ``staging -> ckpt`` with ``os.rename``, ranks 2-3 clean up with
-``shutil.rmtree(staging)``), alternately:
+``shutil.rmtree(staging)``), three "mid" rounds then one "free" round in every four:
   * "mid": the committers wait until the cleanup has visibly started (files gone from the staging
     directory), then rename: without serialization the rename lands mid-walk and the checkpoint is partial;
   * "free": everyone starts after a random pause of up to 20 ms.
@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch.distributed as dist
 
-FILES = 800
+FILES = 2000
 
 
 def count_files(path: str) -> int:
@@ -78,7 +78,7 @@ def main() -> None:
                 with open(os.path.join(staging, f"shard{i}"), "w") as f:
                     f.write("x")
         dist.barrier()
-        result = race(rank, round_dir, "mid" if k % 2 == 0 else "free")
+        result = race(rank, round_dir, "free" if k % 4 == 3 else "mid")
         gathered: list[object] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, result)
         if rank == 0:

@@ -59,6 +59,7 @@ def test_demo_before_and_after(which: str, launcher: str, request: pytest.Fixtur
     assert "ok on all 4 ranks" in out
     assert "races absorbed" in out and "ranks crashed" in out
     assert "guarded run: succeeded" in out
+    assert "train.py:" in out  # records name the call site in the job's script (report or plain count)
 
 
 @pytest.mark.timeout(120)

@@ -113,7 +113,13 @@ def _in_site_packages(directory: str) -> bool:
 
 
 def _command(launcher: str, ranks: int, run_dir: Path, steps: int) -> list[str]:
-    job = ["-m", "fsguard.demo.workload", str(run_dir), str(steps)]
+    """The launcher's command line. The workload runs as a copy in the run directory, as a user's training
+    script would: fsguard's records name their call site outside fsguard's own package (``train.py:NN``)."""
+    script = run_dir / "train.py"
+    from ..demo import workload
+
+    shutil.copyfile(workload.__file__, script)
+    job = [str(script), str(run_dir), str(steps)]
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
                 f"--nproc-per-node={ranks}", "--max-restarts=0", "--monitor-interval=0.1", *job]
@@ -261,18 +267,19 @@ def _report(records_dir: Path, found: list[records.Record]) -> None:
     if importlib.util.find_spec("fsguard.cli.report") is not None:
         _say(f"$ fsguard report {records_dir}")
         done = subprocess.run([sys.executable, "-m", "fsguard", "report", str(records_dir)], check=False)
-        if done.returncode == 0:
+        if done.returncode in (0, 1):  # report's statuses: 0 no records, 1 records found, 2 errors
             return
         _say(f"(fsguard report exited {done.returncode}; a plain count of the records follows)")
     _say(f"records in {records_dir}: {len(found)}")
-    for (decision, op), n in sorted(_count_pairs(found).items()):
-        _say(f"  {decision:<10} {op:<10} {n}")
+    for (decision, op, site), n in sorted(_count_pairs(found).items()):
+        _say(f"  {decision:<10} {op:<10} {n:>4}  at {site}")
 
 
-def _count_pairs(found: list[records.Record]) -> dict[tuple[str, str], int]:
-    counts: dict[tuple[str, str], int] = {}
+def _count_pairs(found: list[records.Record]) -> dict[tuple[str, str, str], int]:
+    counts: dict[tuple[str, str, str], int] = {}
     for r in found:
-        counts[(r.decision, r.op)] = counts.get((r.decision, r.op), 0) + 1
+        key = (r.decision, r.op, r.site_text())
+        counts[key] = counts.get(key, 0) + 1
     return counts
 
 

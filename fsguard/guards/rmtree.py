@@ -78,8 +78,16 @@ class _Walk:
         if evidence.own_last_event(self.top_norm) in ("removed", "moved-away"):
             return False  # this process removed it itself: raise as the standard library does
         parent = os.path.dirname(self.top_norm)
-        seen = evidence.look(self.top_norm)
-        if not seen.parent_exists or seen.present:
+
+        def gone_from_listing() -> Optional[evidence.Look]:
+            seen = evidence.look(self.top_norm)
+            return seen if (not seen.parent_exists or not seen.present) else None
+
+        # A stale lookup cache can say "missing" while peers are still deleting the tree: wait (bounded)
+        # for the fresh listing to drop the name.
+        seen, waited = evidence.settle(gone_from_listing, self.rules.settle_s)
+        self.waited += waited
+        if seen is None or not seen.parent_exists:
             return False
         st = evidence.lstat_or_none(parent)
         return st is not None and self.rules.is_fresh(st.st_ctime)

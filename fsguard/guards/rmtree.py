@@ -116,6 +116,26 @@ class _Walk:
                 return True
         return False
 
+    def absorb_escaped(self, exc: BaseException) -> bool:
+        """A ``FileNotFoundError`` that bypassed the handler: absorbed if a peer removed the whole tree."""
+        name = getattr(exc, "filename", None)
+        if name is not None and evidence.norm(name) != self.top_norm:
+            return False
+        if evidence.own_last_event(self.top_norm) in ("removed", "moved-away"):
+            return False
+
+        def gone() -> Optional[bool]:
+            seen = evidence.look(self.top_norm)
+            return True if seen.parent_exists and not seen.present else None
+
+        result, waited = evidence.settle(gone, self.rules.settle_s)
+        self.waited += waited
+        if result is None:
+            return False
+        self.top_gone = "after"
+        self.first_error = self.first_error or exc
+        return True
+
     def _forward(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
         if self.user_onexc is not None:
             self.user_onexc(func, path, exc)
@@ -184,9 +204,14 @@ def run(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     onexc = kwargs.get("onexc")
     rest = {k: v for k, v in kwargs.items() if k not in ("path", "ignore_errors", "onerror", "onexc")}
     walk = _Walk(original, path, rules, use_onexc, onerror, onexc)
-    if use_onexc:
-        original(path, False, onexc=walk.onexc, **rest)
-    else:
-        original(path, False, walk.onerror, **rest)
+    try:
+        if use_onexc:
+            original(path, False, onexc=walk.onexc, **rest)
+        else:
+            original(path, False, walk.onerror, **rest)
+    except FileNotFoundError as exc:
+        # Some failures escape the handler (e.g. ``fstat`` of the top on FUSE after a peer removed it).
+        if not walk.absorb_escaped(exc):
+            raise
     del ignore_errors  # only False reaches here
     return walk.verdict()

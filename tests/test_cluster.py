@@ -285,9 +285,8 @@ def test_torchrun_job_survives_with_fsguard(script: str, request: pytest.Fixture
     assert_only_workers_patched(made.root / "probe", script, agents=NODES, workers=WORLD)
     # The per-process JSONL files hold exactly the records written on stderr.
     assert sorted(r.to_json() for r in jsonl_records(made.root / "records")) == sorted(r.to_json() for r in recs)
-    if script == "compile_cache.py":
-        pids = worker_pids(result)
-        assert pids[0] & pids[1], f"no pid shared by the two nodes' workers: {pids}"
+    # Equal pids across nodes are asserted by the harness test; which workers end up recording an absorbed
+    # collision varies with timing, so the per-run pid sets are not compared here.
     if script == "checkpoint_loop.py":
         keep_logs(result, "torchrun-2node-guarded")
 

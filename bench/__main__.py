@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from bench import _common as common
 from bench import calls, scale, startup
@@ -32,27 +32,47 @@ def summary_rows(results: dict[str, Any]) -> list[list[str]]:
             [f"startup: import wrapt {s['wrapt_versions']['installed']}, wall", f"{s['wrapt_import_ms']:.1f} ms", ""],
         ]
         for version, v in s["by_wrapt"].items():
-            rows.append([f"startup: import wrapt {version}, wall / importtime",
-                         f"{v['wrapt_import_ms']:.1f} / {v['wrapt_importtime_ms']:.1f} ms", ""])
+            rows.append(
+                [
+                    f"startup: import wrapt {version}, wall / importtime",
+                    f"{v['wrapt_import_ms']:.1f} / {v['wrapt_importtime_ms']:.1f} ms",
+                    "",
+                ]
+            )
     if "calls" in results:
         c = results["calls"]
         for op, arms in c["happy_path"].items():
             name = "null function" if op == "null" else op
             added = arms.get("fsguard", {}).get("added_us")
-            rows.append([f"calls: {name} added by fsguard (bare wrapt / shim)",
-                         f"{common.fmt(added, ' us', 3)} ({common.fmt(arms['wrapt']['added_us'], '', 3)} / "
-                         f"{common.fmt(arms['shim']['added_us'], '', 3)})", "<= 0.3 us"])
+            rows.append(
+                [
+                    f"calls: {name} added by fsguard (bare wrapt / shim)",
+                    f"{common.fmt(added, ' us', 3)} ({common.fmt(arms['wrapt']['added_us'], '', 3)} / "
+                    f"{common.fmt(arms['shim']['added_us'], '', 3)})",
+                    "<= 0.3 us",
+                ]
+            )
         for op, r in c["decisions"]["off/empty"].items():
             full = c["decisions"]["off/full"][op]["median_ms"]
             logged = c["decisions"]["jsonl/empty"][op]["median_ms"]
-            rows.append([f"decide: {op} absorbed, local (logged+jsonl / memory full)",
-                         f"{r['median_ms']:.3f} ms ({logged:.3f} / {full:.3f})", "<= 1 ms"])
+            rows.append(
+                [
+                    f"decide: {op} absorbed, local (logged+jsonl / memory full)",
+                    f"{r['median_ms']:.3f} ms ({logged:.3f} / {full:.3f})",
+                    "<= 1 ms",
+                ]
+            )
         if "skipped" in c["bindfs"]:
             rows.append(["decide on bindfs", f"skipped: {c['bindfs']['skipped']}", "<< 1 s"])
         else:
             for op, r in c["bindfs"].items():
-                rows.append([f"decide on bindfs, 30 s caches: {op}",
-                             f"{r['median_ms']:.2f} ms (max {r['max_ms']:.1f})", "<< 1 s"])
+                rows.append(
+                    [
+                        f"decide on bindfs, 30 s caches: {op}",
+                        f"{r['median_ms']:.2f} ms (max {r['max_ms']:.1f})",
+                        "<< 1 s",
+                    ]
+                )
     if "scale" in results:
         sc = results["scale"]
         top = max(sc["sizes"])
@@ -63,7 +83,7 @@ def summary_rows(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES))
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that everything runs")
@@ -79,12 +99,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             started = time.perf_counter()
             print(f"\n== {name} ==", flush=True)
             if name == "startup":
-                results[name] = (startup.run(ws, runs=2, importtime_runs=1, wrapt_specs=[]) if args.quick
-                                 else startup.run(ws))
+                results[name] = (
+                    startup.run(ws, runs=2, importtime_runs=1, wrapt_specs=[]) if args.quick else startup.run(ws)
+                )
                 print(startup.render(results[name]))
             elif name == "calls":
-                results[name] = (calls.run(calls=200, rounds=2, decision_iterations=5, bindfs_iterations=2)
-                                 if args.quick else calls.run())
+                results[name] = (
+                    calls.run(calls=200, rounds=2, decision_iterations=5, bindfs_iterations=2)
+                    if args.quick
+                    else calls.run()
+                )
                 print(calls.render(results[name]))
             else:
                 results[name] = scale.run(ws, sizes=(2, 4), trials=1) if args.quick else scale.run(ws)
@@ -95,7 +119,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(common.machine_line(info))
     print(common.table(["figure", "measured", "target"], summary_rows(results)))
     out = args.out or common.ROOT / "bench" / "results" / (
-        time.strftime("%Y-%m-%d-%H%M") + f"-{(info.get('git') or 'unknown').replace('+', '-')}.json")
+        time.strftime("%Y-%m-%d-%H%M") + f"-{(info.get('git') or 'unknown').replace('+', '-')}.json"
+    )
     common.write_json(out, {"machine": info, "quick": args.quick, "seconds": timings, **results})
     print(f"\nresults: {out}")
     return 0

@@ -17,21 +17,46 @@ import sys
 import tempfile
 import time
 import venv
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Variables that would make a child look like part of a job, or change fsguard's behaviour.
-_LAUNCH_PREFIXES = ("FSGUARD", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_",
-                    "TORCHELASTIC", "MASTER_", "SLURM", "OMPI_", "PMI_", "PMIX", "HOROVOD", "ACCELERATE_",
-                    "DEEPSPEED", "CROSS_RANK", "MPI_LOCALRANKID")
+_LAUNCH_PREFIXES = (
+    "FSGUARD",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_",
+    "TORCHELASTIC",
+    "MASTER_",
+    "SLURM",
+    "OMPI_",
+    "PMI_",
+    "PMIX",
+    "HOROVOD",
+    "ACCELERATE_",
+    "DEEPSPEED",
+    "CROSS_RANK",
+    "MPI_LOCALRANKID",
+)
 
-TORCHRUN_ENV = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4",
-                "TORCHELASTIC_RUN_ID": "bench", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+TORCHRUN_ENV = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "4",
+    "TORCHELASTIC_RUN_ID": "bench",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
 
 
-def clean_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without fsguard or launcher variables or PYTHONPATH, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCH_PREFIXES)}
     env.pop("PYTHONPATH", None)
@@ -41,17 +66,23 @@ def clean_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
 
 
 def _wrapt_version(python: str = sys.executable) -> str:
-    out = subprocess.run([python, "-c", "import wrapt; print(wrapt.__version__)"], env=clean_env(),
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [python, "-c", "import wrapt; print(wrapt.__version__)"], env=clean_env(), capture_output=True, text=True
+    )
     return out.stdout.strip() or "not importable"
 
 
-def _git_commit() -> Optional[str]:
+def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "fsguard"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "fsguard"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else None
@@ -83,8 +114,10 @@ def machine() -> dict[str, Any]:
 
 def machine_line(info: Mapping[str, Any]) -> str:
     load = info.get("load_average") or []
-    return (f"machine: {info['cpu']}, {info['cores']} cores, {info['implementation']} {info['python']}, "
-            f"wrapt {info['wrapt']}, load {' '.join(str(x) for x in load)}, fsguard {info.get('git')}")
+    return (
+        f"machine: {info['cpu']}, {info['cores']} cores, {info['implementation']} {info['python']}, "
+        f"wrapt {info['wrapt']}, load {' '.join(str(x) for x in load)}, fsguard {info.get('git')}"
+    )
 
 
 class Workspace:
@@ -93,18 +126,18 @@ class Workspace:
     Venvs are made once per name and reused by every benchmark of one run (``python -m bench``).
     """
 
-    def __init__(self, where: Optional[Path] = None) -> None:
+    def __init__(self, where: Path | None = None) -> None:
         self._tmp = None if where else tempfile.TemporaryDirectory(prefix="fsguard-bench-")
         self.path = Path(where) if where else Path(self._tmp.name)  # type: ignore[union-attr]
         self.path.mkdir(parents=True, exist_ok=True)
-        self._wheel: Optional[Path] = None
-        self._venvs: dict[str, Optional[Path]] = {}
+        self._wheel: Path | None = None
+        self._venvs: dict[str, Path | None] = {}
 
     def close(self) -> None:
         if self._tmp is not None:
             self._tmp.cleanup()
 
-    def __enter__(self) -> "Workspace":
+    def __enter__(self) -> Workspace:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -114,12 +147,26 @@ class Workspace:
         if self._wheel is None:
             out = self.path / "wheel"
             shutil.rmtree(out, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(out), str(ROOT)], check=True, env=clean_env())
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "-q",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    "-w",
+                    str(out),
+                    str(ROOT),
+                ],
+                check=True,
+                env=clean_env(),
+            )
             (self._wheel,) = out.glob("fsguard-*.whl")
         return self._wheel
 
-    def venv(self, name: str, *, fsguard: bool = True, wrapt: str = "link") -> Optional[Path]:
+    def venv(self, name: str, *, fsguard: bool = True, wrapt: str = "link") -> Path | None:
         """The python of venv ``name`` (made on first use), or None if it cannot be made (e.g. offline).
 
         ``wrapt="link"`` links this interpreter's wrapt (the version under test, no network);
@@ -130,10 +177,24 @@ class Workspace:
         where = self.path / name
         venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(where)
         python = where / "bin" / "python"
-        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                 check=True, capture_output=True, text=True, env=clean_env()).stdout.strip()
-        pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-               "--disable-pip-version-check"]
+        purelib = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+        ).stdout.strip()
+        pip = [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ]
         try:
             if fsguard:
                 subprocess.run([*pip, str(self.wheel())], check=True, env=clean_env())
@@ -169,7 +230,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     data = sorted(values)
     if not data:
         return float("nan")
-    k = max(0, min(len(data) - 1, int(round(q / 100 * (len(data) - 1)))))
+    k = max(0, min(len(data) - 1, round(q / 100 * (len(data) - 1))))
     return data[k]
 
 
@@ -182,12 +243,14 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     widths = [max([len(h), *(len(r[i]) for r in text_rows)]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        )
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in text_rows)])
 
 
-def fmt(value: Optional[float], unit: str = "", digits: int = 2) -> str:
+def fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
     if value is None or value != value:
         return "n/a"
     return f"{value:.{digits}f}{unit}"
@@ -198,5 +261,17 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
 
 
-__all__ = ["ROOT", "TORCHRUN_ENV", "Workspace", "clean_env", "fmt", "has_fsguard_locks", "machine",
-           "machine_line", "median", "percentile", "table", "write_json"]
+__all__ = [
+    "ROOT",
+    "TORCHRUN_ENV",
+    "Workspace",
+    "clean_env",
+    "fmt",
+    "has_fsguard_locks",
+    "machine",
+    "machine_line",
+    "median",
+    "percentile",
+    "table",
+    "write_json",
+]

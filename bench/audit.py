@@ -35,12 +35,14 @@ TRACEBACK = """\
 [rank{r}]:   File "<frozen os>", line 225, in makedirs
 [rank{r}]: FileExistsError: [Errno 17] File exists: '/ckpt/checkpoint-{step}'
 """
-RECORD = ('fsguard: absorbed rename rank={r}/64 host=n{h} at /job/train.py:120 in save: source gone, destination '
-          'present and changed 0.01 s ago: a peer did the same move :: {{"args": ["/ckpt/tmp-checkpoint-{step}", '
-          '"/ckpt/checkpoint-{step}"], "decision": "absorbed", "detail": {{}}, "error": null, "evidence": "a peer '
-          'did the same move", "host": "n{h}", "launcher": "torchrun", "local_rank": 0, "op": "rename", "pid": 42, '
-          '"rank": {r}, "site": {{"file": "/job/train.py", "function": "save", "line": 120}}, "time": 1796000000.0, '
-          '"v": 1, "version": "0.1.0", "waited_s": 0.0, "world_size": 64}}\n')
+RECORD = (
+    "fsguard: absorbed rename rank={r}/64 host=n{h} at /job/train.py:120 in save: source gone, destination "
+    'present and changed 0.01 s ago: a peer did the same move :: {{"args": ["/ckpt/tmp-checkpoint-{step}", '
+    '"/ckpt/checkpoint-{step}"], "decision": "absorbed", "detail": {{}}, "error": null, "evidence": "a peer '
+    'did the same move", "host": "n{h}", "launcher": "torchrun", "local_rank": 0, "op": "rename", "pid": 42, '
+    '"rank": {r}, "site": {{"file": "/job/train.py", "function": "save", "line": 120}}, "time": 1796000000.0, '
+    '"v": 1, "version": "0.1.0", "waited_s": 0.0, "world_size": 64}}\n'
+)
 
 
 def _filler_block() -> bytes:
@@ -50,11 +52,15 @@ def _filler_block() -> bytes:
     size = 0
     while size < MIB:
         if i % 50 == 0:
-            line = (f"W1202 19:05:{i % 60:02d}.{i:06d} 5189 torch/distributed/run.py:874] Setting OMP_NUM_THREADS "
-                    f"environment variable for each process to be 1 in default\n")
+            line = (
+                f"W1202 19:05:{i % 60:02d}.{i:06d} 5189 torch/distributed/run.py:874] Setting OMP_NUM_THREADS "
+                f"environment variable for each process to be 1 in default\n"
+            )
         else:
-            line = (f"[rank{i % 8}]: step {i:7d} | loss {1 / (i + 1):.6f} | lr 3.0e-04 | grad_norm {i % 97 / 7:.3f} "
-                    f"| tokens/s {12000 + i % 513} | mem 23.{i % 10} GiB\n")
+            line = (
+                f"[rank{i % 8}]: step {i:7d} | loss {1 / (i + 1):.6f} | lr 3.0e-04 | grad_norm {i % 97 / 7:.3f} "
+                f"| tokens/s {12000 + i % 513} | mem 23.{i % 10} GiB\n"
+            )
         lines.append(line)
         size += len(line)
         i += 1
@@ -82,8 +88,12 @@ def measure(command: str, path: Path) -> dict[str, float]:
     """Run ``python -m fsguard <command> path`` once; wall seconds and peak RSS of that process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "fsguard", command, "--json", str(path)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fsguard", command, "--json", str(path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert proc.stdout is not None
     output = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -95,8 +105,13 @@ def measure(command: str, path: Path) -> dict[str, float]:
 
 
 def run(mb: int, compress: bool, workdir: Path) -> dict[str, Any]:
-    results: dict[str, Any] = {"cores": os.cpu_count(), "python": sys.version.split()[0], "mb": mb,
-                               "gzip": compress, "runs": {}}
+    results: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "mb": mb,
+        "gzip": compress,
+        "runs": {},
+    }
     for size in (max(mb // 4, 1), mb):
         path = workdir / (f"job-{size}.log" + (".gz" if compress else ""))
         on_disk = write_log(path, size, compress)
@@ -110,9 +125,13 @@ def run(mb: int, compress: bool, workdir: Path) -> dict[str, Any]:
 
 
 def render(results: dict[str, Any]) -> str:
-    lines = [(f"machine: {results['cores']} cores, Python {results['python']}; log "
-             f"{'gzip-compressed' if results['gzip'] else 'plain'}"),
-             f"{'command/MiB':<16}{'MB/s':>9}{'seconds':>10}{'peak RSS':>12}{'found':>7}"]
+    lines = [
+        (
+            f"machine: {results['cores']} cores, Python {results['python']}; log "
+            f"{'gzip-compressed' if results['gzip'] else 'plain'}"
+        ),
+        f"{'command/MiB':<16}{'MB/s':>9}{'seconds':>10}{'peak RSS':>12}{'found':>7}",
+    ]
     for name, r in results["runs"].items():
         lines.append(f"{name:<16}{r['mb_per_s']:>9.0f}{r['seconds']:>10.2f}{r['max_rss_mib']:>9.1f} MiB{r['found']:>7}")
     return "\n".join(lines)

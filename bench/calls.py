@@ -34,8 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -44,8 +45,12 @@ if __package__ in (None, ""):
 from bench import _common as common
 
 ARMS = ("unpatched", "fsguard", "wrapt", "shim")
-TARGET = {"replace": (os, "replace"), "rename": (os, "rename"), "makedirs": (os, "makedirs"),
-          "rmtree": (shutil, "rmtree")}
+TARGET = {
+    "replace": (os, "replace"),
+    "rename": (os, "rename"),
+    "makedirs": (os, "makedirs"),
+    "rmtree": (shutil, "rmtree"),
+}
 
 
 def _load_fsguard() -> Any:
@@ -86,6 +91,7 @@ def _time_op(op: str, calls: int, work: Path) -> Callable[[], float]:
                 os.replace(a, b)
                 os.replace(b, a)
             return (time.perf_counter() - t) / (calls // 2 * 2)
+
         return run
     if op == "rename":
         a, b = str(work / "d1"), str(work / "d2")
@@ -97,6 +103,7 @@ def _time_op(op: str, calls: int, work: Path) -> Callable[[], float]:
                 os.rename(a, b)
                 os.rename(b, a)
             return (time.perf_counter() - t) / (calls // 2 * 2)
+
         return run
     if op == "makedirs":
         d = str(work / "exists")
@@ -107,6 +114,7 @@ def _time_op(op: str, calls: int, work: Path) -> Callable[[], float]:
             for _ in range(calls):
                 os.makedirs(d, exist_ok=True)
             return (time.perf_counter() - t) / calls
+
         return run
     if op == "rmtree":
         top = str(work / "tree")
@@ -126,6 +134,7 @@ def _time_op(op: str, calls: int, work: Path) -> Callable[[], float]:
                 shutil.rmtree(top)
                 total += time.perf_counter() - t
             return total / n
+
         return run
     raise ValueError(op)
 
@@ -168,7 +177,7 @@ def _null_function(patching: Any, calls: int, rounds: int, rng: random.Random) -
     variants = _variants("null", original)
     try:  # fsguard's own wrapper, as install() builds it (an internal API: n/a if it changed)
         variants["fsguard"] = patching.GuardedFunction(original, patching._path_wrapper("replace"), "builtins:max")
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     samples: dict[str, list[float]] = {arm: [] for arm in variants}
     for _ in range(rounds + 1):
@@ -190,7 +199,7 @@ def _summarise(samples: dict[str, list[float]]) -> dict[str, Any]:
     for arm, values in samples.items():
         out[arm] = {"us": common.median(values) * 1e6}
         if arm != "unpatched":
-            out[arm]["added_us"] = common.median(v - b for v, b in zip(values, base)) * 1e6
+            out[arm]["added_us"] = common.median(v - b for v, b in zip(values, base, strict=True)) * 1e6
     return out
 
 
@@ -255,9 +264,14 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
             cleanup()
             fsguard.install()
             first, rest = times[0], times[1:]
-            results[op] = {"median_ms": common.median(rest) * 1000, "p90_ms": common.percentile(rest, 90) * 1000,
-                           "first_ms": first * 1000, "raised": failures, "iterations": iterations,
-                           "unguarded_failure_ms": raw * 1000}
+            results[op] = {
+                "median_ms": common.median(rest) * 1000,
+                "p90_ms": common.percentile(rest, 90) * 1000,
+                "first_ms": first * 1000,
+                "raised": failures,
+                "iterations": iterations,
+                "unguarded_failure_ms": raw * 1000,
+            }
     return results
 
 
@@ -265,10 +279,18 @@ def decisions(iterations: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in ("off", "stderr", "jsonl"):
         for memory in ("empty", "full"):
-            args = [sys.executable, str(Path(__file__).resolve()), "--decision-child", mode,
-                    "--iterations", str(iterations), *(["--memory-full"] if memory == "full" else [])]
-            done = subprocess.run(args, env=common.clean_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  text=True, timeout=600)
+            args = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--decision-child",
+                mode,
+                "--iterations",
+                str(iterations),
+                *(["--memory-full"] if memory == "full" else []),
+            ]
+            done = subprocess.run(
+                args, env=common.clean_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=600
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"decision child {mode}/{memory} failed (exit {done.returncode})")
             out[f"{mode}/{memory}"] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -301,8 +323,9 @@ def bindfs(iterations: int) -> dict[str, Any]:
         mounted = []
         try:
             for mnt in (a, b):
-                done = subprocess.run(["bindfs", "-o", options, backing, mnt], capture_output=True, text=True,
-                                      timeout=30)
+                done = subprocess.run(
+                    ["bindfs", "-o", options, backing, mnt], capture_output=True, text=True, timeout=30
+                )
                 if done.returncode != 0:
                     return {"skipped": f"bindfs mount failed: {done.stderr.strip() or done.returncode}"}
                 mounted.append(mnt)
@@ -360,20 +383,36 @@ def _bindfs_cases(fsguard: Any, a: str, b: str, iterations: int) -> dict[str, An
                 raised.append(type(error).__name__)
             times.append(time.perf_counter() - t)
         fsguard.uninstall()
-        results[op] = {"median_ms": common.median(times) * 1000, "max_ms": max(times) * 1000,
-                       "iterations": iterations, "cache_stale": stale, "raised": raised,
-                       "unguarded": unguarded, "unguarded_cache_stale": unguarded_stale}
+        results[op] = {
+            "median_ms": common.median(times) * 1000,
+            "max_ms": max(times) * 1000,
+            "iterations": iterations,
+            "cache_stale": stale,
+            "raised": raised,
+            "unguarded": unguarded,
+            "unguarded_cache_stale": unguarded_stale,
+        }
     return results
 
 
 # --- running and reporting ----------------------------------------------------------------------------
 
 
-def run(*, calls: int = 20000, rounds: int = 15, decision_iterations: int = 300,
-        bindfs_iterations: int = 20) -> dict[str, Any]:
+def run(
+    *, calls: int = 20000, rounds: int = 15, decision_iterations: int = 300, bindfs_iterations: int = 20
+) -> dict[str, Any]:
     """All three parts; the in-process parts run in a child so this process's fsguard state stays clean."""
-    args = [sys.executable, str(Path(__file__).resolve()), "--in-process", "--calls", str(calls),
-            "--rounds", str(rounds), "--bindfs-iterations", str(bindfs_iterations)]
+    args = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--in-process",
+        "--calls",
+        str(calls),
+        "--rounds",
+        str(rounds),
+        "--bindfs-iterations",
+        str(bindfs_iterations),
+    ]
     done = subprocess.run(args, env=common.clean_env(), stdout=subprocess.PIPE, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"calls benchmark failed (exit {done.returncode})")
@@ -388,33 +427,57 @@ def render(result: dict[str, Any]) -> str:
     rows = []
     for op, arms in hp.items():
         name = "null function (max)" if op == "null" else op
-        rows.append([name, common.fmt(arms["unpatched"]["us"], " us", 3)]
-                    + [common.fmt(arms[a]["added_us"], " us", 3) if a in arms else "n/a"
-                       for a in ("fsguard", "wrapt", "shim")])
-    lines = [f"happy path: per call, median of {result['rounds']} interleaved rounds; "
-             f"added = median per-round difference to unpatched (target: fsguard <= 0.3 us)",
-             common.table(["operation", "unpatched", "+fsguard", "+bare wrapt", "+python shim"], rows), ""]
+        rows.append(
+            [name, common.fmt(arms["unpatched"]["us"], " us", 3)]
+            + [common.fmt(arms[a]["added_us"], " us", 3) if a in arms else "n/a" for a in ("fsguard", "wrapt", "shim")]
+        )
+    lines = [
+        f"happy path: per call, median of {result['rounds']} interleaved rounds; "
+        f"added = median per-round difference to unpatched (target: fsguard <= 0.3 us)",
+        common.table(["operation", "unpatched", "+fsguard", "+bare wrapt", "+python shim"], rows),
+        "",
+    ]
     rows = []
     for key, ops in result["decisions"].items():
         for op, r in ops.items():
-            rows.append([f"{op}  [{key}]", common.fmt(r["median_ms"], " ms", 3), common.fmt(r["p90_ms"], " ms", 3),
-                         common.fmt(r["first_ms"], " ms", 2), f"{r['raised']}/{r['iterations'] + 1}",
-                         common.fmt(r["unguarded_failure_ms"], " ms", 3)])
-    lines += ["decisions on local disk (absorbed race; [logging/own-memory]; target <= 1 ms)",
-              common.table(["decision", "median", "p90", "first in process", "raised", "unguarded raise"], rows), ""]
+            rows.append(
+                [
+                    f"{op}  [{key}]",
+                    common.fmt(r["median_ms"], " ms", 3),
+                    common.fmt(r["p90_ms"], " ms", 3),
+                    common.fmt(r["first_ms"], " ms", 2),
+                    f"{r['raised']}/{r['iterations'] + 1}",
+                    common.fmt(r["unguarded_failure_ms"], " ms", 3),
+                ]
+            )
+    lines += [
+        "decisions on local disk (absorbed race; [logging/own-memory]; target <= 1 ms)",
+        common.table(["decision", "median", "p90", "first in process", "raised", "unguarded raise"], rows),
+        "",
+    ]
     bind = result["bindfs"]
     if "skipped" in bind:
         lines.append(f"bindfs: skipped ({bind['skipped']})")
     else:
-        rows = [[op, common.fmt(r["median_ms"], " ms", 2), common.fmt(r["max_ms"], " ms", 2),
-                 f"{r['cache_stale']}/{r['iterations']}", f"{len(r['raised'])}/{r['iterations']}", r["unguarded"]]
-                for op, r in bind.items()]
-        lines += ["bindfs, 30 s entry/attr/negative caches, change made through the other mount (target << 1 s)",
-                  common.table(["guarded call", "median", "max", "cache stale", "raised", "without fsguard"], rows)]
+        rows = [
+            [
+                op,
+                common.fmt(r["median_ms"], " ms", 2),
+                common.fmt(r["max_ms"], " ms", 2),
+                f"{r['cache_stale']}/{r['iterations']}",
+                f"{len(r['raised'])}/{r['iterations']}",
+                r["unguarded"],
+            ]
+            for op, r in bind.items()
+        ]
+        lines += [
+            "bindfs, 30 s entry/attr/negative caches, change made through the other mount (target << 1 s)",
+            common.table(["guarded call", "median", "max", "cache stale", "raised", "without fsguard"], rows),
+        ]
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=20000, help="calls per round and arm (default 20000)")
     parser.add_argument("--rounds", type=int, default=15)
@@ -432,13 +495,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(json.dumps(_decision_child(args.decision_child, args.iterations, args.memory_full)))
         return 0
     if args.in_process:
-        print(json.dumps({"happy_path": happy_path(args.calls, args.rounds),
-                          "bindfs": bindfs(args.bindfs_iterations)}))
+        print(json.dumps({"happy_path": happy_path(args.calls, args.rounds), "bindfs": bindfs(args.bindfs_iterations)}))
         return 0
     info = common.machine()
     print(common.machine_line(info), flush=True)
-    result = run(calls=args.calls, rounds=args.rounds, decision_iterations=args.iterations,
-                 bindfs_iterations=args.bindfs_iterations)
+    result = run(
+        calls=args.calls,
+        rounds=args.rounds,
+        decision_iterations=args.iterations,
+        bindfs_iterations=args.bindfs_iterations,
+    )
     print(render(result))
     if args.json:
         common.write_json(args.json, {"machine": info, "calls": result})

@@ -29,7 +29,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -56,8 +56,10 @@ def worker(directory: str, calls: int, out: str) -> None:
     target = os.path.join(directory, "shared")
     os.makedirs(target, exist_ok=True)
     assert hasattr(os.makedirs, "__wrapped__"), "fsguard is not active in the ranks"
-    serializers = {arm: locks.serializer(config.load(dict(os.environ, FSGUARD_SERIALIZE="1", FSGUARD_LOCK=arm)),
-                                         runtime.launch) for arm in ("file", "store")}
+    serializers = {
+        arm: locks.serializer(config.load(dict(os.environ, FSGUARD_SERIALIZE="1", FSGUARD_LOCK=arm)), runtime.launch)
+        for arm in ("file", "store")
+    }
     samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
     for arm in ("file", "store"):  # warm up: torch's import, the store connection, the lock files
         patching._serializer = serializers[arm]
@@ -91,9 +93,26 @@ def job(python: Path, ranks: int, calls: int) -> dict[str, Any]:
         out = Path(tmp) / "figures.json"
         # force: a 1-rank job is not "distributed", and FSGUARD=1 would leave it unpatched
         env = common.clean_env({"FSGUARD": "force", "FSGUARD_STDERR": "0", "OMP_NUM_THREADS": "1"})
-        run = subprocess.run([str(python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                              str(ranks), str(Path(__file__).resolve()), "--worker", tmp, str(calls), str(out)],
-                             env=env, capture_output=True, text=True, timeout=900, check=False)
+        run = subprocess.run(
+            [
+                str(python),
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(ranks),
+                str(Path(__file__).resolve()),
+                "--worker",
+                tmp,
+                str(calls),
+                str(out),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         if run.returncode != 0 or not out.exists():
             raise RuntimeError(f"torchrun with {ranks} ranks failed:\n{run.stderr[-3000:]}")
         per_rank = json.loads(out.read_text())
@@ -104,8 +123,12 @@ def make_python(workspace: common.Workspace) -> Path:
     python = workspace.venv("locks")
     if python is None:
         raise RuntimeError("cannot make the benchmark venv")
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # torch (and gloo) from this interpreter's environment, after the venv's own packages
     (Path(purelib) / "zz_bench_torch.pth").write_text(sysconfig.get_path("purelib") + "\n")
     return python
@@ -132,14 +155,16 @@ def report(results: dict[str, Any]) -> str:
     text = common.table(["ranks (same path)", "guarded", "file", "store", "barrier"], rows)
     if "1" in results:
         one = results["1"]
-        verdicts = [f"{arm}: +{one[arm] - one['guarded']:.1f} µs uncontended, target ≤ {target:.0f} µs "
-                    f"({'met' if one[arm] - one['guarded'] <= target else 'MISSED'})"
-                    for arm, target in TARGETS_US.items()]
+        verdicts = [
+            f"{arm}: +{one[arm] - one['guarded']:.1f} µs uncontended, target ≤ {target:.0f} µs "
+            f"({'met' if one[arm] - one['guarded'] <= target else 'MISSED'})"
+            for arm, target in TARGETS_US.items()
+        ]
         text += "\n" + "\n".join(verdicts)
     return text
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--calls", type=int, default=5000, help="calls per arm for 1 rank (fewer when contended)")

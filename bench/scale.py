@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -44,11 +44,28 @@ class Pool:
     def __init__(self, python: Path, size: int, env: dict[str, str], stderr: IO[str]) -> None:
         self.procs = []
         for rank in range(size):
-            rank_env = common.clean_env({**env, "RANK": str(rank), "LOCAL_RANK": str(rank),
-                                         "WORLD_SIZE": str(size), "LOCAL_WORLD_SIZE": str(size),
-                                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
-            self.procs.append(subprocess.Popen([str(python), str(WORKER)], env=rank_env, stdin=subprocess.PIPE,
-                                               stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1))
+            rank_env = common.clean_env(
+                {
+                    **env,
+                    "RANK": str(rank),
+                    "LOCAL_RANK": str(rank),
+                    "WORLD_SIZE": str(size),
+                    "LOCAL_WORLD_SIZE": str(size),
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": "29500",
+                }
+            )
+            self.procs.append(
+                subprocess.Popen(
+                    [str(python), str(WORKER)],
+                    env=rank_env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    text=True,
+                    bufsize=1,
+                )
+            )
         self.active = [json.loads(self._read(p))["fsguard_active"] for p in self.procs]
 
     @staticmethod
@@ -129,8 +146,9 @@ def _count_records(log_dir: Path) -> dict[str, int]:
     return counts
 
 
-def run(ws: common.Workspace, *, sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64), trials: int = 5,
-        progress: bool = True) -> dict[str, Any]:
+def run(
+    ws: common.Workspace, *, sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64), trials: int = 5, progress: bool = True
+) -> dict[str, Any]:
     python = ws.venv("fsguard")
     if python is None:
         raise RuntimeError("cannot make the benchmark venv")
@@ -156,9 +174,21 @@ def run(ws: common.Workspace, *, sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64),
                         modes = ["none", "rank0+barrier"] if pool_name == "none" else [pool_name]
                         for op in OPS:
                             for mode in modes:
-                                cell = cells.setdefault(f"{op}/{size}/{mode}", {
-                                    "op": op, "size": size, "mode": mode, "calls": 0, "ok": 0, "errors": {},
-                                    "jobs": 0, "jobs_ok": 0, "state_ok": 0, "latency_s": []})
+                                cell = cells.setdefault(
+                                    f"{op}/{size}/{mode}",
+                                    {
+                                        "op": op,
+                                        "size": size,
+                                        "mode": mode,
+                                        "calls": 0,
+                                        "ok": 0,
+                                        "errors": {},
+                                        "jobs": 0,
+                                        "jobs_ok": 0,
+                                        "state_ok": 0,
+                                        "latency_s": [],
+                                    },
+                                )
                                 for t in range(trials):
                                     trial = _setup(op, base / mode / str(size) / op / str(t))
                                     if mode == "rank0+barrier":
@@ -178,19 +208,28 @@ def run(ws: common.Workspace, *, sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64),
                         pool.close()
                 records = _count_records(log_dir) if log_dir.exists() else {}
                 for op in OPS:
-                    for mode in (["none", "rank0+barrier"] if pool_name == "none" else [pool_name]):
+                    for mode in ["none", "rank0+barrier"] if pool_name == "none" else [pool_name]:
                         cells[f"{op}/{size}/{mode}"]["spawn_s"] = spawn_s
                         cells[f"{op}/{size}/{mode}"]["records_in_pool"] = records
                 if progress:
-                    print(f"  scale: {size:>2} ranks, {pool_name:<9} done "
-                          f"(start-up {spawn_s:.1f} s, records {records or '-'})", file=sys.stderr, flush=True)
+                    print(
+                        f"  scale: {size:>2} ranks, {pool_name:<9} done "
+                        f"(start-up {spawn_s:.1f} s, records {records or '-'})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     for cell in cells.values():
         lat = cell.pop("latency_s")
         cell["success_rate"] = cell["ok"] / cell["calls"] if cell["calls"] else float("nan")
         cell["latency_ms"] = {f"p{q}": common.percentile(lat, q) * 1000 for q in (50, 90, 99)}
         cell["latency_ms"]["max"] = max(lat) * 1000 if lat else float("nan")
-    return {"sizes": list(sizes), "trials": trials, "serialize_available": serialize, "problems": problems,
-            "cells": cells}
+    return {
+        "sizes": list(sizes),
+        "trials": trials,
+        "serialize_available": serialize,
+        "problems": problems,
+        "cells": cells,
+    }
 
 
 def render(result: dict[str, Any]) -> str:
@@ -206,24 +245,29 @@ def render(result: dict[str, Any]) -> str:
                     row_lat.append("n/a")
                     continue
                 errors = ",".join(f"{k}:{v}" for k, v in cell["errors"].items())
-                row_ok.append(f"{cell['success_rate'] * 100:.0f}% {cell['jobs_ok']}/{cell['jobs']}"
-                              + (f" ({errors})" if errors and mode == "none" else ""))
+                row_ok.append(
+                    f"{cell['success_rate'] * 100:.0f}% {cell['jobs_ok']}/{cell['jobs']}"
+                    + (f" ({errors})" if errors and mode == "none" else "")
+                )
                 lat = cell["latency_ms"]
                 row_lat.append(f"{lat['p50']:.2f}/{lat['p99']:.2f}")
             rows_ok.append(row_ok)
             rows_lat.append(row_lat)
-    lines = [f"scale: all ranks make the same call at once; {result['trials']} trials per cell",
-             "success: % of calls that returned, then jobs (trials) with every rank ok and the files right",
-             common.table(["op x ranks", *MODES], rows_ok), "",
-             "latency per call, ms, p50/p99 (rank0+barrier: until the barrier is passed)",
-             common.table(["op x ranks", *MODES], rows_lat)]
+    lines = [
+        f"scale: all ranks make the same call at once; {result['trials']} trials per cell",
+        "success: % of calls that returned, then jobs (trials) with every rank ok and the files right",
+        common.table(["op x ranks", *MODES], rows_ok),
+        "",
+        "latency per call, ms, p50/p99 (rank0+barrier: until the barrier is passed)",
+        common.table(["op x ranks", *MODES], rows_lat),
+    ]
     if not result["serialize_available"]:
         lines.append("serialize: n/a (fsguard.locks has not landed in this tree)")
     lines += [f"problem: {p}" for p in result["problems"]]
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--trials", type=int, default=5)

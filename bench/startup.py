@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -51,8 +51,9 @@ class Arm:
 def _run_once(arm: Arm, cwd: str, importtime: bool = False) -> tuple[float, str]:
     args = [str(arm.python), *(["-X", "importtime"] if importtime else []), "-c", arm.code]
     started = time.perf_counter()
-    done = subprocess.run(args, env=common.clean_env(arm.env), cwd=cwd, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        args, env=common.clean_env(arm.env), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{arm.label}: exit {done.returncode}: {done.stderr[-2000:]}")
@@ -74,12 +75,12 @@ def import_shares(stderr: str) -> dict[str, Any]:
         if not line.startswith("import time:") or "imported package" in line:
             continue
         try:
-            _, cumulative, name = line[len("import time:"):].split("|")
+            _, cumulative, name = line[len("import time:") :].split("|")
         except ValueError:
             continue
         depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
         entries.append((depth, name.strip(), int(cumulative)))
-    parent: list[Optional[int]] = [None] * len(entries)
+    parent: list[int | None] = [None] * len(entries)
     stack: list[int] = []
     for index in range(len(entries) - 1, -1, -1):  # reversed: each parent comes before its children
         depth = entries[index][0]
@@ -109,8 +110,11 @@ def import_shares(stderr: str) -> dict[str, Any]:
             if any(is_pkg(a, "fsguard") for a in above):
                 wrapt_in_fsguard_us += cumulative
     modules = sorted({name for _, name, _ in entries if is_pkg(name, "fsguard") or is_pkg(name, "wrapt")})
-    return {"fsguard_own_ms": (fsguard_us - wrapt_in_fsguard_us) / 1000, "wrapt_ms": wrapt_us / 1000,
-            "modules": modules}
+    return {
+        "fsguard_own_ms": (fsguard_us - wrapt_in_fsguard_us) / 1000,
+        "wrapt_ms": wrapt_us / 1000,
+        "modules": modules,
+    }
 
 
 # --- the benchmark ------------------------------------------------------------------------------------
@@ -135,8 +139,12 @@ def _arms(ws: common.Workspace, wrapt_specs: list[str]) -> tuple[list[Arm], dict
         if python is None:
             versions[spec] = "n/a"
             continue
-        version = subprocess.run([str(python), "-c", "import wrapt; print(wrapt.__version__)"],
-                                 capture_output=True, text=True, env=common.clean_env()).stdout.strip()
+        version = subprocess.run(
+            [str(python), "-c", "import wrapt; print(wrapt.__version__)"],
+            capture_output=True,
+            text=True,
+            env=common.clean_env(),
+        ).stdout.strip()
         versions[spec] = version
         arms.append(Arm(f"force@{spec}", f"enabled, FSGUARD=force, wrapt {version}", python, {"FSGUARD": "force"}))
         arms.append(Arm(f"disabled@{spec}", f"installed, FSGUARD unset, wrapt {version}", python, {}))
@@ -144,8 +152,9 @@ def _arms(ws: common.Workspace, wrapt_specs: list[str]) -> tuple[list[Arm], dict
     return arms, versions
 
 
-def run(ws: common.Workspace, *, runs: int = 40, importtime_runs: int = 10,
-        wrapt_specs: Optional[list[str]] = None) -> dict[str, Any]:
+def run(
+    ws: common.Workspace, *, runs: int = 40, importtime_runs: int = 10, wrapt_specs: list[str] | None = None
+) -> dict[str, Any]:
     specs = ["2.1.*", "2.5.*"] if wrapt_specs is None else wrapt_specs
     arms, versions = _arms(ws, specs)
     rng = random.Random(2)
@@ -192,16 +201,25 @@ def run(ws: common.Workspace, *, runs: int = 40, importtime_runs: int = 10,
             summary["by_wrapt"][versions[spec]] = {
                 "enabled_ratio": ms[f"force@{spec}"] / ms[f"disabled@{spec}"],
                 "wrapt_import_ms": ms[f"wrapt@{spec}"] - ms[f"disabled@{spec}"],
-                "fsguard_own_wall_ms": wall_share(f"force@{spec}", f"disabled@{spec}", f"wrapt@{spec}",
-                                                  f"disabled@{spec}"),
+                "fsguard_own_wall_ms": wall_share(
+                    f"force@{spec}", f"disabled@{spec}", f"wrapt@{spec}", f"disabled@{spec}"
+                ),
                 "fsguard_own_importtime_ms": shares[f"force@{spec}"]["fsguard_own_ms"],
                 "wrapt_importtime_ms": shares[f"force@{spec}"]["wrapt_ms"],
             }
     return {
         "runs": runs,
         "importtime_runs": importtime_runs,
-        "arms": {arm.key: {"label": arm.label, "median_ms": ms[arm.key], "min_ms": min(arm.wall_s) * 1000,
-                           "code": arm.code, "env": arm.env} for arm in arms},
+        "arms": {
+            arm.key: {
+                "label": arm.label,
+                "median_ms": ms[arm.key],
+                "min_ms": min(arm.wall_s) * 1000,
+                "code": arm.code,
+                "env": arm.env,
+            }
+            for arm in arms
+        },
         "importtime": shares,
         "summary": summary,
     }
@@ -210,38 +228,81 @@ def run(ws: common.Workspace, *, runs: int = 40, importtime_runs: int = 10,
 def render(result: dict[str, Any]) -> str:
     arms = result["arms"]
     base = arms["absent"]["median_ms"]
-    rows = [(a["label"], common.fmt(a["median_ms"], " ms"), common.fmt(a["min_ms"], " ms"),
-             common.fmt(a["median_ms"] / base, "x", 3)) for a in arms.values()]
+    rows = [
+        (
+            a["label"],
+            common.fmt(a["median_ms"], " ms"),
+            common.fmt(a["min_ms"], " ms"),
+            common.fmt(a["median_ms"] / base, "x", 3),
+        )
+        for a in arms.values()
+    ]
     s = result["summary"]
-    lines = [f"startup: python -c pass, median of {result['runs']} interleaved runs per arm",
-             common.table(["arm", "median", "min", "vs not installed"], rows), ""]
-    lines.append(f"  disabled / not installed:     {s['disabled_ratio']:.3f}  (target <= 1.01; "
-                 f"fsguard/wrapt modules imported when disabled: {', '.join(s['disabled_imports']) or 'none'})")
+    lines = [
+        f"startup: python -c pass, median of {result['runs']} interleaved runs per arm",
+        common.table(["arm", "median", "min", "vs not installed"], rows),
+        "",
+    ]
+    lines.append(
+        f"  disabled / not installed:     {s['disabled_ratio']:.3f}  (target <= 1.01; "
+        f"fsguard/wrapt modules imported when disabled: {', '.join(s['disabled_imports']) or 'none'})"
+    )
     lines.append(f"  FSGUARD=1 no launcher / disabled: {s['no_launcher_ratio']:.3f}")
-    lines.append(f"  enabled / disabled:           {s['enabled_ratio']:.3f} (force), "
-                 f"{s['enabled_torchrun_ratio']:.3f} (FSGUARD=1 + torchrun env)")
-    lines.append(f"  wrapt {s['wrapt_versions']['installed']} share:  {s['wrapt_import_ms']:.1f} ms wall, "
-                 f"{s['wrapt_importtime_ms']:.1f} ms -X importtime")
-    lines.append(f"  fsguard's own share:          {s['fsguard_own_wall_ms']:.1f} ms wall, "
-                 f"{s['fsguard_own_importtime_ms']:.1f} ms -X importtime  (target <= 5 ms)")
+    lines.append(
+        f"  enabled / disabled:           {s['enabled_ratio']:.3f} (force), "
+        f"{s['enabled_torchrun_ratio']:.3f} (FSGUARD=1 + torchrun env)"
+    )
+    lines.append(
+        f"  wrapt {s['wrapt_versions']['installed']} share:  {s['wrapt_import_ms']:.1f} ms wall, "
+        f"{s['wrapt_importtime_ms']:.1f} ms -X importtime"
+    )
+    lines.append(
+        f"  fsguard's own share:          {s['fsguard_own_wall_ms']:.1f} ms wall, "
+        f"{s['fsguard_own_importtime_ms']:.1f} ms -X importtime  (target <= 5 ms)"
+    )
     if s["by_wrapt"]:
-        rows = [(version, common.fmt(v["enabled_ratio"], "x", 3), common.fmt(v["wrapt_import_ms"], " ms", 1),
-                 common.fmt(v["wrapt_importtime_ms"], " ms", 1), common.fmt(v["fsguard_own_wall_ms"], " ms", 1),
-                 common.fmt(v["fsguard_own_importtime_ms"], " ms", 1)) for version, v in s["by_wrapt"].items()]
-        lines += ["", common.table(["wrapt", "enabled/disabled", "wrapt wall", "wrapt importtime",
-                                    "fsguard own wall", "fsguard own importtime"], rows)]
+        rows = [
+            (
+                version,
+                common.fmt(v["enabled_ratio"], "x", 3),
+                common.fmt(v["wrapt_import_ms"], " ms", 1),
+                common.fmt(v["wrapt_importtime_ms"], " ms", 1),
+                common.fmt(v["fsguard_own_wall_ms"], " ms", 1),
+                common.fmt(v["fsguard_own_importtime_ms"], " ms", 1),
+            )
+            for version, v in s["by_wrapt"].items()
+        ]
+        lines += [
+            "",
+            common.table(
+                [
+                    "wrapt",
+                    "enabled/disabled",
+                    "wrapt wall",
+                    "wrapt importtime",
+                    "fsguard own wall",
+                    "fsguard own importtime",
+                ],
+                rows,
+            ),
+        ]
     missing = [spec for spec, v in s["wrapt_versions"].items() if v == "n/a"]
     if missing:
         lines.append(f"  wrapt {', '.join(missing)}: n/a (could not install from the package index)")
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=40, help="interleaved runs per arm (default 40)")
     parser.add_argument("--importtime-runs", type=int, default=10)
-    parser.add_argument("--wrapt", nargs="*", default=None, metavar="SPEC",
-                        help="extra wrapt versions to compare (default: 2.1.* 2.5.*; none: --wrapt)")
+    parser.add_argument(
+        "--wrapt",
+        nargs="*",
+        default=None,
+        metavar="SPEC",
+        help="extra wrapt versions to compare (default: 2.1.* 2.5.*; none: --wrapt)",
+    )
     parser.add_argument("--quick", action="store_true", help="a few runs, no extra wrapt venvs (smoke test)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)

@@ -6,14 +6,14 @@ Importing this package is cheap: nothing here imports wrapt, logging or json unt
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "install", "uninstall", "guarded", "installed"]
+__all__ = ["__version__", "guarded", "install", "installed", "uninstall"]
 
 
-def install(ops: Optional[Iterable[str]] = None) -> list[str]:
+def install(ops: Iterable[str] | None = None) -> list[str]:
     """Patch the given operations (default: all four) in place; return the names now patched.
 
     Idempotent: operations already patched stay patched once.
@@ -38,7 +38,7 @@ def installed() -> list[str]:
 
 
 @contextlib.contextmanager
-def guarded(ops: Optional[Iterable[str]] = None) -> Iterator[None]:
+def guarded(ops: Iterable[str] | None = None) -> Iterator[None]:
     """Patch for the duration of a ``with`` block; restores only what this block patched."""
     from . import patching
 

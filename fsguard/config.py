@@ -6,8 +6,8 @@ default is used instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
 
 ALL_OPS = ("makedirs", "rename", "replace", "rmtree")
 LOCK_BACKENDS = ("auto", "store", "file", "off")
@@ -29,12 +29,22 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FSGUARD", "0", "1/true/on/yes: guard when a distributed launcher is detected; force: always; 0: off"),
     Variable("FSGUARD_OPS", ",".join(ALL_OPS), "comma-separated operations to guard"),
     Variable("FSGUARD_SETTLE_S", "2.0", "longest wait, in seconds, for a shared filesystem to show a peer's change"),
-    Variable("FSGUARD_FRESH_S", "60", "a path changed up to this many seconds before the job started still counts as made by this job"),
+    Variable(
+        "FSGUARD_FRESH_S",
+        "60",
+        "a path changed up to this many seconds before the job started still counts as made by this job",
+    ),
     Variable("FSGUARD_LOG", "", "directory for one JSON-lines record file per process (unset: none)"),
-    Variable("FSGUARD_STDERR", "1", "1: write each record as one line on stderr through the 'fsguard' logger; 0: don't"),
+    Variable(
+        "FSGUARD_STDERR", "1", "1: write each record as one line on stderr through the 'fsguard' logger; 0: don't"
+    ),
     Variable("FSGUARD_SERIALIZE", "0", "1: run guarded operations on one path one rank at a time"),
-    Variable("FSGUARD_LOCK", "auto", "serialization backend: auto, store (torch.distributed store), file (node-local), off"),
-    Variable("FSGUARD_LOCK_TIMEOUT", "30", "longest wait, in seconds, for a serialization lock before going on unserialized"),
+    Variable(
+        "FSGUARD_LOCK", "auto", "serialization backend: auto, store (torch.distributed store), file (node-local), off"
+    ),
+    Variable(
+        "FSGUARD_LOCK_TIMEOUT", "30", "longest wait, in seconds, for a serialization lock before going on unserialized"
+    ),
 )
 
 _BY_NAME = {v.name: v for v in VARIABLES}
@@ -48,7 +58,7 @@ class Settings:
     ops: tuple[str, ...] = ALL_OPS
     settle_s: float = 2.0
     fresh_s: float = 60.0
-    log_dir: Optional[str] = None
+    log_dir: str | None = None
     stderr: bool = True
     serialize: bool = False
     lock: str = "auto"
@@ -56,7 +66,7 @@ class Settings:
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
-def parse_mode(value: str) -> Optional[str]:
+def parse_mode(value: str) -> str | None:
     """``FSGUARD``'s value as off/on/force, or None if it is not understood."""
     v = value.strip().lower()
     if v in _FALSE:
@@ -117,13 +127,13 @@ def load(env: Mapping[str, str]) -> Settings:
             else:
                 unknown.append(name)
         if unknown:
-            problems.append(
-                f"FSGUARD_OPS names unknown operation(s) {', '.join(unknown)}; known: {', '.join(ALL_OPS)}"
-            )
+            problems.append(f"FSGUARD_OPS names unknown operation(s) {', '.join(unknown)}; known: {', '.join(ALL_OPS)}")
 
     lock = env.get("FSGUARD_LOCK", "auto").strip().lower() or "auto"
     if lock not in LOCK_BACKENDS:
-        problems.append(f"FSGUARD_LOCK={env.get('FSGUARD_LOCK')!r} is not one of {', '.join(LOCK_BACKENDS)}; using auto")
+        problems.append(
+            f"FSGUARD_LOCK={env.get('FSGUARD_LOCK')!r} is not one of {', '.join(LOCK_BACKENDS)}; using auto"
+        )
         lock = "auto"
 
     log_dir = env.get("FSGUARD_LOG", "").strip() or None

@@ -11,8 +11,9 @@ import collections
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Optional, Tuple, TypeVar, Union
+from typing import Any, TypeVar, Union
 
 PathArg = Union[str, bytes, "os.PathLike[Any]"]
 T = TypeVar("T")
@@ -21,7 +22,7 @@ T = TypeVar("T")
 # What this process's guarded calls did, newest last. Appended on the happy path (one deque append, no
 # normalisation); read only when a call failed. Bounded: a long job keeps the most recent events.
 MEMORY_SIZE = 4096
-MEMORY: Deque[Tuple[str, tuple[Any, ...], dict[str, Any]]] = collections.deque(maxlen=MEMORY_SIZE)
+MEMORY: collections.deque[tuple[str, tuple[Any, ...], dict[str, Any]]] = collections.deque(maxlen=MEMORY_SIZE)
 
 
 def norm(path: PathArg) -> str:
@@ -32,7 +33,7 @@ def norm(path: PathArg) -> str:
     return os.path.abspath(value)
 
 
-def _event_paths(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
+def _event_paths(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, str | None]:
     """(path made or removed or renamed away, path renamed onto) of one remembered call, normalised."""
     try:
         if op == "makedirs":
@@ -50,7 +51,7 @@ def _event_paths(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tupl
         return None, None
 
 
-def own_last_event(path: str, *, within: bool = False) -> Optional[str]:
+def own_last_event(path: str, *, within: bool = False) -> str | None:
     """The newest thing this process did to ``path`` (or, with ``within``, to anything below it).
 
     Returns ``"made"`` (makedirs succeeded, or something was renamed onto it), ``"moved-away"`` (renamed
@@ -60,7 +61,7 @@ def own_last_event(path: str, *, within: bool = False) -> Optional[str]:
     for op, args, kwargs in reversed(list(MEMORY)):
         first, second = _event_paths(op, args, kwargs)
 
-        def hits(candidate: Optional[str]) -> bool:
+        def hits(candidate: str | None) -> bool:
             return candidate is not None and (candidate == path or (within and candidate.startswith(prefix)))
 
         if op == "makedirs" and hits(first):
@@ -84,7 +85,7 @@ class Look:
 
     parent_exists: bool
     present: bool
-    kind: Optional[str] = None  # "dir", "file", "symlink", "other", or None if the listing does not say
+    kind: str | None = None  # "dir", "file", "symlink", "other", or None if the listing does not say
 
 
 def look(path: str) -> Look:
@@ -102,7 +103,7 @@ def look(path: str) -> Look:
     return Look(True, False)
 
 
-def _kind(entry: "os.DirEntry[str]") -> Optional[str]:
+def _kind(entry: os.DirEntry[str]) -> str | None:
     try:
         if entry.is_symlink():
             return "symlink"
@@ -115,7 +116,7 @@ def _kind(entry: "os.DirEntry[str]") -> Optional[str]:
         return None
 
 
-def lstat_or_none(path: str) -> Optional[os.stat_result]:
+def lstat_or_none(path: str) -> os.stat_result | None:
     try:
         return os.lstat(path)
     except OSError:
@@ -134,10 +135,10 @@ def kind_of(st: os.stat_result) -> str:
 
 # --- freshness -----------------------------------------------------------------------------------------
 
-_job_start: Optional[float] = None
+_job_start: float | None = None
 
 
-def _proc_start(pid: Union[int, str]) -> Optional[float]:
+def _proc_start(pid: int | str) -> float | None:
     """Wall-clock start time of a process, from /proc (Linux); None elsewhere."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -175,7 +176,7 @@ def job_start(launched: bool) -> float:
 # --- bounded waiting -----------------------------------------------------------------------------------
 
 
-def settle(probe: Callable[[], Optional[T]], budget_s: float) -> tuple[Optional[T], float]:
+def settle(probe: Callable[[], T | None], budget_s: float) -> tuple[T | None, float]:
     """Call ``probe`` with backoff (5 ms doubling to 200 ms) until it returns non-None or ``budget_s`` passes.
 
     Returns (result or None, seconds waited). Never waits longer than the budget.

@@ -6,8 +6,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class Launch:
     launcher: str
     rank: int
     local_rank: int
-    world_size: Optional[int]  # None where the launcher does not say
+    world_size: int | None  # None where the launcher does not say
     host: str
 
     @property
@@ -26,7 +26,7 @@ class Launch:
         return self.world_size is None or self.world_size > 1 or self.rank > 0
 
 
-def _int(env: Mapping[str, str], *names: str) -> Optional[int]:
+def _int(env: Mapping[str, str], *names: str) -> int | None:
     for name in names:
         raw = env.get(name)
         if raw is not None and raw.strip() != "":
@@ -37,7 +37,7 @@ def _int(env: Mapping[str, str], *names: str) -> Optional[int]:
     return None
 
 
-def _slurm_size(env: Mapping[str, str]) -> Optional[int]:
+def _slurm_size(env: Mapping[str, str]) -> int | None:
     return _int(env, "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS")
 
 
@@ -59,7 +59,7 @@ def _torch_launcher(env: Mapping[str, str]) -> str:
     return "torch.distributed"
 
 
-def detect(env: Mapping[str, str]) -> Optional[Launch]:
+def detect(env: Mapping[str, str]) -> Launch | None:
     """The launcher environment of this process, or None when none is recognised."""
     host = hostname(env)
     rank = _int(env, "RANK")
@@ -67,7 +67,9 @@ def detect(env: Mapping[str, str]) -> Optional[Launch]:
         return Launch(_torch_launcher(env), rank, _int(env, "LOCAL_RANK") or 0, _int(env, "WORLD_SIZE"), host)
     rank = _int(env, "OMPI_COMM_WORLD_RANK")
     if rank is not None:
-        return Launch("openmpi", rank, _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0, _int(env, "OMPI_COMM_WORLD_SIZE"), host)
+        return Launch(
+            "openmpi", rank, _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0, _int(env, "OMPI_COMM_WORLD_SIZE"), host
+        )
     rank = _int(env, "HOROVOD_RANK")
     if rank is not None:
         return Launch("horovod", rank, _int(env, "HOROVOD_LOCAL_RANK") or 0, _int(env, "HOROVOD_SIZE"), host)
@@ -87,8 +89,14 @@ def detect(env: Mapping[str, str]) -> Optional[Launch]:
 
 
 _LAUNCHER_SCRIPTS = ("torchrun", "deepspeed", "accelerate", "mpirun", "mpiexec", "srun", "horovodrun")
-_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher.runner",
-                     "deepspeed.launcher.launch", "accelerate.commands.launch", "accelerate.commands.accelerate_cli")
+_LAUNCHER_MODULES = (
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "deepspeed.launcher.runner",
+    "deepspeed.launcher.launch",
+    "accelerate.commands.launch",
+    "accelerate.commands.accelerate_cli",
+)
 
 
 def is_launcher_process(argv: Sequence[str]) -> bool:

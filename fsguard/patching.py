@@ -11,8 +11,9 @@ import os
 import pkgutil
 import shutil
 import threading
+from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any
 
 import wrapt
 
@@ -41,7 +42,13 @@ _originals: dict[str, Any] = {}
 _serializer: Any = None  # set by fsguard.locks when FSGUARD_SERIALIZE=1
 
 
-class GuardedFunction(wrapt.FunctionWrapper):  # type: ignore[misc]
+if TYPE_CHECKING:
+    _Wrapper = wrapt.FunctionWrapper[Any, Any]
+else:  # older wrapt releases are not subscriptable at run time
+    _Wrapper = wrapt.FunctionWrapper
+
+
+class GuardedFunction(_Wrapper):
     """A wrapt function wrapper that pickles and copies as the function it stands for.
 
     ``pickle`` stores a reference (``os:makedirs``) resolved again on loading, so a pool worker gets its
@@ -58,21 +65,23 @@ class GuardedFunction(wrapt.FunctionWrapper):  # type: ignore[misc]
     def __reduce__(self) -> Any:
         return (pkgutil.resolve_name, (self._self_qualified,))
 
-    def __copy__(self) -> "GuardedFunction":
+    def __copy__(self) -> GuardedFunction:
         return self
 
-    def __deepcopy__(self, memo: Any) -> "GuardedFunction":
+    def __deepcopy__(self, memo: Any) -> GuardedFunction:
         return self
 
 
 def _rules() -> Rules:
     settings = runtime.settings
-    return Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s,
-                 job_start=evidence.job_start(runtime.launch is not None))
+    return Rules(
+        settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=evidence.job_start(runtime.launch is not None)
+    )
 
 
-def _settle(verdict: Verdict, op: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-            error: Optional[BaseException]) -> bool:
+def _settle(
+    verdict: Verdict, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException | None
+) -> bool:
     """Record a verdict that needs one; True when the failure is absorbed."""
     if verdict.decision is not None:
         shown = list(args[:2] if op in ("rename", "replace") else args[:1])
@@ -138,7 +147,7 @@ def _rmtree_wrapper() -> Callable[..., Any]:
     return wrapper
 
 
-def install(ops: Optional[Iterable[str]] = None, settings: Optional[config.Settings] = None) -> list[str]:
+def install(ops: Iterable[str] | None = None, settings: config.Settings | None = None) -> list[str]:
     """Wrap the named operations in place (default: all). Returns the names patched after the call."""
     with _lock:
         if not _originals:
@@ -157,7 +166,7 @@ def install(ops: Optional[Iterable[str]] = None, settings: Optional[config.Setti
         return installed()
 
 
-def uninstall(ops: Optional[Iterable[str]] = None) -> None:
+def uninstall(ops: Iterable[str] | None = None) -> None:
     """Put back the exact original objects of the named operations (default: all)."""
     with _lock:
         for op in list(_originals) if ops is None else list(ops):

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 SCHEMA = 1
 DECISIONS = ("absorbed", "hazard", "conflict", "unserialized", "waited")
@@ -34,16 +34,16 @@ class Record:
     decision: str
     evidence: str
     args: list[str]
-    error: Optional[dict[str, Any]] = None  # {"type", "errno", "message"}
+    error: dict[str, Any] | None = None  # {"type", "errno", "message"}
     waited_s: float = 0.0
-    site: Optional[dict[str, Any]] = None  # {"file", "line", "function"}
+    site: dict[str, Any] | None = None  # {"file", "line", "function"}
     time: float = field(default_factory=time.time)
     host: str = ""
     pid: int = 0
-    rank: Optional[int] = None
-    local_rank: Optional[int] = None
-    world_size: Optional[int] = None
-    launcher: Optional[str] = None
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    launcher: str | None = None
     version: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
     v: int = SCHEMA
@@ -75,7 +75,7 @@ def from_dict(data: dict[str, Any]) -> Record:
     return Record(**known)
 
 
-def parse_line(line: str) -> Optional[Record]:
+def parse_line(line: str) -> Record | None:
     """The record in one log line (stderr form, with any prefix, or a bare JSON line), else None."""
     text = line.strip()
     if text.startswith("{"):
@@ -125,7 +125,7 @@ def _get_logger(stderr: bool) -> Any:
     return _logger
 
 
-def jsonl_path(log_dir: str, host: str, rank: Optional[int], pid: int) -> str:
+def jsonl_path(log_dir: str, host: str, rank: int | None, pid: int) -> str:
     """One file per process, named by host, rank and pid: never one file shared by many writers."""
     safe_host = re.sub(r"[^A-Za-z0-9._-]", "_", host) or "host"
     rank_part = "norank" if rank is None else f"rank{rank}"
@@ -140,7 +140,7 @@ def _write_jsonl(record: Record, log_dir: str) -> None:
         if _jsonl is None or _jsonl[0] != os.getpid():
             os.makedirs(log_dir, exist_ok=True)
             path = jsonl_path(log_dir, record.host, record.rank, record.pid)
-            _jsonl = (os.getpid(), open(path, "a", encoding="utf-8"))
+            _jsonl = (os.getpid(), open(path, "a", encoding="utf-8"))  # noqa: SIM115 - one per process
         stream = _jsonl[1]
         stream.write(record.to_json() + "\n")
         stream.flush()
@@ -156,7 +156,7 @@ def _warn(message: str) -> None:
         pass
 
 
-def emit(record: Record, *, stderr: bool = True, log_dir: Optional[str] = None) -> None:
+def emit(record: Record, *, stderr: bool = True, log_dir: str | None = None) -> None:
     """Write a record to the logger and the per-process file. Never raises into the caller."""
     try:
         with _lock:

@@ -9,20 +9,20 @@ import os
 import sys
 import sysconfig
 import threading
-from typing import Any, Optional
+from typing import Any
 
 from . import __version__, config, launcher, records
 
 settings: config.Settings = config.Settings()
-launch: Optional[launcher.Launch] = None
+launch: launcher.Launch | None = None
 
 _local = threading.local()
-_skip_dirs: Optional[tuple[str, ...]] = None
+_skip_dirs: tuple[str, ...] | None = None
 _stdlib_dirs: tuple[str, ...] = ()
 _keep_dirs: tuple[str, ...] = ()
 
 
-def configure(new_settings: config.Settings, new_launch: Optional[launcher.Launch]) -> None:
+def configure(new_settings: config.Settings, new_launch: launcher.Launch | None) -> None:
     global settings, launch
     settings = new_settings
     launch = new_launch
@@ -66,7 +66,7 @@ def _site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     return _skip_dirs, _stdlib_dirs, _keep_dirs
 
 
-def call_site(depth: int = 2) -> Optional[dict[str, Any]]:
+def call_site(depth: int = 2) -> dict[str, Any] | None:
     """file, line and function of the first frame outside fsguard, wrapt and the standard library."""
     own, stdlib, keep = _site_dirs()
     frame: Any = sys._getframe(depth)
@@ -86,7 +86,7 @@ def call_site(depth: int = 2) -> Optional[dict[str, Any]]:
     return {"file": chosen.f_code.co_filename, "line": chosen.f_lineno, "function": chosen.f_code.co_name}
 
 
-def describe_error(error: Optional[BaseException]) -> Optional[dict[str, Any]]:
+def describe_error(error: BaseException | None) -> dict[str, Any] | None:
     if error is None:
         return None
     import errno
@@ -107,8 +107,15 @@ def path_text(value: Any) -> str:
     return os.fsdecode(text) if isinstance(text, bytes) else text
 
 
-def record(op: str, decision: str, evidence: str, args: list[Any], error: Optional[BaseException] = None,
-           waited_s: float = 0.0, detail: Optional[dict[str, Any]] = None) -> None:
+def record(
+    op: str,
+    decision: str,
+    evidence: str,
+    args: list[Any],
+    error: BaseException | None = None,
+    waited_s: float = 0.0,
+    detail: dict[str, Any] | None = None,
+) -> None:
     """Build and emit one record for a decision. Never raises."""
     try:
         with Busy():

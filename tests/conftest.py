@@ -11,20 +11,37 @@ import sys
 import sysconfig
 import textwrap
 import venv
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Variables that would make a subprocess look like part of a job; tests set what they need explicitly.
-_LAUNCH_PREFIXES = ("FSGUARD", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                    "TORCHELASTIC", "MASTER_", "SLURM", "OMPI_", "PMI_", "PMIX", "HOROVOD", "ACCELERATE_",
-                    "DEEPSPEED", "CROSS_RANK", "MPI_LOCALRANKID")
+_LAUNCH_PREFIXES = (
+    "FSGUARD",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "TORCHELASTIC",
+    "MASTER_",
+    "SLURM",
+    "OMPI_",
+    "PMI_",
+    "PMIX",
+    "HOROVOD",
+    "ACCELERATE_",
+    "DEEPSPEED",
+    "CROSS_RANK",
+    "MPI_LOCALRANKID",
+)
 
 
-def clean_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The current environment without fsguard or launcher variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCH_PREFIXES)}
     env.pop("PYTHONPATH", None)
@@ -37,11 +54,16 @@ def clean_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
 def _make_venv(where: Path, wheel: Path, with_test_deps: bool) -> Path:
     venv.EnvBuilder(with_pip=False, symlinks=True).create(where)
     python = where / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # Install with the test environment's pip into the new environment (no pip inside it: faster).
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)], check=True
+    )
     wrapt_dir = Path(__import__("wrapt").__file__).parent
     (Path(purelib) / "wrapt").symlink_to(wrapt_dir)  # the runtime dependency, same version as tested
     if with_test_deps:
@@ -53,8 +75,10 @@ def _make_venv(where: Path, wheel: Path, with_test_deps: bool) -> Path:
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(ROOT)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+        check=True,
+    )
     (built,) = out.glob("fsguard-*.whl")
     return built
 
@@ -71,12 +95,32 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     return _make_venv(tmp_path_factory.mktemp("bare") / "env", wheel, with_test_deps=False)
 
 
-def run_python(python: Path, code: str, env: Optional[Mapping[str, str]] = None, *, args: tuple[str, ...] = (),
-               timeout: float = 120, cwd: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+def run_python(
+    python: Path,
+    code: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    args: tuple[str, ...] = (),
+    timeout: float = 120,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter with a clean environment plus ``env``."""
-    return subprocess.run([str(python), *args, "-c", textwrap.dedent(code)], env=clean_env(env),
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [str(python), *args, "-c", textwrap.dedent(code)],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
-TORCHRUN_ENV = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4",
-                "TORCHELASTIC_RUN_ID": "test", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+TORCHRUN_ENV = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "4",
+    "TORCHELASTIC_RUN_ID": "test",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,11 +62,21 @@ LAUNCHERS = [
     ("torchrun", TORCHRUN_ENV, 1, 1, 4),
     ("torch.distributed", {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "0"}, 2, 0, 3),
     ("accelerate", {**TORCHRUN_ENV, "ACCELERATE_MIXED_PRECISION": "no"}, 1, 1, 4),
-    ("slurm", {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0",
-               "SLURMD_NODENAME": "node7"}, 5, 1, 8),
+    (
+        "slurm",
+        {
+            "SLURM_PROCID": "5",
+            "SLURM_NTASKS": "8",
+            "SLURM_LOCALID": "1",
+            "SLURM_STEP_ID": "0",
+            "SLURMD_NODENAME": "node7",
+        },
+        5,
+        1,
+        8,
+    ),
     ("slurm", {"SLURM_PROCID": "1", "SLURM_NPROCS": "2"}, 1, 0, 2),
-    ("openmpi", {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
-                 "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, 3, 3, 4),
+    ("openmpi", {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, 3, 3, 4),
     ("mpich", {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}, 1, 1, 2),
     ("pmix", {"PMIX_RANK": "2"}, 2, 0, None),
     ("horovod", {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0"}, 0, 0, 2),
@@ -76,23 +84,30 @@ LAUNCHERS = [
 
 
 @pytest.mark.parametrize("name,env,rank,local_rank,world", LAUNCHERS)
-def test_enabled_with_launcher_patches(fsguard_python: Path, name: str, env: dict[str, str], rank: int,
-                                       local_rank: int, world: int | None) -> None:
+def test_enabled_with_launcher_patches(
+    fsguard_python: Path, name: str, env: dict[str, str], rank: int, local_rank: int, world: int | None
+) -> None:
     info, err = state(fsguard_python, {"FSGUARD": "1", **env})
     assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]
     assert info["launch"]["launcher"] == name
     assert (info["launch"]["rank"], info["launch"]["local_rank"], info["launch"]["world_size"]) == (
-        rank, local_rank, world)
+        rank,
+        local_rank,
+        world,
+    )
     assert "torch" not in info["modules"]
     assert err == ""
 
 
-@pytest.mark.parametrize("env", [
-    {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},           # one task
-    {"SLURM_PROCID": "0", "SLURM_JOB_ID": "12"},          # a batch script, not a step's task
-    {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"},  # single-process torchrun
-    {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},  # one task
+        {"SLURM_PROCID": "0", "SLURM_JOB_ID": "12"},  # a batch script, not a step's task
+        {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"},  # single-process torchrun
+        {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
+    ],
+)
 def test_single_process_launches_are_not_patched(fsguard_python: Path, env: dict[str, str]) -> None:
     info, _ = state(fsguard_python, {"FSGUARD": "1", **env})
     assert info["patched"] == []
@@ -137,16 +152,18 @@ def test_pth_processed_twice_patches_once(fsguard_python: Path) -> None:
     assert result.stdout.split() == ["builtin_function_or_method", "False"]
 
 
-@pytest.mark.parametrize("env,expected", [
-    ({"FSGUARD": "maybe"}, "FSGUARD='maybe' is not understood"),
-    ({"FSGUARD": "force", "FSGUARD_OPS": "rename,mkdirz"}, "unknown operation(s) mkdirz"),
-    ({"FSGUARD": "force", "FSGUARD_SETTLE_S": "soon"}, "FSGUARD_SETTLE_S='soon' is not a valid number"),
-    ({"FSGUARD": "force", "FSGUARD_FRESH_S": "-4"}, "FSGUARD_FRESH_S='-4' is not a valid number"),
-    ({"FSGUARD": "force", "FSGUARD_LOCK": "zookeeper"}, "FSGUARD_LOCK='zookeeper' is not one of"),
-    ({"FSGUARD": "force", "FSGUARD_SERIALIZE": "perhaps"}, "FSGUARD_SERIALIZE='perhaps' is not a boolean"),
-])
-def test_bad_settings_warn_in_one_line_and_go_on(fsguard_python: Path, env: dict[str, str],
-                                                 expected: str) -> None:
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({"FSGUARD": "maybe"}, "FSGUARD='maybe' is not understood"),
+        ({"FSGUARD": "force", "FSGUARD_OPS": "rename,mkdirz"}, "unknown operation(s) mkdirz"),
+        ({"FSGUARD": "force", "FSGUARD_SETTLE_S": "soon"}, "FSGUARD_SETTLE_S='soon' is not a valid number"),
+        ({"FSGUARD": "force", "FSGUARD_FRESH_S": "-4"}, "FSGUARD_FRESH_S='-4' is not a valid number"),
+        ({"FSGUARD": "force", "FSGUARD_LOCK": "zookeeper"}, "FSGUARD_LOCK='zookeeper' is not one of"),
+        ({"FSGUARD": "force", "FSGUARD_SERIALIZE": "perhaps"}, "FSGUARD_SERIALIZE='perhaps' is not a boolean"),
+    ],
+)
+def test_bad_settings_warn_in_one_line_and_go_on(fsguard_python: Path, env: dict[str, str], expected: str) -> None:
     result = run_python(fsguard_python, "print('alive')", env)
     assert result.returncode == 0
     assert result.stdout == "alive\n"
@@ -159,8 +176,11 @@ def test_missing_wrapt_warns_in_one_line(fsguard_python: Path, tmp_path: Path) -
     broken = tmp_path / "wrapt"
     broken.mkdir()
     (broken / "__init__.py").write_text("raise ImportError('No module named wrapt', name='wrapt')\n")
-    result = run_python(fsguard_python, "import os; print(hasattr(os.rename, '__wrapped__'))",
-                        {"FSGUARD": "force", "PYTHONPATH": str(tmp_path)})
+    result = run_python(
+        fsguard_python,
+        "import os; print(hasattr(os.rename, '__wrapped__'))",
+        {"FSGUARD": "force", "PYTHONPATH": str(tmp_path)},
+    )
     assert result.returncode == 0
     assert result.stdout == "False\n"
     lines = result.stderr.splitlines()
@@ -205,8 +225,11 @@ def test_patched_functions_keep_their_faces(fsguard_python: Path) -> None:
 
 
 def test_pickles_load_as_the_real_function_where_fsguard_is_off(fsguard_python: Path) -> None:
-    dumped = run_python(fsguard_python, "import os, pickle, sys; sys.stdout.write(pickle.dumps(os.makedirs).hex())",
-                        {"FSGUARD": "force"})
+    dumped = run_python(
+        fsguard_python,
+        "import os, pickle, sys; sys.stdout.write(pickle.dumps(os.makedirs).hex())",
+        {"FSGUARD": "force"},
+    )
     assert dumped.returncode == 0, dumped.stderr
     code = f"""
         import os, pickle
@@ -221,7 +244,7 @@ def test_spawn_pool_passes_patched_functions(fsguard_python: Path, tmp_path: Pat
     code = f"""
         import multiprocessing, os, shutil
         if __name__ == '__main__':
-            base = {str(tmp_path / 'out')!r}
+            base = {str(tmp_path / "out")!r}
             paths = [os.path.join(base, 'd%d' % i, 'sub') for i in range(6)]
             with multiprocessing.get_context('spawn').Pool(2) as pool:
                 pool.map(os.makedirs, paths)
@@ -231,8 +254,13 @@ def test_spawn_pool_passes_patched_functions(fsguard_python: Path, tmp_path: Pat
     """
     script = tmp_path / "pool.py"
     script.write_text(__import__("textwrap").dedent(code))
-    result = subprocess.run([str(fsguard_python), str(script)], env=clean_env({"FSGUARD": "force"}),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(fsguard_python), str(script)],
+        env=clean_env({"FSGUARD": "force"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['d3', 'd4', 'd5'] [True, True]"
 
@@ -264,8 +292,9 @@ def test_install_uninstall_restore_identity(fsguard_python: Path) -> None:
 
 def _status(python: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     fsguard_cli = python.parent / "fsguard"
-    return subprocess.run([str(fsguard_cli), "status", *args], env=clean_env(env), capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [str(fsguard_cli), "status", *args], env=clean_env(env), capture_output=True, text=True, timeout=60
+    )
 
 
 def test_status_json_reports_launcher_and_settings(fsguard_python: Path) -> None:
@@ -295,8 +324,9 @@ def test_status_human_and_module_form(fsguard_python: Path) -> None:
     assert human.returncode == 0
     assert "would patch: yes (FSGUARD=force)" in human.stdout
     assert "FSGUARD_LOCK_TIMEOUT" in human.stdout
-    module = subprocess.run([str(fsguard_python), "-m", "fsguard", "--version"], env=clean_env(),
-                            capture_output=True, text=True)
+    module = subprocess.run(
+        [str(fsguard_python), "-m", "fsguard", "--version"], env=clean_env(), capture_output=True, text=True
+    )
     assert module.stdout.strip().startswith("fsguard ")
 
 

@@ -13,8 +13,9 @@ from tests.conftest import ROOT, clean_env
 
 
 def bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, *args], env=clean_env(), capture_output=True, text=True, timeout=400,
-                          cwd=cwd)
+    done = subprocess.run(
+        [sys.executable, *args], env=clean_env(), capture_output=True, text=True, timeout=400, cwd=cwd
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "machine:" in done.stdout and "cores" in done.stdout
     return done

@@ -13,8 +13,8 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -30,8 +30,11 @@ pytestmark = [pytest.mark.cluster, pytest.mark.fuse, needs_cluster]
 NODES, NPROC = 2, 2
 WORLD = NODES * NPROC
 STEPS, KEEP = 4, 2
-ERRORS = {"checkpoint_loop.py": "FileNotFoundError", "results_dir.py": "FileExistsError",
-          "compile_cache.py": "FileNotFoundError"}
+ERRORS = {
+    "checkpoint_loop.py": "FileNotFoundError",
+    "results_dir.py": "FileExistsError",
+    "compile_cache.py": "FileNotFoundError",
+}
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
@@ -103,7 +106,10 @@ def keep_logs(result: RunResult, stem: str, limit: int = 8000) -> None:
         return
     Path(target).mkdir(parents=True, exist_ok=True)
     for node in result.nodes:
-        text = f"# node{node.node} exit status {node.returncode}\n# --- stdout ---\n{node.stdout}# --- stderr ---\n{node.stderr}"
+        text = (
+            f"# node{node.node} exit status {node.returncode}\n"
+            f"# --- stdout ---\n{node.stdout}# --- stderr ---\n{node.stderr}"
+        )
         if len(text) > limit:  # whole lines only, so every kept record line still parses
             lines = text.splitlines(keepends=True)
             head: list[str] = []
@@ -116,12 +122,14 @@ def keep_logs(result: RunResult, stem: str, limit: int = 8000) -> None:
         (Path(target) / f"{stem}-node{node.node}.log").write_text(text)
 
 
-def torchrun(made: Cluster, python: Path, script: str, *args: str, guarded: bool, probe: bool = False,
-             name: str | None = None) -> RunResult:
+def torchrun(
+    made: Cluster, python: Path, script: str, *args: str, guarded: bool, probe: bool = False, name: str | None = None
+) -> RunResult:
     extra = {"FSGUARD": "1", "FSGUARD_LOG": str(made.root / "records")} if guarded else {}
     env = job_env(clean_env(extra), made.root / "probe" if probe else None)
-    return made.torchrun(python, WORKLOADS / script, [str(made.shared), *args], nproc_per_node=NPROC, env=env,
-                         timeout=90, name=name)
+    return made.torchrun(
+        python, WORKLOADS / script, [str(made.shared), *args], nproc_per_node=NPROC, env=env, timeout=90, name=name
+    )
 
 
 # --- what each workload must leave behind -------------------------------------------------------------------
@@ -144,8 +152,9 @@ def check_checkpoints(backing: Path, recs: list[Record], world: int, nodes: int)
     for step in range(STEPS - KEEP + 1, STEPS + 1):
         folder = backing / f"checkpoint-{step}"
         names = sorted(p.name for p in folder.iterdir())
-        assert names == sorted([f"model-rank{r}.bin" for r in range(world)] +
-                               [f"rng_state_{r}.pth" for r in range(world)]), (folder, names)
+        assert names == sorted(
+            [f"model-rank{r}.bin" for r in range(world)] + [f"rng_state_{r}.pth" for r in range(world)]
+        ), (folder, names)
         for rank in range(world):
             assert (folder / f"model-rank{rank}.bin").read_bytes() == payload("shard", step, rank), (step, rank)
             state = torch.load(folder / f"rng_state_{rank}.pth")
@@ -155,7 +164,8 @@ def check_checkpoints(backing: Path, recs: list[Record], world: int, nodes: int)
     # Each step, every node's first process renames staging; exactly one rename per step can succeed.
     assert len(renames) == STEPS * (nodes - 1), [r.to_line() for r in renames]
     assert sorted(r.args[1].rsplit("/", 1)[1] for r in renames) == sorted(
-        f"checkpoint-{s}" for s in range(1, STEPS + 1) for _ in range(nodes - 1))
+        f"checkpoint-{s}" for s in range(1, STEPS + 1) for _ in range(nodes - 1)
+    )
     for old in range(1, STEPS - KEEP + 1):
         removals = [r for r in recs if r.op == "rmtree" and r.args[0].endswith(f"/checkpoint-{old}")]
         # Every rank removes it; only one can remove the top directory, so at least world-1 saw a peer's work.
@@ -188,7 +198,10 @@ def check_cache(backing: Path, recs: list[Record], world: int, nodes: int) -> No
 
 
 CHECKS: dict[str, Callable[[Path, list[Record], int, int], None]] = {
-    "checkpoint_loop.py": check_checkpoints, "results_dir.py": check_results, "compile_cache.py": check_cache}
+    "checkpoint_loop.py": check_checkpoints,
+    "results_dir.py": check_results,
+    "compile_cache.py": check_cache,
+}
 
 
 # --- the harness itself -------------------------------------------------------------------------------------
@@ -211,7 +224,8 @@ fi
 
 @pytest.mark.parametrize("cache_s", [0, 5])
 def test_nodes_have_own_pids_hosts_tmpfs_and_a_caching_view_of_one_shared_directory(
-        make_cluster: Callable[..., Cluster], cache_s: float) -> None:
+    make_cluster: Callable[..., Cluster], cache_s: float
+) -> None:
     made = make_cluster(nodes=2, cache_s=cache_s)
     gates = made.root / "gates"
     gates.mkdir()
@@ -253,8 +267,9 @@ def test_a_run_that_times_out_is_ended_with_its_mounts(make_cluster: Callable[..
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("script", sorted(ERRORS))
-def test_torchrun_job_fails_without_fsguard(script: str, make_cluster: Callable[..., Cluster],
-                                            fsguard_python: Path) -> None:
+def test_torchrun_job_fails_without_fsguard(
+    script: str, make_cluster: Callable[..., Cluster], fsguard_python: Path
+) -> None:
     made = make_cluster(nodes=NODES)
     result = torchrun(made, fsguard_python, script, guarded=False, name="unguarded")
     output = result.output()
@@ -270,8 +285,9 @@ def test_torchrun_job_fails_without_fsguard(script: str, make_cluster: Callable[
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("script", sorted(ERRORS))
-def test_torchrun_job_survives_with_fsguard(script: str, request: pytest.FixtureRequest,
-                                            make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
+def test_torchrun_job_survives_with_fsguard(
+    script: str, request: pytest.FixtureRequest, make_cluster: Callable[..., Cluster], fsguard_python: Path
+) -> None:
     if script == "checkpoint_loop.py":
         made, result = request.getfixturevalue("guarded_checkpoint_job")
     else:
@@ -306,8 +322,8 @@ def guarded_checkpoint_job(tmp_path_factory: pytest.TempPathFactory, fsguard_pyt
 
 @pytest.mark.timeout(150)
 def test_stale_lookup_caches_do_not_make_the_guarded_job_wait_them_out(
-        make_cluster: Callable[..., Cluster], fsguard_python: Path,
-        guarded_checkpoint_job: tuple[Cluster, RunResult]) -> None:
+    make_cluster: Callable[..., Cluster], fsguard_python: Path, guarded_checkpoint_job: tuple[Cluster, RunResult]
+) -> None:
     """30 s lookup caches (longer than the whole job) must cost about nothing: fsguard reads fresh listings."""
     baseline = guarded_checkpoint_job[1]
     assert baseline.ok, baseline.output()[-6000:]
@@ -327,17 +343,32 @@ def test_stale_lookup_caches_do_not_make_the_guarded_job_wait_them_out(
 def mpirun(made: Cluster, python: Path, guarded: bool) -> RunResult:
     assert shutil.which("mpirun"), "openmpi-bin is not installed"
     extra = {"FSGUARD": "1"} if guarded else {}
-    env = job_env(clean_env(extra), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                  OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    command = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(WORLD), str(python),
-               str(WORKLOADS / "checkpoint_loop.py"), str(made.shared)]
+    env = job_env(
+        clean_env(extra),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    )
+    command = [
+        "mpirun",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-np",
+        str(WORLD),
+        str(python),
+        str(WORKLOADS / "checkpoint_loop.py"),
+        str(made.shared),
+    ]
     return made.run(command, env=env, timeout=90, name="guarded" if guarded else "unguarded")
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin (mpirun) is not installed")
 @pytest.mark.timeout(200)
-def test_mpirun_job_fails_without_fsguard_and_survives_with_it(make_cluster: Callable[..., Cluster],
-                                                               fsguard_python: Path) -> None:
+def test_mpirun_job_fails_without_fsguard_and_survives_with_it(
+    make_cluster: Callable[..., Cluster], fsguard_python: Path
+) -> None:
     """``mpirun -np 4`` on one node: the ranks rotate checkpoints with ``rmtree`` at the same time."""
     made = make_cluster(nodes=1)
     failed = mpirun(made, fsguard_python, guarded=False)

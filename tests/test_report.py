@@ -21,8 +21,14 @@ SYNTHETIC = DATA / "synthetic" / "records.jsonl"
 
 
 def fsguard(python: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([str(python), "-m", "fsguard", *args], check=False, env=clean_env({"TZ": "UTC"}),
-                          input=stdin, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [str(python), "-m", "fsguard", *args],
+        check=False,
+        env=clean_env({"TZ": "UTC"}),
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+    )
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
@@ -36,8 +42,9 @@ def summary(document: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def test_guarded_job_logs(fsguard_python: Path) -> None:
-    status, doc, err = report_json(fsguard_python, str(GUARDED / "rename.log"), str(GUARDED / "notempty.log"),
-                                   str(GUARDED / "rmtree.log"))
+    status, doc, err = report_json(
+        fsguard_python, str(GUARDED / "rename.log"), str(GUARDED / "notempty.log"), str(GUARDED / "rmtree.log")
+    )
     assert status == 1, err
     assert summary(doc) == [
         ("conflict", "rename", "/tmp/races/notempty_race.py:11 in publish", 3, [0, 1, 2], ["vm"]),
@@ -46,8 +53,9 @@ def test_guarded_job_logs(fsguard_python: Path) -> None:
     ]
     conflict = doc["groups"][0]
     assert conflict["attention"] is True and conflict["decisions"] == {"conflict": 3}
-    assert conflict["paths"] == [{"pattern": "/tmp/races/g_notempty/tmp-rank<n> -> /tmp/races/g_notempty/published",
-                                  "count": 3}]
+    assert conflict["paths"] == [
+        {"pattern": "/tmp/races/g_notempty/tmp-rank<n> -> /tmp/races/g_notempty/published", "count": 3}
+    ]
     assert conflict["site"] == {"file": "/tmp/races/notempty_race.py", "line": 11, "function": "publish"}
     assert doc["records"] == 10 and doc["inputs_read"] == 3 and doc["problems"] == []
     assert doc["groups"][1]["attention"] is False
@@ -64,21 +72,42 @@ def test_jsonl_directory_and_the_same_jobs_log_count_once(fsguard_python: Path) 
 def test_json_schema(fsguard_python: Path) -> None:
     status, doc, _ = report_json(fsguard_python, str(SYNTHETIC))
     assert status == 1
-    assert set(doc) == {"command", "version", "inputs_read", "records", "duplicates", "groups", "problems",
-                        "exit_status"}
+    assert set(doc) == {
+        "command",
+        "version",
+        "inputs_read",
+        "records",
+        "duplicates",
+        "groups",
+        "problems",
+        "exit_status",
+    }
     assert doc["command"] == "report" and doc["exit_status"] == 1
     hazard, mixed, renames = doc["groups"]
     assert hazard == {
-        "op": "rmtree", "site": {"file": "/job/train.py", "line": 140, "function": "cleanup"},
-        "site_text": "/job/train.py:140 in cleanup", "attention": True, "decision": "hazard",
-        "decisions": {"hazard": 1, "absorbed": 1}, "count": 2, "ranks": [0, 12], "hosts": ["n1", "n2"],
-        "paths": [{"pattern": "/ckpt/staging-<n>", "count": 2}], "other_paths": 0, "longest_wait_s": 0.0,
-        "first": "2026-11-30T01:03:24+0000", "last": "2026-11-30T01:03:25+0000",
-        "first_epoch": 1796000604.5, "last_epoch": 1796000605.0,
+        "op": "rmtree",
+        "site": {"file": "/job/train.py", "line": 140, "function": "cleanup"},
+        "site_text": "/job/train.py:140 in cleanup",
+        "attention": True,
+        "decision": "hazard",
+        "decisions": {"hazard": 1, "absorbed": 1},
+        "count": 2,
+        "ranks": [0, 12],
+        "hosts": ["n1", "n2"],
+        "paths": [{"pattern": "/ckpt/staging-<n>", "count": 2}],
+        "other_paths": 0,
+        "longest_wait_s": 0.0,
+        "first": "2026-11-30T01:03:24+0000",
+        "last": "2026-11-30T01:03:25+0000",
+        "first_epoch": 1796000604.5,
+        "last_epoch": 1796000605.0,
         "evidence": "a peer renamed the tree while this rank removed it: 3 entries missing from /ckpt/checkpoint-50",
     }
     assert (mixed["decision"], mixed["decisions"], mixed["longest_wait_s"]) == (
-        "unserialized", {"unserialized": 1, "waited": 1}, 30.0)
+        "unserialized",
+        {"unserialized": 1, "waited": 1},
+        30.0,
+    )
     assert (renames["count"], renames["ranks"], renames["longest_wait_s"]) == (6, [1, 9, 10], 1.25)
     assert renames["paths"] == [{"pattern": "/ckpt/tmp-checkpoint-<n> -> /ckpt/checkpoint-<n>", "count": 6}]
     assert (renames["first"], renames["last"]) == ("2026-11-30T00:53:20+0000", "2026-11-30T01:03:20+0000")
@@ -121,8 +150,10 @@ def test_human_table(fsguard_python: Path) -> None:
 def test_human_table_fits_80_columns(fsguard_python: Path) -> None:
     done = fsguard(fsguard_python, "report", str(GUARDED))
     assert done.returncode == 1
-    assert done.stdout.startswith("fsguard report: 13 records at 4 call sites in 10 inputs; 1 with hazards or\n"
-                                  "conflicts (!!); 4 duplicates ignored\n")
+    assert done.stdout.startswith(
+        "fsguard report: 13 records at 4 call sites in 10 inputs; 1 with hazards or\n"
+        "conflicts (!!); 4 duplicates ignored\n"
+    )
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
     assert re.search(r"^!! conflict +rename +3 +0-2 ", done.stdout, re.MULTILINE)
     # long paths lose their beginning, not their end
@@ -134,12 +165,15 @@ def test_markdown(fsguard_python: Path) -> None:
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert lines[0] == "**fsguard report**: 10 records at 3 call sites in 1 input; 1 with hazards or conflicts (!!)."
-    assert lines[2] == ("|  | Decision | Op | Call site | Paths | N | Ranks | Hosts | Longest wait | First | Last "
-                        "| Evidence |")
+    assert lines[2] == (
+        "|  | Decision | Op | Call site | Paths | N | Ranks | Hosts | Longest wait | First | Last | Evidence |"
+    )
     assert lines[3] == "|---|---|---|---|---|---|---|---|---|---|---|---|"
-    assert lines[4] == ("| ⚠️ | **1 hazard, 1 absorbed** | rmtree | `/job/train.py:140 in cleanup` | `/ckpt/staging-<n>` "
-                        "| 2 | 0,12 | n1, n2 | 0.00 s | 2026-11-30 01:03:24 | 2026-11-30 01:03:25 | a peer renamed "
-                        "the tree while this rank removed it: 3 entries missing from /ckpt/checkpoint-50 |")
+    assert lines[4] == (
+        "| ⚠️ | **1 hazard, 1 absorbed** | rmtree | `/job/train.py:140 in cleanup` | `/ckpt/staging-<n>` "
+        "| 2 | 0,12 | n1, n2 | 0.00 s | 2026-11-30 01:03:24 | 2026-11-30 01:03:25 | a peer renamed "
+        "the tree while this rank removed it: 3 entries missing from /ckpt/checkpoint-50 |"
+    )
     assert len(lines) == 7
 
 
@@ -150,8 +184,9 @@ def test_launcher_prefixes(fsguard_python: Path, tmp_path: Path, prefix: str) ->
     (tmp_path / "job.log").write_text("\n".join(prefixed) + "\n")
     status, doc, _ = report_json(fsguard_python, str(tmp_path / "job.log"))
     assert status == 1
-    assert summary(doc) == [("absorbed", "rename", "/tmp/races/rename_race.py:11 in save_checkpoint", 3,
-                             [0, 1, 3], ["vm"])]
+    assert summary(doc) == [
+        ("absorbed", "rename", "/tmp/races/rename_race.py:11 in save_checkpoint", 3, [0, 1, 3], ["vm"])
+    ]
 
 
 def test_gzip_and_stdin(fsguard_python: Path, tmp_path: Path) -> None:
@@ -182,8 +217,11 @@ def test_truncated_inputs_are_named_and_the_rest_is_read(fsguard_python: Path, t
     doc = json.loads(done.stdout)
     assert doc["problems"] == [
         {"source": str(cut_jsonl), "message": "line 10: damaged or truncated fsguard record, skipped", "error": True},
-        {"source": str(cut_gz), "message": "truncated: the compressed stream ends early; what came before was read",
-         "error": True},
+        {
+            "source": str(cut_gz),
+            "message": "truncated: the compressed stream ends early; what came before was read",
+            "error": True,
+        },
     ]
     assert f"fsguard report: {cut_jsonl}: line 10: damaged or truncated fsguard record, skipped" in done.stderr
     # 9 synthetic records, the renames decompressed before the cut, the 3 conflicts
@@ -195,8 +233,9 @@ def test_binary_and_unreadable_inputs(fsguard_python: Path, tmp_path: Path) -> N
     binary.write_bytes(b"PK\x03\x04\x00\x00" + bytes(range(256)) * 10)
     dangling = tmp_path / "gone.log"
     dangling.symlink_to(tmp_path / "nowhere")
-    done = fsguard(fsguard_python, "report", "--json", str(binary), str(dangling), str(tmp_path / "missing.log"),
-                   str(SYNTHETIC))
+    done = fsguard(
+        fsguard_python, "report", "--json", str(binary), str(dangling), str(tmp_path / "missing.log"), str(SYNTHETIC)
+    )
     assert done.returncode == 2
     doc = json.loads(done.stdout)
     assert [(p["source"], p["message"]) for p in doc["problems"]] == [
@@ -221,11 +260,20 @@ def test_usage_error(fsguard_python: Path) -> None:
 
 def test_bench_audit_quick_runs(tmp_path: Path) -> None:
     """bench/audit.py keeps working (no timing assertions): both commands find the planted races."""
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "audit.py"), "--quick", "--json",
-                           str(tmp_path / "a.json")], check=False, env=clean_env(), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "audit.py"), "--quick", "--json", str(tmp_path / "a.json")],
+        check=False,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     runs = json.loads((tmp_path / "a.json").read_text())["audit"]["runs"]
-    assert {name: r["found"] for name, r in runs.items()} == {"report/16": 0, "scan/16": 0, "report/64": 1,
-                                                              "scan/64": 1}
+    assert {name: r["found"] for name, r in runs.items()} == {
+        "report/16": 0,
+        "scan/16": 0,
+        "report/64": 1,
+        "scan/64": 1,
+    }
     assert all(r["exit"] == (1 if r["found"] else 0) for r in runs.values())

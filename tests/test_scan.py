@@ -19,8 +19,14 @@ UNGUARDED = DATA / "unguarded"
 
 
 def fsguard(python: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([str(python), "-m", "fsguard", *args], check=False, env=clean_env({"TZ": "UTC"}),
-                          input=stdin, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [str(python), "-m", "fsguard", *args],
+        check=False,
+        env=clean_env({"TZ": "UTC"}),
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+    )
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
@@ -30,25 +36,62 @@ def scan_json(python: Path, *args: str, stdin: bytes | None = None) -> tuple[int
 
 
 def findings(document: dict[str, Any]) -> list[tuple[Any, ...]]:
-    return [(f["verdict"], f["op"], f["site_text"], f["error"]["type"], f["error"]["errno"], f["count"], f["ranks"])
-            for f in document["findings"]]
+    return [
+        (f["verdict"], f["op"], f["site_text"], f["error"]["type"], f["error"]["errno"], f["count"], f["ranks"])
+        for f in document["findings"]
+    ]
 
 
-MAKEDIRS = ("absorbed", "makedirs", "/tmp/races/makedirs_race.py:5 in make_run_dir", "FileExistsError", "EEXIST",
-            3, [1, 2, 3])
+MAKEDIRS = (
+    "absorbed",
+    "makedirs",
+    "/tmp/races/makedirs_race.py:5 in make_run_dir",
+    "FileExistsError",
+    "EEXIST",
+    3,
+    [1, 2, 3],
+)
 
 # One real torchrun log per race: what a person reading the log finds (rank 0 of most of them died of the
 # gloo connection its crashed peers closed, which is not a filesystem error).
 REAL = {
     "makedirs.log": [MAKEDIRS],
-    "rename-record.log": [("absorbed", "rename", "/tmp/races/rename_record_race.py:11 in save_checkpoint",
-                           "FileNotFoundError", "ENOENT", 3, [0, 1, 2])],
-    "replace.log": [("absorbed", "replace", "/tmp/races/replace_race.py:9 in write_latest", "FileNotFoundError",
-                     "ENOENT", 3, [1, 2, 3])],
-    "rmtree.log": [("absorbed", "rmtree", "/tmp/races/rmtree_race.py:6 in cleanup_staging", "FileNotFoundError",
-                    "ENOENT", 3, [1, 2, 3])],
-    "notempty.log": [("serialize", "rename", "/tmp/races/notempty_race.py:11 in publish", "OSError", "ENOTEMPTY",
-                      3, [0, 2, 3])],
+    "rename-record.log": [
+        (
+            "absorbed",
+            "rename",
+            "/tmp/races/rename_record_race.py:11 in save_checkpoint",
+            "FileNotFoundError",
+            "ENOENT",
+            3,
+            [0, 1, 2],
+        )
+    ],
+    "replace.log": [
+        (
+            "absorbed",
+            "replace",
+            "/tmp/races/replace_race.py:9 in write_latest",
+            "FileNotFoundError",
+            "ENOENT",
+            3,
+            [1, 2, 3],
+        )
+    ],
+    "rmtree.log": [
+        (
+            "absorbed",
+            "rmtree",
+            "/tmp/races/rmtree_race.py:6 in cleanup_staging",
+            "FileNotFoundError",
+            "ENOENT",
+            3,
+            [1, 2, 3],
+        )
+    ],
+    "notempty.log": [
+        ("serialize", "rename", "/tmp/races/notempty_race.py:11 in publish", "OSError", "ENOTEMPTY", 3, [0, 2, 3])
+    ],
 }
 
 
@@ -65,10 +108,16 @@ def test_details_of_a_finding(fsguard_python: Path) -> None:
     (finding,) = doc["findings"]
     assert finding["site"] == {"file": "/tmp/races/rename_record_race.py", "line": 11, "function": "save_checkpoint"}
     assert finding["hosts"] == ["localhost"]  # from torchrun's failure summary
-    assert finding["paths"] == [{"pattern": "/tmp/races/w_rename_record/tmp-checkpoint-<n> -> "
-                                            "/tmp/races/w_rename_record/checkpoint-<n>", "count": 3}]
-    assert finding["error"]["message"] == ("[Errno 2] No such file or directory: '/tmp/races/w_rename_record/"
-                                           "tmp-checkpoint-5' -> '/tmp/races/w_rename_record/checkpoint-5'")
+    assert finding["paths"] == [
+        {
+            "pattern": "/tmp/races/w_rename_record/tmp-checkpoint-<n> -> /tmp/races/w_rename_record/checkpoint-<n>",
+            "count": 3,
+        }
+    ]
+    assert finding["error"]["message"] == (
+        "[Errno 2] No such file or directory: '/tmp/races/w_rename_record/"
+        "tmp-checkpoint-5' -> '/tmp/races/w_rename_record/checkpoint-5'"
+    )
     assert finding["first_seen"] == {"source": str(UNGUARDED / "rename-record.log"), "line": 5}
     assert finding["why"].startswith("the source was gone because a peer already made the same move")
 
@@ -95,8 +144,17 @@ def test_genuine_errors_are_listed_but_status_is_0(fsguard_python: Path) -> None
 def test_torchrun_log_dir_ranks_from_paths(fsguard_python: Path) -> None:
     status, doc = scan_json(fsguard_python, str(UNGUARDED / "tee-logdir"))
     assert status == 1
-    assert findings(doc) == [("absorbed", "makedirs", "/tmp/races/makedirs_race.py:5 in make_run_dir",
-                              "FileExistsError", "EEXIST", 3, [0, 2, 3])]
+    assert findings(doc) == [
+        (
+            "absorbed",
+            "makedirs",
+            "/tmp/races/makedirs_race.py:5 in make_run_dir",
+            "FileExistsError",
+            "EEXIST",
+            3,
+            [0, 2, 3],
+        )
+    ]
     assert doc["inputs_read"] == 4
 
 
@@ -112,8 +170,12 @@ def _per_rank(path: Path) -> dict[int, list[str]]:
 @pytest.mark.parametrize("prefix", ["{r}: ", "  {r}: ", "[1,{r}]<stderr>:", "0: [rank{r}]: ", "[default{r}]:"])
 def test_launcher_prefixes_interleaved_line_by_line(fsguard_python: Path, tmp_path: Path, prefix: str) -> None:
     ranks = _per_rank(UNGUARDED / "makedirs.log")
-    mixed = [prefix.format(r=r) + line for row in zip_longest(*ranks.values()) for r, line in zip(ranks, row)
-             if line is not None]
+    mixed = [
+        prefix.format(r=r) + line
+        for row in zip_longest(*ranks.values())
+        for r, line in zip(ranks, row, strict=False)
+        if line is not None
+    ]
     (tmp_path / "job.log").write_text("\n".join(mixed) + "\n")
     status, doc = scan_json(fsguard_python, str(tmp_path / "job.log"))
     assert status == 1
@@ -135,8 +197,9 @@ def test_gzip_and_stdin(fsguard_python: Path, tmp_path: Path) -> None:
 
 
 def test_many_logs_human_table(fsguard_python: Path) -> None:
-    done = fsguard(fsguard_python, "scan", *(str(UNGUARDED / name) for name in sorted(REAL)),
-                   str(UNGUARDED / "genuine.log"))
+    done = fsguard(
+        fsguard_python, "scan", *(str(UNGUARDED / name) for name in sorted(REAL)), str(UNGUARDED / "genuine.log")
+    )
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
@@ -157,28 +220,36 @@ def test_many_logs_human_table(fsguard_python: Path) -> None:
     assert lines[7].startswith("     seen  ") and lines[7].endswith("/unguarded/notempty.log:5")
     assert "   absorbed     makedirs  FileExistsError EEXIST          3  1-3             ?" in lines
     assert "   not fixable  mkdir     FileNotFoundError ENOENT        1  0               ?" in lines
-    assert lines[-2:] == ["absorbed: fsguard's default mode (FSGUARD=1) absorbs it; serialize: it needs",
-                          "FSGUARD=1 FSGUARD_SERIALIZE=1; not fixable: fsguard rightly re-raises it."]
+    assert lines[-2:] == [
+        "absorbed: fsguard's default mode (FSGUARD=1) absorbs it; serialize: it needs",
+        "FSGUARD=1 FSGUARD_SERIALIZE=1; not fixable: fsguard rightly re-raises it.",
+    ]
 
 
 def test_markdown(fsguard_python: Path) -> None:
     done = fsguard(fsguard_python, "scan", "--markdown", str(UNGUARDED / "makedirs.log"))
     assert done.returncode == 1
     assert done.stdout.splitlines()[:5] == [
-        ("**fsguard scan**: 1 call site with filesystem errors in 1 input: 1 absorbed by default, 0 need "
-        "serialization, 0 not fixable."),
+        (
+            "**fsguard scan**: 1 call site with filesystem errors in 1 input: 1 absorbed by default, 0 need "
+            "serialization, 0 not fixable."
+        ),
         "",
         "| Verdict | Op | Error | Call site | Paths | N | Ranks | Hosts | Why |",
         "|---|---|---|---|---|---|---|---|---|",
-        ("| absorbed | makedirs | FileExistsError EEXIST | `/tmp/races/makedirs_race.py:5 in make_run_dir` | "
-        "`w_makedirs/runs/exp<n>` | 3 | 1-3 |  | a peer created the directory first; the default mode treats it "
-        "as done. |"),
+        (
+            "| absorbed | makedirs | FileExistsError EEXIST | `/tmp/races/makedirs_race.py:5 in make_run_dir` | "
+            "`w_makedirs/runs/exp<n>` | 3 | 1-3 |  | a peer created the directory first; the default mode treats it "
+            "as done. |"
+        ),
     ]
 
 
 def test_nothing_found(fsguard_python: Path, tmp_path: Path) -> None:
-    (tmp_path / "clean.log").write_text("epoch 1 loss 0.5\nTraceback (most recent call last):\n"
-                                        '  File "train.py", line 3, in <module>\nKeyError: \'lr\'\n')
+    (tmp_path / "clean.log").write_text(
+        "epoch 1 loss 0.5\nTraceback (most recent call last):\n"
+        "  File \"train.py\", line 3, in <module>\nKeyError: 'lr'\n"
+    )
     done = fsguard(fsguard_python, "scan", str(tmp_path / "clean.log"), str(DATA / "guarded" / "rename.log"))
     assert (done.returncode, done.stdout) == (0, "fsguard scan: no filesystem-race tracebacks in 2 inputs\n")
 
@@ -191,8 +262,9 @@ def test_truncated_binary_unreadable(fsguard_python: Path, tmp_path: Path) -> No
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" * 100)
     dangling = tmp_path / "gone.log"
     dangling.symlink_to(tmp_path / "nowhere")
-    done = fsguard(fsguard_python, "scan", "--json", str(cut), str(binary), str(dangling),
-                   str(UNGUARDED / "makedirs.log"))
+    done = fsguard(
+        fsguard_python, "scan", "--json", str(cut), str(binary), str(dangling), str(UNGUARDED / "makedirs.log")
+    )
     assert done.returncode == 2
     doc = json.loads(done.stdout)
     assert [(p["source"], p["message"]) for p in doc["problems"]] == [
@@ -203,8 +275,15 @@ def test_truncated_binary_unreadable(fsguard_python: Path, tmp_path: Path) -> No
     assert f"fsguard scan: {cut}: ends inside a traceback" in done.stderr
     assert findings(doc) == [
         MAKEDIRS,
-        ("absorbed", "rmtree", "/tmp/races/rmtree_race.py:6 in cleanup_staging", "FileNotFoundError", "ENOENT", 2,
-         [1, 3]),
+        (
+            "absorbed",
+            "rmtree",
+            "/tmp/races/rmtree_race.py:6 in cleanup_staging",
+            "FileNotFoundError",
+            "ENOENT",
+            2,
+            [1, 3],
+        ),
     ]
 
 
@@ -212,26 +291,29 @@ def test_usage_error(fsguard_python: Path) -> None:
     assert fsguard(fsguard_python, "scan").returncode == 2
 
 
-@pytest.mark.parametrize(("op", "errno_name", "expected"), [
-    ("makedirs", "EEXIST", "absorbed"),
-    ("rename", "ENOENT", "absorbed"),
-    ("replace", "ENOENT", "absorbed"),
-    ("move", "ENOENT", "absorbed"),
-    ("rmtree", "ENOENT", "absorbed"),
-    ("rmtree", "EBUSY", "absorbed"),
-    ("rename", "ENOTEMPTY", "serialize"),
-    ("replace", "EEXIST", "serialize"),
-    ("rmtree", "ENOTEMPTY", "serialize"),
-    ("makedirs", "ESTALE", "serialize"),
-    ("mkdir", "EEXIST", "not fixable"),
-    ("makedirs", "ENOENT", "not fixable"),
-    ("mkdir", "ENOENT", "not fixable"),
-    ("makedirs", "EACCES", "not fixable"),
-    ("rename", "EXDEV", "not fixable"),
-    ("rename", "EBUSY", "not fixable"),
-    ("rmtree", "ENOTDIR", "not fixable"),
-    ("rename", "EISDIR", "not fixable"),
-])
+@pytest.mark.parametrize(
+    ("op", "errno_name", "expected"),
+    [
+        ("makedirs", "EEXIST", "absorbed"),
+        ("rename", "ENOENT", "absorbed"),
+        ("replace", "ENOENT", "absorbed"),
+        ("move", "ENOENT", "absorbed"),
+        ("rmtree", "ENOENT", "absorbed"),
+        ("rmtree", "EBUSY", "absorbed"),
+        ("rename", "ENOTEMPTY", "serialize"),
+        ("replace", "EEXIST", "serialize"),
+        ("rmtree", "ENOTEMPTY", "serialize"),
+        ("makedirs", "ESTALE", "serialize"),
+        ("mkdir", "EEXIST", "not fixable"),
+        ("makedirs", "ENOENT", "not fixable"),
+        ("mkdir", "ENOENT", "not fixable"),
+        ("makedirs", "EACCES", "not fixable"),
+        ("rename", "EXDEV", "not fixable"),
+        ("rename", "EBUSY", "not fixable"),
+        ("rmtree", "ENOTDIR", "not fixable"),
+        ("rename", "EISDIR", "not fixable"),
+    ],
+)
 def test_verdict_rules(op: str, errno_name: str, expected: str) -> None:
     from fsguard.cli.scan import verdict
 

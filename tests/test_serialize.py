@@ -18,8 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pytest
 
@@ -28,8 +29,14 @@ from tests.cluster.harness import Cluster
 from tests.conftest import clean_env, run_python
 
 WORKERS = Path(__file__).resolve().parent / "workers"
-MULTI_NODE = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
-              "TORCHELASTIC_RUN_ID": "test", "MASTER_ADDR": "127.0.0.1"}
+MULTI_NODE = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "8",
+    "LOCAL_WORLD_SIZE": "4",
+    "TORCHELASTIC_RUN_ID": "test",
+    "MASTER_ADDR": "127.0.0.1",
+}
 
 
 def free_port() -> int:
@@ -58,11 +65,32 @@ def wait_for(path: Path, timeout: float = 60) -> None:
 @pytest.mark.parametrize("lock", ["off", "auto", "store"])
 def test_rmtree_and_rename_of_staging_never_interleave(fsguard_python: Path, tmp_path: Path, lock: str) -> None:
     logs = tmp_path / "logs"
-    env = {"FSGUARD": "1", "FSGUARD_SETTLE_S": "0.2", "FSGUARD_STDERR": "0", "FSGUARD_LOG": str(logs),
-           "FSGUARD_SERIALIZE": "0" if lock == "off" else "1", "FSGUARD_LOCK": lock}
-    job = subprocess.run([str(fsguard_python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-                          str(WORKERS / "serialize_race.py"), str(tmp_path / "work"), "4"],
-                         env=clean_env(env), capture_output=True, text=True, timeout=120, check=False)
+    env = {
+        "FSGUARD": "1",
+        "FSGUARD_SETTLE_S": "0.2",
+        "FSGUARD_STDERR": "0",
+        "FSGUARD_LOG": str(logs),
+        "FSGUARD_SERIALIZE": "0" if lock == "off" else "1",
+        "FSGUARD_LOCK": lock,
+    }
+    job = subprocess.run(
+        [
+            str(fsguard_python),
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "4",
+            str(WORKERS / "serialize_race.py"),
+            str(tmp_path / "work"),
+            "4",
+        ],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert job.returncode == 0, job.stderr[-3000:]
     result = json.loads(job.stdout.strip().splitlines()[-1])
     found = records(logs)
@@ -88,15 +116,31 @@ def test_rmtree_and_rename_of_staging_never_interleave(fsguard_python: Path, tmp
 @pytest.mark.cluster
 @pytest.mark.fuse
 @needs_cluster
-def test_two_nodes_serialize_through_the_job_store(fsguard_python: Path, make_cluster: Callable[..., Cluster]) -> None:
+def test_two_nodes_serialize_through_the_job_store(fsguard_python: Path, make_cluster: Callable[..., Cluster]) -> None:  # noqa: F811
     # Ranks 0-1 (node0) commit the checkpoint while ranks 2-3 (node1) clean up the staging directory, on
     # one shared directory seen through each node's own caching FUSE mount: only a job-wide lock helps.
     made = make_cluster(nodes=2, cache_s=0.5)
     logs = made.root / "records"
-    env = job_env(clean_env({"FSGUARD": "1", "FSGUARD_SERIALIZE": "1", "FSGUARD_SETTLE_S": "0.2",
-                             "FSGUARD_STDERR": "0", "FSGUARD_LOG": str(logs)}))
-    result = made.torchrun(fsguard_python, WORKERS / "serialize_race.py", [str(made.shared / "work"), "4"],
-                           nproc_per_node=2, env=env, timeout=90, name="serialize")
+    env = job_env(
+        clean_env(
+            {
+                "FSGUARD": "1",
+                "FSGUARD_SERIALIZE": "1",
+                "FSGUARD_SETTLE_S": "0.2",
+                "FSGUARD_STDERR": "0",
+                "FSGUARD_LOG": str(logs),
+            }
+        )
+    )
+    result = made.torchrun(
+        fsguard_python,
+        WORKERS / "serialize_race.py",
+        [str(made.shared / "work"), "4"],
+        nproc_per_node=2,
+        env=env,
+        timeout=90,
+        name="serialize",
+    )
     assert result.ok, [node.stderr[-2000:] for node in result.nodes]
     out = json.loads(result.nodes[0].stdout.strip().splitlines()[-1])
     assert out["backend"] == "store", out  # auto, ranks on two nodes
@@ -116,15 +160,21 @@ def store_port() -> Iterator[int]:
     import torch.distributed as dist
 
     server = getattr(dist, "TCPStore")(  # noqa: B009 - not re-exported for type checkers
-       "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30)
+    )
     yield int(server.port)
     del server
 
 
 def _role(python: Path, role: str, target: Path, ready: Path, env: dict[str, str], rank: int) -> subprocess.Popen[str]:
     env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
-    return subprocess.Popen([str(python), str(WORKERS / "serialize_holder.py"), role, str(target), str(ready)],
-                            env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(python), str(WORKERS / "serialize_holder.py"), role, str(target), str(ready)],
+        env=clean_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(peer: subprocess.Popen[str]) -> dict[str, Any]:
@@ -134,19 +184,29 @@ def _finish(peer: subprocess.Popen[str]) -> dict[str, Any]:
     return {"done_at": time.monotonic(), **done}
 
 
-def _setup(tmp_path: Path, lock: str, timeout: float, port: Optional[int]) -> tuple[Path, Path, dict[str, str]]:
+def _setup(tmp_path: Path, lock: str, timeout: float, port: int | None) -> tuple[Path, Path, dict[str, str]]:
     (tmp_path / "target").mkdir()
     staging = tmp_path / "staging"
     staging.symlink_to(tmp_path / "target")
     logs = tmp_path / "logs"
-    env = {"FSGUARD": "1", "FSGUARD_SERIALIZE": "1", "FSGUARD_LOCK": lock, "FSGUARD_LOCK_TIMEOUT": str(timeout),
-           "FSGUARD_STDERR": "0", "FSGUARD_LOG": str(logs), "WORLD_SIZE": "3", "TORCHELASTIC_RUN_ID": "test",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port or free_port())}
+    env = {
+        "FSGUARD": "1",
+        "FSGUARD_SERIALIZE": "1",
+        "FSGUARD_LOCK": lock,
+        "FSGUARD_LOCK_TIMEOUT": str(timeout),
+        "FSGUARD_STDERR": "0",
+        "FSGUARD_LOG": str(logs),
+        "WORLD_SIZE": "3",
+        "TORCHELASTIC_RUN_ID": "test",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port or free_port()),
+    }
     return staging, logs, env
 
 
-def test_store_holder_killed_peers_take_over_within_the_bound(fsguard_python: Path, tmp_path: Path,
-                                                             store_port: int) -> None:
+def test_store_holder_killed_peers_take_over_within_the_bound(
+    fsguard_python: Path, tmp_path: Path, store_port: int
+) -> None:
     # lease = timeout / 3 = 2 s, renewed every 0.5 s. The holder is killed 3 s after the peers start
     # waiting: they must not take over before (the renewals keep its lease), and must after about a lease.
     staging, logs, env = _setup(tmp_path, "store", 6, store_port)
@@ -222,8 +282,9 @@ print(json.dumps(out))
 
 
 def test_no_torch_means_file_locks(bare_python: Path, tmp_path: Path) -> None:
-    env = dict(MULTI_NODE, MASTER_PORT=str(free_port()), FSGUARD="1", FSGUARD_SERIALIZE="1",
-               FSGUARD_LOG=str(tmp_path / "logs"))
+    env = dict(
+        MULTI_NODE, MASTER_PORT=str(free_port()), FSGUARD="1", FSGUARD_SERIALIZE="1", FSGUARD_LOG=str(tmp_path / "logs")
+    )
     result = run_python(bare_python, OPS, dict(env, FSG_BASE=str(tmp_path)))
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
@@ -234,8 +295,16 @@ def test_no_torch_means_file_locks(bare_python: Path, tmp_path: Path) -> None:
 
 def test_unreachable_store_fails_open_with_a_record(fsguard_python: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    env = dict(MULTI_NODE, MASTER_PORT=str(free_port()), FSGUARD="1", FSGUARD_SERIALIZE="1", FSGUARD_LOCK="store",
-               FSGUARD_LOCK_TIMEOUT="2", FSGUARD_STDERR="0", FSGUARD_LOG=str(logs))
+    env = dict(
+        MULTI_NODE,
+        MASTER_PORT=str(free_port()),
+        FSGUARD="1",
+        FSGUARD_SERIALIZE="1",
+        FSGUARD_LOCK="store",
+        FSGUARD_LOCK_TIMEOUT="2",
+        FSGUARD_STDERR="0",
+        FSGUARD_LOG=str(logs),
+    )
     result = run_python(fsguard_python, OPS, dict(env, FSG_BASE=str(tmp_path), FSG_THEN_AUTO="1"))
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
@@ -280,7 +349,7 @@ def test_lock_directory_is_private_and_never_followed(tmp_path: Path) -> None:
     def other_thread() -> None:  # another thread of the same process is excluded too
         try:
             backend.acquire("abc", 0.05, "x")
-        except BaseException as error:  # noqa: BLE001
+        except BaseException as error:
             errors.append(error)
 
     thread = threading.Thread(target=other_thread)

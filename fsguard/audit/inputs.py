@@ -22,9 +22,9 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Callable, Protocol
+from typing import IO, Protocol
 
 BLOCK = 1 << 20
 MAX_LINE = 8 << 20

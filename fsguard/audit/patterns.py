@@ -22,7 +22,9 @@ _NFS = re.compile(r"^\.nfs[0-9a-fA-F]{8,}$")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _HEX = re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}(?![0-9A-Za-z])")
 # ``name.tmp.123``, ``name-partial-x7``; ``name.tmpXy12`` (no separator) only after ``tmp``.
-_TEMP_SUFFIX = re.compile(r"(?i)([.~_-](?:tmp|temp|partial|part|incomplete))(?:[.~_-][A-Za-z0-9_]+|(?<=tmp)[A-Za-z0-9]+)$")
+_TEMP_SUFFIX = re.compile(
+    r"(?i)([.~_-](?:tmp|temp|partial|part|incomplete))(?:[.~_-][A-Za-z0-9_]+|(?<=tmp)[A-Za-z0-9]+)$"
+)
 _DIGITS = re.compile(r"\d+")
 
 

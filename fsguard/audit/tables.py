@@ -72,7 +72,9 @@ def human(columns: Sequence[Column], rows: Sequence[Row], width: int = WIDTH) ->
     lines = ["   " + "  ".join(c.cell(c.title) for c in columns).rstrip()]
     room = max(width - len(INDENT) - LABEL, 20)
     for row in rows:
-        lines.append(f"{row.mark:<2} " + "  ".join(c.cell(v) for c, v in zip(columns, row.cells)).rstrip())
+        lines.append(
+            f"{row.mark:<2} " + "  ".join(c.cell(v) for c, v in zip(columns, row.cells, strict=False)).rstrip()
+        )
         for label, text, wrap in row.details:
             pieces = textwrap.wrap(text, room, break_on_hyphens=False) if wrap else [elide(text, room)]
             for n, piece in enumerate(pieces or [""]):
@@ -103,13 +105,20 @@ def to_json(document: dict[str, Any]) -> str:
 def add_output_options(parser: argparse.ArgumentParser) -> None:
     """``--json`` / ``--markdown`` (default: the human table) and ``--width``."""
     form = parser.add_mutually_exclusive_group()
-    form.add_argument("--json", dest="format", action="store_const", const="json",
-                      help="one JSON document on stdout, for tools")
-    form.add_argument("--markdown", dest="format", action="store_const", const="markdown",
-                      help="a Markdown table, for issues and reports")
+    form.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="one JSON document on stdout, for tools"
+    )
+    form.add_argument(
+        "--markdown",
+        dest="format",
+        action="store_const",
+        const="markdown",
+        help="a Markdown table, for issues and reports",
+    )
     parser.set_defaults(format="human")
-    parser.add_argument("--width", type=int, default=WIDTH, metavar="COLUMNS",
-                        help=f"width of the human table (default {WIDTH})")
+    parser.add_argument(
+        "--width", type=int, default=WIDTH, metavar="COLUMNS", help=f"width of the human table (default {WIDTH})"
+    )
 
 
 def clock(epoch: float) -> str:

@@ -151,8 +151,11 @@ class Reader:
                 return
             del self._open[stream]
             if isinstance(outcome, tuple):
-                self.found(Traceback(current.frames, outcome[0], outcome[1], current.rank, current.host,
-                                     self._source, current.lineno))
+                self.found(
+                    Traceback(
+                        current.frames, outcome[0], outcome[1], current.rank, current.host, self._source, current.lineno
+                    )
+                )
                 if "ChildFailedError" in body:
                     self._summaries[stream] = _Summary()
                 return

@@ -21,14 +21,31 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .. import records
 
 # Variables of an enclosing job or shell that must not leak into the demo's ranks.
-_JOB_PREFIXES = ("FSGUARD", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_", "ROLE_",
-                 "TORCHELASTIC", "MASTER_", "SLURM", "OMPI_", "PMI_", "PMIX", "HOROVOD", "ACCELERATE_",
-                 "DEEPSPEED", "CROSS_RANK", "MPI_LOCALRANKID")
+_JOB_PREFIXES = (
+    "FSGUARD",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_",
+    "ROLE_",
+    "TORCHELASTIC",
+    "MASTER_",
+    "SLURM",
+    "OMPI_",
+    "PMI_",
+    "PMIX",
+    "HOROVOD",
+    "ACCELERATE_",
+    "DEEPSPEED",
+    "CROSS_RANK",
+    "MPI_LOCALRANKID",
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -36,8 +53,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=3, help="checkpoint steps (default 3)")
     parser.add_argument("--keep", metavar="DIR", help="keep the job's files, logs and records in DIR")
     parser.add_argument("--serialize", action="store_true", help="guarded run with FSGUARD_SERIALIZE=1")
-    parser.add_argument("--launcher", choices=("auto", "torchrun", "local"), default="auto",
-                        help="torchrun when torch is importable (auto), or fsguard's minimal local launcher")
+    parser.add_argument(
+        "--launcher",
+        choices=("auto", "torchrun", "local"),
+        default="auto",
+        help="torchrun when torch is importable (auto), or fsguard's minimal local launcher",
+    )
 
 
 @dataclass
@@ -64,12 +85,18 @@ class Outcome:
         return self.exit_code == 0 and len(self.finished) == ranks and not self.file_problems
 
     def summary(self) -> dict[str, Any]:
-        return {"guarded": self.guarded, "exit_code": self.exit_code, "seconds": round(self.seconds, 2),
-                "finished": self.finished, "crashed": {r: self.last[r] for r in self.ranks_with("crashed")},
-                "stopped": self.ranks_with("stopped"), "fsguard_active_ranks": self.active,
-                "decisions": _count(self.records, "decision"), "absorbed_by_op": _count(
-                    [r for r in self.records if r.decision == "absorbed"], "op"),
-                "file_problems": self.file_problems}
+        return {
+            "guarded": self.guarded,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 2),
+            "finished": self.finished,
+            "crashed": {r: self.last[r] for r in self.ranks_with("crashed")},
+            "stopped": self.ranks_with("stopped"),
+            "fsguard_active_ranks": self.active,
+            "decisions": _count(self.records, "decision"),
+            "absorbed_by_op": _count([r for r in self.records if r.decision == "absorbed"], "op"),
+            "file_problems": self.file_problems,
+        }
 
 
 def _count(items: list[records.Record], attribute: str) -> dict[str, int]:
@@ -89,8 +116,11 @@ def _torch_importable() -> bool:
 
 def _pth_installed() -> bool:
     """Whether this interpreter's site-packages holds fsguard.pth (what activates fsguard in each rank)."""
-    return any(os.path.isfile(os.path.join(p, "fsguard.pth"))
-               for p in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")} if p)
+    return any(
+        os.path.isfile(os.path.join(p, "fsguard.pth"))
+        for p in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+        if p
+    )
 
 
 def _environment(guarded: bool, run_dir: Path, serialize: bool) -> dict[str, str]:
@@ -108,8 +138,11 @@ def _environment(guarded: bool, run_dir: Path, serialize: bool) -> dict[str, str
 
 
 def _in_site_packages(directory: str) -> bool:
-    return any(os.path.realpath(directory) == os.path.realpath(p)
-               for p in (sysconfig.get_path("purelib"), sysconfig.get_path("platlib")) if p)
+    return any(
+        os.path.realpath(directory) == os.path.realpath(p)
+        for p in (sysconfig.get_path("purelib"), sysconfig.get_path("platlib"))
+        if p
+    )
 
 
 def _command(launcher: str, ranks: int, run_dir: Path, steps: int) -> list[str]:
@@ -121,8 +154,17 @@ def _command(launcher: str, ranks: int, run_dir: Path, steps: int) -> list[str]:
     shutil.copyfile(workload.__file__, script)
     job = [str(script), str(run_dir), str(steps)]
     if launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                f"--nproc-per-node={ranks}", "--max-restarts=0", "--monitor-interval=0.1", *job]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes=1",
+            f"--nproc-per-node={ranks}",
+            "--max-restarts=0",
+            "--monitor-interval=0.1",
+            *job,
+        ]
     return [sys.executable, "-m", "fsguard.demo.launch", f"--nproc-per-node={ranks}", *job]
 
 
@@ -173,9 +215,13 @@ def _run(title: str, guarded: bool, args: argparse.Namespace, launcher: str, run
     progress = Progress(run_dir, args.ranks)
     started = time.monotonic()
     with open(run_dir / "logs" / "launcher.log", "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(_command(launcher, args.ranks, run_dir, args.steps), stdout=log,
-                                stderr=subprocess.STDOUT, cwd=run_dir,
-                                env=_environment(guarded, run_dir, args.serialize))
+        proc = subprocess.Popen(
+            _command(launcher, args.ranks, run_dir, args.steps),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=run_dir,
+            env=_environment(guarded, run_dir, args.serialize),
+        )
         while proc.poll() is None:
             progress.poll()
             if time.monotonic() - started > 300:
@@ -251,8 +297,11 @@ def _table(before: Outcome, after: Outcome, ranks: int) -> str:
         ("races absorbed", decisions(before, "absorbed"), decisions(after, "absorbed")),
         ("hazards", decisions(before, "hazard"), decisions(after, "hazard")),
         ("conflicts", decisions(before, "conflict"), decisions(after, "conflict")),
-        ("files as one rank leaves them", "yes" if not before.file_problems else "no",
-         "yes" if not after.file_problems else "no: " + "; ".join(after.file_problems)),
+        (
+            "files as one rank leaves them",
+            "yes" if not before.file_problems else "no",
+            "yes" if not after.file_problems else "no: " + "; ".join(after.file_problems),
+        ),
         ("launcher exit status", str(before.exit_code), str(after.exit_code)),
         ("time taken", f"{before.seconds:.1f} s", f"{after.seconds:.1f} s"),
     ]
@@ -300,12 +349,16 @@ def run(args: argparse.Namespace) -> int:
     root.mkdir(parents=True, exist_ok=True)
     launcher_text = "torchrun" if launcher == "torchrun" else "fsguard's minimal launcher (torch not used)"
     _say(f"fsguard demo: {args.ranks} ranks via {launcher_text}, {args.steps} checkpoint steps")
-    _say(f"  races: results directory (makedirs), checkpoint staging and rotation (rename, rmtree), "
-         f"compile cache (replace)")
+    _say(
+        "  races: results directory (makedirs), checkpoint staging and rotation (rename, rmtree), "
+        "compile cache (replace)"
+    )
     _say(f"  files in {root}" + ("" if args.keep else " (removed at the end; --keep DIR keeps them)"))
     if not _pth_installed():
-        _say(f"  warning: no fsguard.pth in {sys.executable}'s site-packages: the guarded run will not be guarded "
-             f"(install fsguard with pip into this environment)")
+        _say(
+            f"  warning: no fsguard.pth in {sys.executable}'s site-packages: the guarded run will not be guarded "
+            f"(install fsguard with pip into this environment)"
+        )
     try:
         _say("\n[1/2] without fsguard (FSGUARD=0)")
         before = _run("without fsguard", False, args, launcher, root / "without-fsguard")
@@ -315,14 +368,24 @@ def run(args: argparse.Namespace) -> int:
         _say("\n" + _table(before, after, args.ranks) + "\n")
         _report(root / "with-fsguard" / "records", after.records)
         ok = after.succeeded(args.ranks)
-        summary = {"ranks": args.ranks, "steps": args.steps, "launcher": launcher, "serialize": args.serialize,
-                   "without_fsguard": before.summary(), "with_fsguard": after.summary(), "guarded_run_ok": ok}
+        summary = {
+            "ranks": args.ranks,
+            "steps": args.steps,
+            "launcher": launcher,
+            "serialize": args.serialize,
+            "without_fsguard": before.summary(),
+            "with_fsguard": after.summary(),
+            "guarded_run_ok": ok,
+        }
         (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         if not ok:
             log = (root / "with-fsguard" / "logs" / "launcher.log").read_text(encoding="utf-8", errors="replace")
             _say("\nlast lines of the guarded run's launcher log:\n" + "\n".join(log.splitlines()[-20:]))
-        _say("\nguarded run: " + ("succeeded" if ok else "FAILED (see the table above)")
-             + (f"; logs, records and files in {root}" if args.keep else ""))
+        _say(
+            "\nguarded run: "
+            + ("succeeded" if ok else "FAILED (see the table above)")
+            + (f"; logs, records and files in {root}" if args.keep else "")
+        )
         return 0 if ok else 1
     finally:
         if not args.keep:

@@ -37,8 +37,12 @@ _ANNOUNCED = re.compile("fsguard: (?:" + "|".join(DECISIONS) + ") ")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="JSON-lines file, directory of them, job log (.gz/.bz2/.xz too), or - for stdin")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="JSON-lines file, directory of them, job log (.gz/.bz2/.xz too), or - for stdin",
+    )
     tables.add_output_options(parser)
 
 
@@ -146,8 +150,9 @@ class Collector:
         self.add(record)
 
     def add(self, record: Record) -> None:
-        identity = hash((record.host, record.pid, record.time, record.op, record.decision,
-                         tuple(str(a) for a in record.args)))
+        identity = hash(
+            (record.host, record.pid, record.time, record.op, record.decision, tuple(str(a) for a in record.args))
+        )
         if identity in self._seen:
             self.duplicates += 1
             return
@@ -200,8 +205,10 @@ def _path_details(group: Group) -> list[tuple[str, str, bool]]:
 def _summary(collector: Collector, read: int) -> str:
     groups = collector.sorted_groups()
     attention = sum(1 for g in groups if g.attention)
-    head = (f"{collector.records} record{'s' if collector.records != 1 else ''} at {len(groups)} "
-            f"call site{'s' if len(groups) != 1 else ''} in {read} input{'s' if read != 1 else ''}")
+    head = (
+        f"{collector.records} record{'s' if collector.records != 1 else ''} at {len(groups)} "
+        f"call site{'s' if len(groups) != 1 else ''} in {read} input{'s' if read != 1 else ''}"
+    )
     if attention:
         head += f"; {attention} with hazards or conflicts (!!)"
     if collector.duplicates:
@@ -229,9 +236,22 @@ def render_human(collector: Collector, read: int, width: int) -> str:
             details.append(("hosts", ", ".join(sorted(g.hosts)), True))
         if g.evidence:
             details.append(("why", g.evidence, True))
-        rows.append(tables.Row("!!" if g.attention else "", [
-            g.decision, g.op, str(g.count), tables.ranks_text(g.ranks), str(len(g.hosts) or "?"),
-            f"{g.longest_wait:.2f}s", tables.clock(g.first), tables.clock(g.last)], details))
+        rows.append(
+            tables.Row(
+                "!!" if g.attention else "",
+                [
+                    g.decision,
+                    g.op,
+                    str(g.count),
+                    tables.ranks_text(g.ranks),
+                    str(len(g.hosts) or "?"),
+                    f"{g.longest_wait:.2f}s",
+                    tables.clock(g.first),
+                    tables.clock(g.last),
+                ],
+                details,
+            )
+        )
     lines += tables.human(COLUMNS, rows, width)
     return "\n".join(lines)
 
@@ -240,18 +260,40 @@ def render_markdown(collector: Collector, read: int) -> str:
     groups = collector.sorted_groups()
     if not groups:
         return f"**fsguard report**: no fsguard records in {read} input{'s' if read != 1 else ''}."
-    headers = ["", "Decision", "Op", "Call site", "Paths", "N", "Ranks", "Hosts", "Longest wait", "First",
-               "Last", "Evidence"]
+    headers = [
+        "",
+        "Decision",
+        "Op",
+        "Call site",
+        "Paths",
+        "N",
+        "Ranks",
+        "Hosts",
+        "Longest wait",
+        "First",
+        "Last",
+        "Evidence",
+    ]
     rows = []
     for g in groups:
         decision = _mix(g) if len(g.decisions) > 1 else g.decision
-        rows.append([
-            "⚠️" if g.attention else "", f"**{decision}**" if g.attention else decision, g.op,
-            tables.code(g.site_text), "<br>".join(tables.code(p) for p, _ in g.paths.most_common(3)),
-            str(g.count), tables.ranks_text(g.ranks), ", ".join(sorted(g.hosts)), f"{g.longest_wait:.2f} s",
-            tables.stamp(g.first), tables.stamp(g.last), g.evidence,
-        ])
-    return "\n".join([f"**fsguard report**: {_summary(collector, read)}.", ""] + tables.markdown(headers, rows))
+        rows.append(
+            [
+                "⚠️" if g.attention else "",
+                f"**{decision}**" if g.attention else decision,
+                g.op,
+                tables.code(g.site_text),
+                "<br>".join(tables.code(p) for p, _ in g.paths.most_common(3)),
+                str(g.count),
+                tables.ranks_text(g.ranks),
+                ", ".join(sorted(g.hosts)),
+                f"{g.longest_wait:.2f} s",
+                tables.stamp(g.first),
+                tables.stamp(g.last),
+                g.evidence,
+            ]
+        )
+    return "\n".join([f"**fsguard report**: {_summary(collector, read)}.", "", *tables.markdown(headers, rows)])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -260,16 +302,20 @@ def run(args: argparse.Namespace) -> int:
     read = inputs.process(args.paths, collector, problems)
     status = tables.exit_status(problems, collector.records > 0)
     if args.format == "json":
-        print(tables.to_json({
-            "command": "report",
-            "version": __version__,
-            "inputs_read": read,
-            "records": collector.records,
-            "duplicates": collector.duplicates,
-            "groups": [g.as_json() for g in collector.sorted_groups()],
-            "problems": problems.as_json(),
-            "exit_status": status,
-        }))
+        print(
+            tables.to_json(
+                {
+                    "command": "report",
+                    "version": __version__,
+                    "inputs_read": read,
+                    "records": collector.records,
+                    "duplicates": collector.duplicates,
+                    "groups": [g.as_json() for g in collector.sorted_groups()],
+                    "problems": problems.as_json(),
+                    "exit_status": status,
+                }
+            )
+        )
     elif args.format == "markdown":
         print(render_markdown(collector, read))
     else:

@@ -57,19 +57,38 @@ VERDICT_ORDER = (SERIALIZE, ABSORBED, NOT_FIXABLE)
 MAX_PATTERNS = 50
 MAX_SEEN_KEYS = 1_000_000  # dedupe memory bound; beyond it duplicates are counted, not dropped
 
-OS_ERRORS = {"OSError": None, "IOError": None, "EnvironmentError": None, "FileExistsError": "EEXIST",
-             "FileNotFoundError": "ENOENT", "PermissionError": "EACCES", "IsADirectoryError": "EISDIR",
-             "NotADirectoryError": "ENOTDIR"}
+OS_ERRORS = {
+    "OSError": None,
+    "IOError": None,
+    "EnvironmentError": None,
+    "FileExistsError": "EEXIST",
+    "FileNotFoundError": "ENOENT",
+    "PermissionError": "EACCES",
+    "IsADirectoryError": "EISDIR",
+    "NotADirectoryError": "ENOTDIR",
+}
 # Functions of the standard library whose frame names the operation (outermost wins: shutil.move over
 # the os.rename inside it).
-_STDLIB_OPS = {"makedirs": "makedirs", "mkdir": "mkdir", "rename": "rename", "replace": "replace",
-               "rmtree": "rmtree", "_rmtree_safe_fd": "rmtree", "_rmtree_safe_fd_step": "rmtree",
-               "_rmtree_unsafe": "rmtree", "move": "move"}
+_STDLIB_OPS = {
+    "makedirs": "makedirs",
+    "mkdir": "mkdir",
+    "rename": "rename",
+    "replace": "replace",
+    "rmtree": "rmtree",
+    "_rmtree_safe_fd": "rmtree",
+    "_rmtree_safe_fd_step": "rmtree",
+    "_rmtree_unsafe": "rmtree",
+    "move": "move",
+}
 _CALL = re.compile(r"(?P<qual>\b(?:os|shutil)\.)?\b(?P<op>makedirs|mkdir|rename|replace|rmtree|move)\s*\(")
-_INTERNAL = re.compile(r"^<frozen |[/\\][Ll]ib[/\\]python\d[\d.]*[/\\](?!site-packages|dist-packages)[^/\\]+"
-                       r"(?:[/\\][^/\\]+)?\.py$|[/\\](?:fsguard|wrapt)[/\\][^/\\]+\.py$")
-_ERRNO = re.compile(r"\[Errno (?P<num>\d+)\] (?P<text>.*?)(?:: (?P<a>'[^']*'|\"[^\"]*\")"
-                    r"(?: -> (?P<b>'[^']*'|\"[^\"]*\"))?)?$")
+_INTERNAL = re.compile(
+    r"^<frozen |[/\\][Ll]ib[/\\]python\d[\d.]*[/\\](?!site-packages|dist-packages)[^/\\]+"
+    r"(?:[/\\][^/\\]+)?\.py$|[/\\](?:fsguard|wrapt)[/\\][^/\\]+\.py$"
+)
+_ERRNO = re.compile(
+    r"\[Errno (?P<num>\d+)\] (?P<text>.*?)(?:: (?P<a>'[^']*'|\"[^\"]*\")"
+    r"(?: -> (?P<b>'[^']*'|\"[^\"]*\"))?)?$"
+)
 _GENUINE = {
     "EACCES": "permission denied: a genuine error, not a race between ranks.",
     "EPERM": "operation not permitted: a genuine error, not a race between ranks.",
@@ -77,11 +96,11 @@ _GENUINE = {
     "ENOSPC": "no space left on the device: a genuine error, not a race between ranks.",
     "EDQUOT": "disk quota exceeded: a genuine error, not a race between ranks.",
     "EXDEV": "source and destination are on different filesystems, which a rename cannot cross "
-             "(shutil.move can): a genuine error.",
+    "(shutil.move can): a genuine error.",
     "ENOTDIR": "a file stands where a directory is expected: a genuine error (or ranks writing different "
-               "kinds of object at one path).",
+    "kinds of object at one path).",
     "EISDIR": "a directory stands where a file is expected: a genuine error (or ranks writing different "
-              "kinds of object at one path).",
+    "kinds of object at one path).",
     "ENAMETOOLONG": "the path is too long: a genuine error.",
 }
 
@@ -90,34 +109,50 @@ def verdict(op: str, errno_name: str | None) -> tuple[str, str]:
     """The verdict for one operation and error, with one sentence of why (see the module docstring)."""
     moves = ("rename", "replace", "move")
     if errno_name == "ESTALE":
-        return SERIALIZE, ("stale NFS file handle: a peer replaced or removed the path while this rank used "
-                           "it; FSGUARD_SERIALIZE=1 runs the calls on it one rank at a time (check the NFS "
-                           "attribute caching too).")
+        return SERIALIZE, (
+            "stale NFS file handle: a peer replaced or removed the path while this rank used "
+            "it; FSGUARD_SERIALIZE=1 runs the calls on it one rank at a time (check the NFS "
+            "attribute caching too)."
+        )
     if op == "makedirs" and errno_name == "EEXIST":
         return ABSORBED, "a peer created the directory first; the default mode treats it as done."
     if op in moves and errno_name == "ENOENT":
-        return ABSORBED, ("the source was gone because a peer already made the same move; the default mode "
-                          "absorbs it when the destination is there.")
+        return ABSORBED, (
+            "the source was gone because a peer already made the same move; the default mode "
+            "absorbs it when the destination is there."
+        )
     if op == "rmtree" and errno_name == "ENOENT":
         return ABSORBED, "a peer removed the entry (or the whole tree) first; the default mode finishes the removal."
     if op == "rmtree" and errno_name == "EBUSY":
-        return ABSORBED, ("a directory was busy (often NFS .nfsXXXX files); the default mode retries its "
-                          "removal for up to FSGUARD_SETTLE_S.")
+        return ABSORBED, (
+            "a directory was busy (often NFS .nfsXXXX files); the default mode retries its "
+            "removal for up to FSGUARD_SETTLE_S."
+        )
     if op in moves and errno_name in ("ENOTEMPTY", "EEXIST"):
-        return SERIALIZE, ("a directory was renamed onto a non-empty one: ranks interleaved removing and "
-                           "renaming it; FSGUARD_SERIALIZE=1 runs those calls one rank at a time.")
+        return SERIALIZE, (
+            "a directory was renamed onto a non-empty one: ranks interleaved removing and "
+            "renaming it; FSGUARD_SERIALIZE=1 runs those calls one rank at a time."
+        )
     if op == "rmtree" and errno_name in ("ENOTEMPTY", "EEXIST"):
-        return SERIALIZE, ("entries appeared in the tree while it was being removed (a peer wrote or renamed "
-                           "into it); FSGUARD_SERIALIZE=1 orders the removal against the peer's calls.")
+        return SERIALIZE, (
+            "entries appeared in the tree while it was being removed (a peer wrote or renamed "
+            "into it); FSGUARD_SERIALIZE=1 orders the removal against the peer's calls."
+        )
     if op == "mkdir" and errno_name == "EEXIST":
-        return NOT_FIXABLE, ("fsguard does not guard os.mkdir (nor pathlib's mkdir); the application should "
-                             "use os.makedirs(path, exist_ok=True).")
+        return NOT_FIXABLE, (
+            "fsguard does not guard os.mkdir (nor pathlib's mkdir); the application should "
+            "use os.makedirs(path, exist_ok=True)."
+        )
     if op == "makedirs" and errno_name == "ENOENT":
-        return NOT_FIXABLE, ("makedirs creates missing parents, so a parent was removed while it ran: an "
-                             "ordering bug between this creation and another rank's removal.")
+        return NOT_FIXABLE, (
+            "makedirs creates missing parents, so a parent was removed while it ran: an "
+            "ordering bug between this creation and another rank's removal."
+        )
     if op == "mkdir" and errno_name == "ENOENT":
-        return NOT_FIXABLE, ("the parent directory does not exist and os.mkdir does not create it: a genuine "
-                             "error, or this rank ran before the one that creates the parent.")
+        return NOT_FIXABLE, (
+            "the parent directory does not exist and os.mkdir does not create it: a genuine "
+            "error, or this rank ran before the one that creates the parent."
+        )
     if errno_name in _GENUINE:
         return NOT_FIXABLE, _GENUINE[errno_name]
     return NOT_FIXABLE, f"fsguard does not absorb {errno_name or 'this error'} from {op}: not a race it can prove."
@@ -193,14 +228,24 @@ class Finding:
         return (VERDICT_ORDER.index(self.verdict), -self.count, self.site_text)
 
     def as_json(self) -> dict[str, Any]:
-        site = None if self.site is None else {"file": self.site.file, "line": self.site.line,
-                                                 "function": self.site.function}
+        site = (
+            None
+            if self.site is None
+            else {"file": self.site.file, "line": self.site.line, "function": self.site.function}
+        )
         return {
-            "op": self.op, "site": site, "site_text": self.site_text,
+            "op": self.op,
+            "site": site,
+            "site_text": self.site_text,
             "error": {"type": self.error_type, "errno": self.errno_name, "message": self.message},
-            "verdict": self.verdict, "why": self.why, "count": self.count, "ranks": sorted(self.ranks),
-            "hosts": sorted(self.hosts), "paths": [{"pattern": p, "count": n} for p, n in self.paths.most_common()],
-            "first_seen": {"source": self.first_source, "line": self.first_line}, "sources": len(self.sources),
+            "verdict": self.verdict,
+            "why": self.why,
+            "count": self.count,
+            "ranks": sorted(self.ranks),
+            "hosts": sorted(self.hosts),
+            "paths": [{"pattern": p, "count": n} for p, n in self.paths.most_common()],
+            "first_seen": {"source": self.first_source, "line": self.first_line},
+            "sources": len(self.sources),
         }
 
 
@@ -223,8 +268,9 @@ class Findings:
         key = (op, site_text, error_type, errno_name)
         finding = self.groups.get(key)
         if finding is None:
-            finding = self.groups[key] = Finding(op, site, error_type, errno_name, tb.message,
-                                                 *verdict(op, errno_name), tb.source, tb.lineno)
+            finding = self.groups[key] = Finding(
+                op, site, error_type, errno_name, tb.message, *verdict(op, errno_name), tb.source, tb.lineno
+            )
         if tb.host:  # the summary's copy of a rank's traceback still tells its host
             finding.hosts.add(tb.host)
         if tb.rank is not None:
@@ -251,8 +297,9 @@ class Findings:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="LOG",
-                        help="job log, directory of logs (.gz/.bz2/.xz too), or - for stdin")
+    parser.add_argument(
+        "paths", nargs="+", metavar="LOG", help="job log, directory of logs (.gz/.bz2/.xz too), or - for stdin"
+    )
     tables.add_output_options(parser)
 
 
@@ -264,17 +311,24 @@ COLUMNS = (
     tables.Column("RANKS", 10),
     tables.Column("HOSTS", 5, right=True),
 )
-LEGEND = ("absorbed: fsguard's default mode (FSGUARD=1) absorbs it; serialize: it needs FSGUARD=1 "
-          "FSGUARD_SERIALIZE=1; not fixable: fsguard rightly re-raises it.")
+LEGEND = (
+    "absorbed: fsguard's default mode (FSGUARD=1) absorbs it; serialize: it needs FSGUARD=1 "
+    "FSGUARD_SERIALIZE=1; not fixable: fsguard rightly re-raises it."
+)
 
 
 def _summary(findings: Findings, read: int) -> str:
     found = findings.sorted()
     counts = Counter(f.verdict for f in found)
-    parts = [f"{counts[ABSORBED]} absorbed by default", f"{counts[SERIALIZE]} need serialization",
-             f"{counts[NOT_FIXABLE]} not fixable"]
-    return (f"{len(found)} call site{'s' if len(found) != 1 else ''} with filesystem errors in {read} "
-            f"input{'s' if read != 1 else ''}: " + ", ".join(parts))
+    parts = [
+        f"{counts[ABSORBED]} absorbed by default",
+        f"{counts[SERIALIZE]} need serialization",
+        f"{counts[NOT_FIXABLE]} not fixable",
+    ]
+    return (
+        f"{len(found)} call site{'s' if len(found) != 1 else ''} with filesystem errors in {read} "
+        f"input{'s' if read != 1 else ''}: " + ", ".join(parts)
+    )
 
 
 def _seen_text(f: Finding) -> str:
@@ -293,12 +347,16 @@ def render_human(findings: Findings, read: int, width: int) -> str:
         if f.hosts:
             details.append(("hosts", ", ".join(sorted(f.hosts)), True))
         details += [("seen", _seen_text(f), False), ("why", f.why, True)]
-        rows.append(tables.Row("!!" if f.verdict == SERIALIZE else "", [
-            f.verdict, f.op, f.error_text, str(f.count), tables.ranks_text(f.ranks), str(len(f.hosts) or "?")],
-            details))
-    lines = textwrap.wrap(f"fsguard scan: {_summary(findings, read)}", width, break_on_hyphens=False) + [""]
+        rows.append(
+            tables.Row(
+                "!!" if f.verdict == SERIALIZE else "",
+                [f.verdict, f.op, f.error_text, str(f.count), tables.ranks_text(f.ranks), str(len(f.hosts) or "?")],
+                details,
+            )
+        )
+    lines = [*textwrap.wrap(f"fsguard scan: {_summary(findings, read)}", width, break_on_hyphens=False), ""]
     lines += tables.human(COLUMNS, rows, width)
-    lines += [""] + textwrap.wrap(LEGEND, width)
+    lines += ["", *textwrap.wrap(LEGEND, width)]
     return "\n".join(lines)
 
 
@@ -307,11 +365,23 @@ def render_markdown(findings: Findings, read: int) -> str:
     if not found:
         return f"**fsguard scan**: no filesystem-race tracebacks in {read} input{'s' if read != 1 else ''}."
     headers = ["Verdict", "Op", "Error", "Call site", "Paths", "N", "Ranks", "Hosts", "Why"]
-    rows = [[f"**{f.verdict}**" if f.verdict == SERIALIZE else f.verdict, f.op, f.error_text,
-             tables.code(f.site_text), "<br>".join(tables.code(p) for p, _ in f.paths.most_common(3)),
-             str(f.count), tables.ranks_text(f.ranks), ", ".join(sorted(f.hosts)), f.why] for f in found]
-    return "\n".join([f"**fsguard scan**: {_summary(findings, read)}.", ""] + tables.markdown(headers, rows)
-                     + ["", f"_{LEGEND}_"])
+    rows = [
+        [
+            f"**{f.verdict}**" if f.verdict == SERIALIZE else f.verdict,
+            f.op,
+            f.error_text,
+            tables.code(f.site_text),
+            "<br>".join(tables.code(p) for p, _ in f.paths.most_common(3)),
+            str(f.count),
+            tables.ranks_text(f.ranks),
+            ", ".join(sorted(f.hosts)),
+            f.why,
+        ]
+        for f in found
+    ]
+    return "\n".join(
+        [f"**fsguard scan**: {_summary(findings, read)}.", "", *tables.markdown(headers, rows), "", f"_{LEGEND}_"]
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -320,14 +390,18 @@ def run(args: argparse.Namespace) -> int:
     read = inputs.process(args.paths, Reader(findings.add), problems)
     status = tables.exit_status(problems, findings.races > 0)
     if args.format == "json":
-        print(tables.to_json({
-            "command": "scan",
-            "version": __version__,
-            "inputs_read": read,
-            "findings": [f.as_json() for f in findings.sorted()],
-            "problems": problems.as_json(),
-            "exit_status": status,
-        }))
+        print(
+            tables.to_json(
+                {
+                    "command": "scan",
+                    "version": __version__,
+                    "inputs_read": read,
+                    "findings": [f.as_json() for f in findings.sorted()],
+                    "problems": problems.as_json(),
+                    "exit_status": status,
+                }
+            )
+        )
     elif args.format == "markdown":
         print(render_markdown(findings, read))
     else:

@@ -63,16 +63,20 @@ def gather(env: Any = None) -> dict[str, Any]:
         "enabled": settings.mode,
         "would_patch": active,
         "reason": why,
-        "launch": None if launch is None else {
-            "launcher": launch.launcher, "rank": launch.rank, "local_rank": launch.local_rank,
-            "world_size": launch.world_size, "host": launch.host,
+        "launch": None
+        if launch is None
+        else {
+            "launcher": launch.launcher,
+            "rank": launch.rank,
+            "local_rank": launch.local_rank,
+            "world_size": launch.world_size,
+            "host": launch.host,
         },
         "operations": list(settings.ops) if active else [],
         "patched_in_this_process": patched_here,
         "launcher_process": launcher.is_launcher_process(argv),
         "settings": [
-            {"name": v.name, "value": env.get(v.name), "default": v.default, "help": v.help}
-            for v in config.VARIABLES
+            {"name": v.name, "value": env.get(v.name), "default": v.default, "help": v.help} for v in config.VARIABLES
         ],
         "problems": problems,
     }
@@ -90,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  would patch: {'yes' if info['would_patch'] else 'no'} ({info['reason']})")
     launch = info["launch"]
     if launch:
-        print(f"  launcher:    {launch['launcher']}  rank {launch['rank']}  local rank {launch['local_rank']}  "
-              f"world size {launch['world_size']}  host {launch['host']}")
+        print(
+            f"  launcher:    {launch['launcher']}  rank {launch['rank']}  local rank {launch['local_rank']}  "
+            f"world size {launch['world_size']}  host {launch['host']}"
+        )
     else:
         print("  launcher:    none detected")
     print(f"  operations:  {', '.join(info['operations']) or '-'}")

@@ -17,16 +17,24 @@ import os
 import subprocess
 import sys
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 GRACE_S = 5.0
 
 
-def rank_env(rank: int, world: int, base: Optional[dict[str, str]] = None) -> dict[str, str]:
+def rank_env(rank: int, world: int, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
-    env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-                "ROLE_WORLD_SIZE": str(world)})
+    env.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world),
+            "GROUP_RANK": "0",
+            "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(world),
+        }
+    )
     return env
 
 
@@ -34,7 +42,7 @@ def launch(nproc: int, command: Sequence[str], timeout_s: float = 300.0) -> int:
     """Run ``command`` (arguments after ``python``) as ``nproc`` ranks; return the job's exit status."""
     procs = [subprocess.Popen([sys.executable, *command], env=rank_env(rank, nproc)) for rank in range(nproc)]
     stop_at = time.monotonic() + timeout_s
-    first_failure: Optional[int] = None
+    first_failure: int | None = None
     while any(p.poll() is None for p in procs):
         if first_failure is None:
             failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
@@ -58,7 +66,7 @@ def launch(nproc: int, command: Sequence[str], timeout_s: float = 300.0) -> int:
     return first_failure
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fsguard.demo.launch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nproc-per-node", type=int, default=4)
     parser.add_argument("-m", "--module", action="store_true", help="run the target as a module (python -m)")

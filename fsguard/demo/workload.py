@@ -44,7 +44,9 @@ class Rank:
         self.gates = os.path.join(root, "gates")
         self.job = os.path.join(root, "job")
         self.phase = "start"
-        self._events = open(os.path.join(root, "events", f"rank{self.rank}.jsonl"), "a", encoding="utf-8")
+        self._events = open(  # noqa: SIM115 - kept open for the whole run
+            os.path.join(root, "events", f"rank{self.rank}.jsonl"), "a", encoding="utf-8"
+        )
 
     def event(self, phase: str, status: str, **extra: Any) -> None:
         record = {"rank": self.rank, "phase": phase, "status": status, "time": time.time(), **extra}

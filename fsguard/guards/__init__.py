@@ -8,7 +8,7 @@ job already did the same thing) or re-raise it unchanged. Rules never patch, loc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Verdict:
     """
 
     absorb: bool
-    decision: Optional[str]
+    decision: str | None
     evidence: str
     waited_s: float = 0.0
     detail: dict[str, Any] = field(default_factory=dict)

@@ -12,7 +12,6 @@ and every other error.
 from __future__ import annotations
 
 import errno
-import os
 import time
 from typing import Any
 
@@ -42,8 +41,11 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if st is None:
         # The listing has it but a lookup does not: this node cached "missing" moments ago, so a peer
         # created it within the cache period.
-        return absorb("directory present in a fresh listing but missing from this node's lookup cache: "
-                      "a peer created it moments ago", waited)
+        return absorb(
+            "directory present in a fresh listing but missing from this node's lookup cache: "
+            "a peer created it moments ago",
+            waited,
+        )
     if evidence.kind_of(st) != "dir":
         return reraise()
     age = time.time() - st.st_ctime

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import errno
 import time
-from typing import Any, Optional
+from typing import Any
 
 from .. import evidence
 from . import Rules, Verdict, absorb, conflict, reraise
 
 
-def _paths(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[tuple[str, str]]:
+def _paths(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str] | None:
     if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
         return None
     try:
@@ -35,8 +35,11 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise("directory file descriptors given: passed through")
     src, dst = paths
     if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
-        return conflict("destination is a non-empty directory: two different results for one path "
-                        "(left in place, error raised)", src=src, dst=dst)
+        return conflict(
+            "destination is a non-empty directory: two different results for one path (left in place, error raised)",
+            src=src,
+            dst=dst,
+        )
     if error.errno != errno.ENOENT:
         return reraise()
     if evidence.own_last_event(src) == "moved-away":
@@ -46,7 +49,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if source.present:
         return reraise("source still present: the missing path is elsewhere")
 
-    def destination_present() -> Optional[evidence.Look]:
+    def destination_present() -> evidence.Look | None:
         seen = evidence.look(dst)
         if not seen.parent_exists:
             return seen  # decided: nothing to wait for
@@ -60,10 +63,14 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     st = evidence.lstat_or_none(dst)
     later = f", appeared {waited:.2f} s later" if waited > 0.001 else ""
     if st is None:
-        return absorb(f"source gone; destination in a fresh listing but not yet in this node's lookup "
-                      f"cache{later}: a peer renamed it moments ago", waited)
+        return absorb(
+            f"source gone; destination in a fresh listing but not yet in this node's lookup "
+            f"cache{later}: a peer renamed it moments ago",
+            waited,
+        )
     age = time.time() - st.st_ctime
     if not rules.is_fresh(st.st_ctime):
         return reraise(f"source gone but destination is older than the job ({age:.1f} s)", waited)
-    return absorb(f"source gone, destination present and changed {age:.2f} s ago{later}: "
-                  f"a peer did the same move", waited)
+    return absorb(
+        f"source gone, destination present and changed {age:.2f} s ago{later}: a peer did the same move", waited
+    )

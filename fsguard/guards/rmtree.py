@@ -20,7 +20,8 @@ import errno
 import os
 import sys
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .. import evidence
 from . import Rules, Verdict
@@ -31,8 +32,15 @@ _RETRIES = 4
 class _Walk:
     """Error handler for one guarded ``rmtree`` call; collects what it absorbed."""
 
-    def __init__(self, original: Callable[..., Any], top: Any, rules: Rules, use_onexc: bool,
-                 onerror: Optional[Callable[..., Any]], onexc: Optional[Callable[..., Any]]) -> None:
+    def __init__(
+        self,
+        original: Callable[..., Any],
+        top: Any,
+        rules: Rules,
+        use_onexc: bool,
+        onerror: Callable[..., Any] | None,
+        onexc: Callable[..., Any] | None,
+    ) -> None:
         self.original = original
         self.top = top
         self.top_norm = evidence.norm(top)
@@ -43,9 +51,9 @@ class _Walk:
         self.entries_gone: list[str] = []
         self.retried: list[str] = []
         self.waited = 0.0
-        self.top_gone: Optional[str] = None  # "before" or "after" the walk
-        self.renamed_to: Optional[str] = None
-        self.first_error: Optional[BaseException] = None
+        self.top_gone: str | None = None  # "before" or "after" the walk
+        self.renamed_to: str | None = None
+        self.first_error: BaseException | None = None
 
     # Called by the standard rmtree as onerror(func, path, exc_info) or onexc(func, path, exc).
     def onerror(self, func: Callable[..., Any], path: Any, exc_info: Any) -> None:
@@ -79,7 +87,7 @@ class _Walk:
             return False  # this process removed it itself: raise as the standard library does
         parent = os.path.dirname(self.top_norm)
 
-        def gone_from_listing() -> Optional[evidence.Look]:
+        def gone_from_listing() -> evidence.Look | None:
             seen = evidence.look(self.top_norm)
             return seen if (not seen.parent_exists or not seen.present) else None
 
@@ -107,11 +115,10 @@ class _Walk:
                 return True  # a peer finished it
             if before is not None and not os.path.samestat(before, now):
                 return False  # a different directory now stands there: not ours to remove
-            failures: list[BaseException] = []
-            handler = (lambda f, p, e: failures.append(e if isinstance(e, BaseException) else e[1]))
-            kwargs = {"onexc": handler} if self.use_onexc else {"onerror": handler}
+            failures = _Failures()
+            kwargs = {"onexc": failures.add} if self.use_onexc else {"onerror": failures.add}
             self.original(path, **kwargs)
-            if not any(getattr(e, "errno", None) not in (errno.ENOENT,) for e in failures):
+            if not any(getattr(e, "errno", None) != errno.ENOENT for e in failures.seen):
                 self.retried.append(evidence.norm(path))
                 return True
         return False
@@ -124,7 +131,7 @@ class _Walk:
         if evidence.own_last_event(self.top_norm) in ("removed", "moved-away"):
             return False
 
-        def gone() -> Optional[bool]:
+        def gone() -> bool | None:
             seen = evidence.look(self.top_norm)
             return True if seen.parent_exists and not seen.present else None
 
@@ -144,29 +151,50 @@ class _Walk:
         else:
             raise exc
 
-    def verdict(self) -> Optional[Verdict]:
+    def verdict(self) -> Verdict | None:
         if not (self.entries_gone or self.top_gone or self.retried):
             return None
         parts = []
         if self.top_gone == "before":
             parts.append("tree already removed (its parent changed during this job)")
         if self.entries_gone:
-            parts.append(f"{len(self.entries_gone)} entr{'y' if len(self.entries_gone) == 1 else 'ies'} "
-                         f"removed by a peer first")
+            parts.append(
+                f"{len(self.entries_gone)} entr{'y' if len(self.entries_gone) == 1 else 'ies'} removed by a peer first"
+            )
         if self.retried:
-            parts.append(f"{len(self.retried)} director{'y' if len(self.retried) == 1 else 'ies'} "
-                         f"gained entries mid-walk and were removed again")
-        detail: dict[str, Any] = {"entries_gone": self.entries_gone[:50], "retried": self.retried[:50],
-                                  "error": self.first_error}
+            parts.append(
+                f"{len(self.retried)} director{'y' if len(self.retried) == 1 else 'ies'} "
+                f"gained entries mid-walk and were removed again"
+            )
+        detail: dict[str, Any] = {
+            "entries_gone": self.entries_gone[:50],
+            "retried": self.retried[:50],
+            "error": self.first_error,
+        }
         if self.top_gone == "after":
             if self.renamed_to:
                 detail["renamed_to"] = self.renamed_to
-                return Verdict(True, "hazard",
-                               f"tree renamed to {self.renamed_to} by a peer while this process was deleting "
-                               f"its entries: {self.renamed_to} may be missing entries this process deleted "
-                               f"(still there: {_count(self.renamed_to)})", self.waited, detail)
+                return Verdict(
+                    True,
+                    "hazard",
+                    f"tree renamed to {self.renamed_to} by a peer while this process was deleting "
+                    f"its entries: {self.renamed_to} may be missing entries this process deleted "
+                    f"(still there: {_count(self.renamed_to)})",
+                    self.waited,
+                    detail,
+                )
             parts.append("top directory removed by a peer at the end")
         return Verdict(True, "absorbed", "; ".join(parts), self.waited, detail)
+
+
+class _Failures:
+    """Collects the errors of a retried removal (as ``onexc`` or ``onerror``)."""
+
+    def __init__(self) -> None:
+        self.seen: list[BaseException] = []
+
+    def add(self, func: Callable[..., Any], path: Any, exc: Any) -> None:
+        self.seen.append(exc if isinstance(exc, BaseException) else exc[1])
 
 
 def _count(path: str) -> str:
@@ -177,7 +205,7 @@ def _count(path: str) -> str:
     return f"{n} entr{'y' if n == 1 else 'ies'}"
 
 
-def _find_renamed(top: str, frame: Any) -> Optional[str]:
+def _find_renamed(top: str, frame: Any) -> str | None:
     """Where the tree went, if a peer renamed it within its parent (found by the inode rmtree started on)."""
     orig = frame.f_locals.get("orig_st") if frame is not None else None
     if orig is None:
@@ -195,8 +223,9 @@ def _find_renamed(top: str, frame: Any) -> Optional[str]:
     return None
 
 
-def run(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules,
-        use_onexc: bool) -> Optional[Verdict]:
+def run(
+    original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules, use_onexc: bool
+) -> Verdict | None:
     """Call the standard ``rmtree`` with fsguard's handler; return a verdict when something was absorbed."""
     path = args[0] if args else kwargs["path"]
     ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 from .. import config, launcher
 from .base import Backend, Held, LockTimeout, Unreachable
@@ -27,12 +27,16 @@ from .serializer import Serializer
 
 __all__ = ["Backend", "Held", "LockTimeout", "Serializer", "Unreachable", "choose", "serializer", "single_node"]
 
-_SAME = (("LOCAL_WORLD_SIZE", "WORLD_SIZE"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"),
-         ("MPI_LOCALNRANKS", "PMI_SIZE"), ("HOROVOD_LOCAL_SIZE", "HOROVOD_SIZE"))
+_SAME = (
+    ("LOCAL_WORLD_SIZE", "WORLD_SIZE"),
+    ("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"),
+    ("MPI_LOCALNRANKS", "PMI_SIZE"),
+    ("HOROVOD_LOCAL_SIZE", "HOROVOD_SIZE"),
+)
 _ONE = ("GROUP_WORLD_SIZE", "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
 
 
-def single_node(env: Mapping[str, str], launch: Optional[launcher.Launch]) -> bool:
+def single_node(env: Mapping[str, str], launch: launcher.Launch | None) -> bool:
     """True when the launcher's environment says that every rank of the job runs on this node."""
     if launch is not None and launch.world_size == 1:
         return True
@@ -49,8 +53,9 @@ def _torch_importable() -> bool:
         return False
 
 
-def choose(lock: str, lock_timeout: float, launch: Optional[launcher.Launch],
-           env: Mapping[str, str]) -> tuple[Optional[Backend], Optional[Backend], Optional[str]]:
+def choose(
+    lock: str, lock_timeout: float, launch: launcher.Launch | None, env: Mapping[str, str]
+) -> tuple[Backend | None, Backend | None, str | None]:
     """(backend, fallback, a note for stderr) for a ``FSGUARD_LOCK`` value; (None, None, None) for off."""
     from .file import FileBackend
     from .store import StoreBackend
@@ -77,7 +82,7 @@ def choose(lock: str, lock_timeout: float, launch: Optional[launcher.Launch],
     return StoreBackend(lock_timeout, env), FileBackend(host), None
 
 
-def serializer(settings: config.Settings, launch: Optional[launcher.Launch]) -> Optional[Serializer]:
+def serializer(settings: config.Settings, launch: launcher.Launch | None) -> Serializer | None:
     """The serializer for these settings, or None for ``FSGUARD_LOCK=off``. Never raises.
 
     The backend itself is chosen at the first serialized call (see ``Serializer.backend``)."""
@@ -85,7 +90,7 @@ def serializer(settings: config.Settings, launch: Optional[launcher.Launch]) -> 
         return None
     env = dict(os.environ)
 
-    def chosen() -> tuple[Backend, Optional[Backend], Optional[str]]:
+    def chosen() -> tuple[Backend, Backend | None, str | None]:
         try:
             backend, fallback, note = choose(settings.lock, settings.lock_timeout, launch, env)
         except Exception as error:  # noqa: BLE001 - node-local locks are better than none

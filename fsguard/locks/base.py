@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 
 class LockTimeout(Exception):
     """The lock stayed held by someone else for the whole wait."""
 
-    def __init__(self, holder: Optional[str], waited_s: float) -> None:
+    def __init__(self, holder: str | None, waited_s: float) -> None:
         super().__init__(f"held by {holder or 'an unknown holder'} for {waited_s:.2f} s")
         self.holder = holder
         self.waited_s = waited_s
@@ -33,17 +33,18 @@ class Held:
     millisecond of every serialized job's startup.)
     """
 
-    __slots__ = ("key", "token", "waited_s", "holder", "took_over", "note", "lost", "lock")
+    __slots__ = ("holder", "key", "lock", "lost", "note", "token", "took_over", "waited_s")
 
-    def __init__(self, key: str, token: Any, waited_s: float = 0.0, holder: Optional[str] = None,
-                 took_over: bool = False) -> None:
+    def __init__(
+        self, key: str, token: Any, waited_s: float = 0.0, holder: str | None = None, took_over: bool = False
+    ) -> None:
         self.key = key
         self.token = token
         self.waited_s = waited_s
         self.holder = holder
         self.took_over = took_over
         self.note = ""
-        self.lost: Optional[str] = None
+        self.lost: str | None = None
         self.lock = threading.Lock()
 
 
@@ -63,7 +64,7 @@ class Backend(Protocol):
 _NONCE = os.urandom(4).hex()
 
 
-def holder_text(rank: Optional[int], host: str, what: str) -> str:
+def holder_text(rank: int | None, host: str, what: str) -> str:
     """How a holder is named in lock values and records: ``rank 3 pid 4711 on node7 (rmtree /ckpt/tmp)``."""
     who = f"rank {rank} " if rank is not None else ""
     return f"{who}pid {os.getpid()} on {host} ({what})"

@@ -30,7 +30,6 @@ import re
 import stat
 import threading
 import time
-from typing import Optional
 
 from .base import Held, LockTimeout, Unreachable
 
@@ -55,8 +54,10 @@ def _open_private_dir(parent: str) -> int:
     st = os.fstat(fd)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         os.close(fd)
-        raise Unreachable(f"{path} is not a private directory of uid {os.geteuid()} "
-                          f"(owner {st.st_uid}, mode {stat.filemode(st.st_mode)}): refusing to use it")
+        raise Unreachable(
+            f"{path} is not a private directory of uid {os.geteuid()} "
+            f"(owner {st.st_uid}, mode {stat.filemode(st.st_mode)}): refusing to use it"
+        )
     return fd
 
 
@@ -69,8 +70,8 @@ class FileBackend:
     def __init__(self, host: str, candidates: tuple[str, ...] = CANDIDATES) -> None:
         self._host = host
         self._candidates = candidates
-        self._dir_fd: Optional[int] = None
-        self.directory: Optional[str] = None
+        self._dir_fd: int | None = None
+        self.directory: str | None = None
         self._lock = threading.Lock()
 
     def _dir(self) -> int:
@@ -98,7 +99,7 @@ class FileBackend:
             raise Unreachable(f"cannot open lock file {key}.lock: {error}") from error
         try:
             started = time.monotonic()
-            holder: Optional[str] = None
+            holder: str | None = None
             delay = 0.0002
             while True:
                 try:
@@ -126,7 +127,7 @@ class FileBackend:
         os.close(held.token)  # closing the only descriptor of the open file drops the flock
 
 
-def _read_holder(fd: int) -> Optional[str]:
+def _read_holder(fd: int) -> str | None:
     try:
         text = os.pread(fd, HOLDER_BYTES, 0).decode("utf-8", "replace").strip()
     except OSError:
@@ -140,7 +141,7 @@ _PID = re.compile(r"pid (\d+) on ")
 def _gone_note(holder: str, host: str) -> str:
     """Whether the holder we waited for is still alive (same node, so its pid means something here)."""
     found = _PID.search(holder)
-    if not found or not holder[found.end():].startswith(f"{host} "):
+    if not found or not holder[found.end() :].startswith(f"{host} "):
         return ""
     try:
         os.kill(int(found.group(1)), 0)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .. import evidence, runtime
 from .base import Backend, Held, LockTimeout, Unreachable, holder_text
@@ -26,7 +27,7 @@ STRIPES_HEX = 3  # 16**3 = 4096 stripes
 WAIT_RECORD_S = 1.0  # a wait at least this long becomes part of the operation's record
 
 GuardedCall = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
-Choice = Callable[[], tuple[Backend, Optional[Backend], Optional[str]]]  # (backend, fallback, note for stderr)
+Choice = Callable[[], tuple[Backend, Backend | None, str | None]]  # (backend, fallback, note for stderr)
 
 
 def stripe(path: str) -> str:
@@ -35,7 +36,7 @@ def stripe(path: str) -> str:
     return sha1(path.encode("utf-8", "surrogateescape")).hexdigest()[:STRIPES_HEX]
 
 
-def targets(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[list[str]]:
+def targets(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str] | None:
     """The normalised paths a call works on, or None when it cannot be keyed (``*dir_fd`` calls)."""
     try:
         if op in ("rename", "replace"):
@@ -54,10 +55,10 @@ def targets(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[
 class Serializer:
     """What ``fsguard.patching`` calls around every guarded operation when ``FSGUARD_SERIALIZE=1``."""
 
-    def __init__(self, choose: Choice, timeout: float, rank: Optional[int], host: str) -> None:
-        self._choose: Optional[Choice] = choose
-        self._backend: Optional[Backend] = None
-        self.fallback: Optional[Backend] = None  # node-local locks when the job-wide backend cannot be reached
+    def __init__(self, choose: Choice, timeout: float, rank: int | None, host: str) -> None:
+        self._choose: Choice | None = choose
+        self._backend: Backend | None = None
+        self.fallback: Backend | None = None  # node-local locks when the job-wide backend cannot be reached
         self.timeout = timeout
         self._rank = rank
         self._host = host
@@ -88,8 +89,14 @@ class Serializer:
             text += f", falling back to {self.fallback.name} ({self.fallback.scope} only) when unreachable"
         return f"{text}, timeout {self.timeout:g} s"
 
-    def run(self, op: str, wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-            guarded_call: GuardedCall) -> Any:
+    def run(
+        self,
+        op: str,
+        wrapped: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        guarded_call: GuardedCall,
+    ) -> Any:
         """``guarded_call`` with the original function locked: the lock covers the filesystem call itself
         (for ``rmtree``, the whole walk), and is given back before a failure goes to the guard's rule. A
         rule may wait up to ``FSGUARD_SETTLE_S`` for a slow filesystem to show a peer's change; waiting
@@ -103,8 +110,9 @@ class Serializer:
 
         return guarded_call(locked, args, kwargs)
 
-    def call(self, op: str, paths: list[str], function: Callable[..., Any], args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> Any:
+    def call(
+        self, op: str, paths: list[str], function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         """``function(*args, **kwargs)`` holding the locks of ``paths`` (those this thread does not hold yet)."""
         mine: set[str] = self._local.__dict__.setdefault("keys", set())
         keys = sorted({stripe(p) for p in paths} - mine)
@@ -146,53 +154,82 @@ class Serializer:
                     problems.append(f"lock lost mid-call: {h.lost}")
         return problems
 
-    def _acquire(self, op: str, paths: list[str], keys: list[str], what: str) -> tuple[Optional[Backend], list[Held]]:
+    def _acquire(self, op: str, paths: list[str], keys: list[str], what: str) -> tuple[Backend | None, list[Held]]:
         started = time.monotonic()
         deadline = started + self.timeout
         try:
             held = self._take(self.backend, keys, what, deadline)
         except LockTimeout as timeout:
-            self._unserialized(op, paths, started, f"{self.backend.name} lock still held by "
-                               f"{timeout.holder or 'an unknown holder'} after {timeout.waited_s:.2f} s",
-                               reason="timeout", holder=timeout.holder)
+            self._unserialized(
+                op,
+                paths,
+                started,
+                f"{self.backend.name} lock still held by "
+                f"{timeout.holder or 'an unknown holder'} after {timeout.waited_s:.2f} s",
+                reason="timeout",
+                holder=timeout.holder,
+            )
             return None, []
         except Exception as error:  # noqa: BLE001 - Unreachable, or anything a backend raised
             why = str(error) if isinstance(error, Unreachable) else f"{type(error).__name__}: {error}"
             if self.fallback is None:
-                self._unserialized(op, paths, started, f"{self.backend.name} backend unusable: {why}",
-                                   reason="unreachable")
+                self._unserialized(
+                    op, paths, started, f"{self.backend.name} backend unusable: {why}", reason="unreachable"
+                )
                 return None, []
             return self._fall_back(op, paths, keys, what, started, deadline, why)
         self._waited(op, paths, self.backend, held)
         return self.backend, held
 
-    def _fall_back(self, op: str, paths: list[str], keys: list[str], what: str, started: float,
-                   deadline: float, why: str) -> tuple[Optional[Backend], list[Held]]:
+    def _fall_back(
+        self, op: str, paths: list[str], keys: list[str], what: str, started: float, deadline: float, why: str
+    ) -> tuple[Backend | None, list[Held]]:
         assert self.fallback is not None
         try:
             held = self._take(self.fallback, keys, what, deadline)
         except Exception as error:  # noqa: BLE001
-            self._unserialized(op, paths, started, f"{self.backend.name} backend unusable: {why}; "
-                               f"{self.fallback.name} fallback too: {error}", reason="unreachable")
+            self._unserialized(
+                op,
+                paths,
+                started,
+                f"{self.backend.name} backend unusable: {why}; {self.fallback.name} fallback too: {error}",
+                reason="unreachable",
+            )
             return None, []
-        self._unserialized(op, paths, started, f"{self.backend.name} backend unusable: {why}; serialized "
-                           f"with this node's ranks only ({self.fallback.name} locks), not across nodes",
-                           reason="unreachable", fallback=self.fallback.name)
+        self._unserialized(
+            op,
+            paths,
+            started,
+            f"{self.backend.name} backend unusable: {why}; serialized "
+            f"with this node's ranks only ({self.fallback.name} locks), not across nodes",
+            reason="unreachable",
+            fallback=self.fallback.name,
+        )
         return self.fallback, held
 
     def _release(self, op: str, paths: list[str], backend: Backend, held: list[Held]) -> None:
         problems = self._give_back(backend, held)
         if problems:
-            runtime.record(op, "unserialized", f"{backend.name} lock: {'; '.join(problems)}: the call may "
-                           f"have overlapped a peer's", paths, detail={"backend": backend.name,
-                                                                       "reason": "lost"})
+            runtime.record(
+                op,
+                "unserialized",
+                f"{backend.name} lock: {'; '.join(problems)}: the call may have overlapped a peer's",
+                paths,
+                detail={"backend": backend.name, "reason": "lost"},
+            )
 
     # --- records ---------------------------------------------------------------------------------------
 
     def _unserialized(self, op: str, paths: list[str], started: float, why: str, **detail: Any) -> None:
         detail["backend"] = self.backend.name
-        runtime.record(op, "unserialized", f"{why}: proceeded without the lock", paths,
-                       waited_s=time.monotonic() - started, detail=detail)
+        runtime.record(
+            op,
+            "unserialized",
+            f"{why}: proceeded without the lock",
+            paths,
+            waited_s=time.monotonic() - started,
+            detail=detail,
+        )
 
     def _waited(self, op: str, paths: list[str], backend: Backend, held: list[Held]) -> None:
         waited = sum(h.waited_s for h in held)
@@ -201,6 +238,12 @@ class Serializer:
             return
         holders = sorted({h.holder for h in held if h.holder})
         notes = "".join(sorted({h.note for h in held if h.note}))
-        runtime.record(op, "waited", f"waited {waited:.2f} s for the {backend.name} lock held by "
-                       f"{', '.join(holders) or 'an unknown holder'}{notes}", paths, waited_s=waited,
-                       detail={"backend": backend.name, "holders": holders, "took_over": bool(took_over)})
+        runtime.record(
+            op,
+            "waited",
+            f"waited {waited:.2f} s for the {backend.name} lock held by "
+            f"{', '.join(holders) or 'an unknown holder'}{notes}",
+            paths,
+            waited_s=waited,
+            detail={"backend": backend.name, "holders": holders, "took_over": bool(took_over)},
+        )

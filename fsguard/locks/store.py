@@ -32,8 +32,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from .base import Held, LockTimeout, Unreachable, process_nonce
 
@@ -56,7 +57,7 @@ class _Lease:
         return b"%s#%d %s" % (self.token, self.seq, self.what)
 
 
-def holder_of(value: bytes) -> Optional[str]:
+def holder_of(value: bytes) -> str | None:
     """The holder text of a lock value, or None for a free lock."""
     if not value:
         return None
@@ -80,13 +81,13 @@ class StoreBackend:
     def _reset(self) -> None:
         """Fresh state (also in a forked child: the parent's connection and renewal thread are not ours)."""
         self._store: Any = None
-        self.address: Optional[str] = None
-        self._failure: Optional[tuple[float, str, bool]] = None  # (when, why, process group was up)
+        self.address: str | None = None
+        self._failure: tuple[float, str, bool] | None = None  # (when, why, process group was up)
         self._connect_lock = threading.Lock()
         self._io = threading.Lock()
         self._cond = threading.Condition()
         self._held: dict[int, Held] = {}
-        self._renewer: Optional[threading.Thread] = None
+        self._renewer: threading.Thread | None = None
         self._tokens = itertools.count()
 
     # --- connection ------------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ class StoreBackend:
                     raise Unreachable(why)
             try:
                 self._store = self._open()
-            except Exception as error:  # noqa: BLE001 - whatever torch raises, the store is unusable now
+            except Exception as error:
                 why = str(error) if isinstance(error, Unreachable) else f"{type(error).__name__}: {error}"
                 self._failure = (time.monotonic(), why, _group_initialized())
                 raise Unreachable(why) from error
@@ -137,8 +138,9 @@ class StoreBackend:
             socket.create_connection((host, int(port)), timeout=min(self._op_timeout, 5.0)).close()
         except (OSError, ValueError) as error:
             raise Unreachable(f"the job's store at {host}:{port} does not answer ({error})") from error
-        store = tcp_store(host, int(port), is_master=False, timeout=timedelta(seconds=self._op_timeout),
-                              wait_for_workers=False)
+        store = tcp_store(
+            host, int(port), is_master=False, timeout=timedelta(seconds=self._op_timeout), wait_for_workers=False
+        )
         self.address = f"{host}:{port}"
         return store
 
@@ -160,12 +162,15 @@ class StoreBackend:
 
     def acquire(self, key: str, timeout: float, what: str) -> Held:
         self._connect()
-        lease = _Lease(self.prefix + key, b"%s.%d" % (process_nonce().encode(), next(self._tokens)),
-                       what.encode("utf-8", "replace"))
+        lease = _Lease(
+            self.prefix + key,
+            b"%s.%d" % (process_nonce().encode(), next(self._tokens)),
+            what.encode("utf-8", "replace"),
+        )
         mine = lease.value()
         started = time.monotonic()
         seen, seen_since = b"", started
-        holder: Optional[str] = None
+        holder: str | None = None
         delay = 0.0002
         try:
             while True:
@@ -180,8 +185,9 @@ class StoreBackend:
                     after = self._cas(lease.key, current, mine)
                     if after == mine:
                         held = Held(key, lease, time.monotonic() - started, holder, took_over=True)
-                        held.note = (f"; took over its lease, not renewed for {now - seen_since:.1f} s "
-                                     f"(holder killed or frozen)")
+                        held.note = (
+                            f"; took over its lease, not renewed for {now - seen_since:.1f} s (holder killed or frozen)"
+                        )
                         return self._hold(held)
                     seen, seen_since = after, time.monotonic()
                 waited = now - started
@@ -191,7 +197,7 @@ class StoreBackend:
                 delay = min(delay * 2, 0.01)
         except (LockTimeout, Unreachable):
             raise
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise self._broken(error) from error
 
     def release(self, held: Held) -> None:
@@ -204,7 +210,7 @@ class StoreBackend:
                 return
             try:
                 after = self._cas(lease.key, lease.value(), b"")
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:
                 raise self._broken(error) from error
             if after:
                 held.lost = f"taken over by {holder_of(after)}"
@@ -231,7 +237,7 @@ class StoreBackend:
             for held in holds:
                 try:
                     self._renew(held)
-                except Exception:  # noqa: BLE001, S110 - a failed renewal shows as a lost lease at release
+                except Exception:  # noqa: BLE001 - a failed renewal shows as a lost lease at release
                     pass
 
     def _renew(self, held: Held) -> None:

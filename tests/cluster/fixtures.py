@@ -6,9 +6,8 @@ Import the fixture into a test module (``from tests.cluster.fixtures import make
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

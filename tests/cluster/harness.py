@@ -31,12 +31,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Union
 
-Command = Union[Sequence[str], Callable[[int], Sequence[str]]]
+Command = Sequence[str] | Callable[[int], Sequence[str]]
 
 REQUIRED_TOOLS = ("unshare", "bindfs", "fusermount3", "mount", "hostname")
 
@@ -71,8 +70,9 @@ def unavailable_reason() -> str | None:
         return f"missing: {', '.join(missing)}"
     if os.geteuid() != 0:
         return "needs root for mount and pid namespaces"
-    probe = subprocess.run(["unshare", "-m", "-p", "-u", "--fork", "--mount-proc", "true"], check=False,
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "-p", "-u", "--fork", "--mount-proc", "true"], check=False, capture_output=True, text=True
+    )
     if probe.returncode != 0:
         return f"unshare failed: {probe.stderr.strip()}"
     return None
@@ -160,8 +160,15 @@ class Cluster:
         """Per-run, per-node stdout/stderr files."""
         return self.root / "logs"
 
-    def run(self, command: Command, *, env: Mapping[str, str] | None = None, timeout: float = 120,
-            name: str | None = None, cwd: Path | None = None) -> RunResult:
+    def run(
+        self,
+        command: Command,
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 120,
+        name: str | None = None,
+        cwd: Path | None = None,
+    ) -> RunResult:
         """Boot the nodes, run ``command`` (a list, or ``node -> list``) on all of them at once, tear down.
 
         ``env`` is the complete environment of the commands (the harness adds nothing but ``FSG_*``
@@ -180,9 +187,13 @@ class Cluster:
                 argv = list(command(node) if callable(command) else command)
                 node_env = dict(base_env)
                 node_env.update(
-                    FSG_NODE_NAME=f"node{node}", FSG_LOCAL=str(self.local), FSG_SHARED=str(self.shared),
-                    FSG_BACKING=str(self.backing), FSG_BINDFS_OPTS=self.bindfs_options,
-                    FSG_LOCAL_SIZE=self.local_size, FSG_READY=str(run_dir / f"node{node}.ready"),
+                    FSG_NODE_NAME=f"node{node}",
+                    FSG_LOCAL=str(self.local),
+                    FSG_SHARED=str(self.shared),
+                    FSG_BACKING=str(self.backing),
+                    FSG_BINDFS_OPTS=self.bindfs_options,
+                    FSG_LOCAL_SIZE=self.local_size,
+                    FSG_READY=str(run_dir / f"node{node}.ready"),
                     FSG_CWD=str(cwd or self.root),
                 )
                 stdout = run_dir / f"node{node}.stdout"
@@ -190,15 +201,30 @@ class Cluster:
                 results.append(NodeResult(node, None, stdout, stderr))
                 with open(stdout, "wb") as out, open(stderr, "wb") as err:
                     proc = subprocess.Popen(
-                        ["unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc", "--kill-child",
-                         "bash", "-c", _NODE_INIT, "fsguard-node", *argv],
-                        stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=node_env,
+                        [
+                            "unshare",
+                            "--mount",
+                            "--pid",
+                            "--uts",
+                            "--fork",
+                            "--mount-proc",
+                            "--kill-child",
+                            "bash",
+                            "-c",
+                            _NODE_INIT,
+                            "fsguard-node",
+                            *argv,
+                        ],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                        env=node_env,
                     )
                 procs.append(proc)
                 self._live.append(proc)
             deadline = started + timeout
             timed_out = False
-            for result, proc in zip(results, procs):
+            for result, proc in zip(results, procs, strict=True):
                 try:
                     result.returncode = proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
                 except subprocess.TimeoutExpired:
@@ -210,20 +236,42 @@ class Cluster:
                 _end(proc)
                 if proc in self._live:
                     self._live.remove(proc)
-            for result, proc in zip(results, procs):
+            for result, proc in zip(results, procs, strict=True):
                 if result.returncode is None and proc.returncode is not None and proc.returncode >= 0:
                     result.returncode = proc.returncode
 
-    def torchrun(self, python: str | Path, script: str | Path, args: Sequence[str] = (), *,
-                 nproc_per_node: int = 2, env: Mapping[str, str] | None = None, timeout: float = 120,
-                 name: str | None = None) -> RunResult:
+    def torchrun(
+        self,
+        python: str | Path,
+        script: str | Path,
+        args: Sequence[str] = (),
+        *,
+        nproc_per_node: int = 2,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 120,
+        name: str | None = None,
+    ) -> RunResult:
         """One torchrun job over all nodes: ``torch.distributed.run --nnodes K --node-rank i ...`` per node."""
         port = free_port()
 
         def command(node: int) -> list[str]:
-            return [str(python), "-m", "torch.distributed.run", "--nnodes", str(self.nodes),
-                    "--node-rank", str(node), "--nproc-per-node", str(nproc_per_node),
-                    "--master-addr", "127.0.0.1", "--master-port", str(port), str(script), *args]
+            return [
+                str(python),
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                str(self.nodes),
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                str(nproc_per_node),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                str(script),
+                *args,
+            ]
 
         return self.run(command, env=env, timeout=timeout, name=name)
 
@@ -270,14 +318,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def bindfs_options(cache_s: float = 0.0, *, entry_timeout: float | None = None,
-                   attr_timeout: float | None = None, negative_timeout: float | None = None) -> str:
+def bindfs_options(
+    cache_s: float = 0.0,
+    *,
+    entry_timeout: float | None = None,
+    attr_timeout: float | None = None,
+    negative_timeout: float | None = None,
+) -> str:
     """bindfs ``-o`` options: each timeout defaults to ``cache_s`` (0: every lookup goes to the backing)."""
+
     def num(value: float | None) -> str:
         return f"{cache_s if value is None else value:g}"
 
-    return (f"entry_timeout={num(entry_timeout)},attr_timeout={num(attr_timeout)},"
-            f"negative_timeout={num(negative_timeout)}")
+    return (
+        f"entry_timeout={num(entry_timeout)},attr_timeout={num(attr_timeout)},negative_timeout={num(negative_timeout)}"
+    )
 
 
 def mounts_under(path: Path) -> list[str]:
@@ -293,9 +348,16 @@ def mounts_under(path: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def cluster(nodes: int = 2, cache_s: float = 0.0, *, root: Path | None = None,
-            entry_timeout: float | None = None, attr_timeout: float | None = None,
-            negative_timeout: float | None = None, local_size: str = "256m") -> Iterator[Cluster]:
+def cluster(
+    nodes: int = 2,
+    cache_s: float = 0.0,
+    *,
+    root: Path | None = None,
+    entry_timeout: float | None = None,
+    attr_timeout: float | None = None,
+    negative_timeout: float | None = None,
+    local_size: str = "256m",
+) -> Iterator[Cluster]:
     """A cluster of ``nodes`` simulated nodes whose shared mounts cache lookups for ``cache_s`` seconds.
 
     ``root`` (default: a new temporary directory, removed afterwards) holds ``backing/``, the mount points
@@ -307,8 +369,9 @@ def cluster(nodes: int = 2, cache_s: float = 0.0, *, root: Path | None = None,
     owned = root is None
     base = Path(tempfile.mkdtemp(prefix="fsguard-cluster-")) if root is None else Path(root)
     base.mkdir(parents=True, exist_ok=True)
-    options = bindfs_options(cache_s, entry_timeout=entry_timeout, attr_timeout=attr_timeout,
-                             negative_timeout=negative_timeout)
+    options = bindfs_options(
+        cache_s, entry_timeout=entry_timeout, attr_timeout=attr_timeout, negative_timeout=negative_timeout
+    )
     made = Cluster(nodes=nodes, root=base, bindfs_options=options, local_size=local_size)
     for sub in (made.backing, made.shared, made.local, made.logs):
         sub.mkdir(exist_ok=True)

@@ -36,8 +36,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = {"shared": str(made.shared), "backing": str(made.backing), "local": str(made.local)}
         command = [part.format(**paths) for part in command]
         if args.torchrun:
-            result = made.torchrun(args.torchrun, command[0], command[1:], nproc_per_node=args.nproc_per_node,
-                                   env=os.environ, timeout=args.timeout)
+            result = made.torchrun(
+                args.torchrun,
+                command[0],
+                command[1:],
+                nproc_per_node=args.nproc_per_node,
+                env=os.environ,
+                timeout=args.timeout,
+            )
         else:
             result = made.run(command, env=os.environ, timeout=args.timeout)
         for node in result.nodes:

@@ -20,6 +20,7 @@ import time
 def main() -> None:
     role, path, ready = sys.argv[1:4]
     if role == "hold":
+
         def stuck(*_: object) -> None:
             with open(ready, "w") as f:
                 f.write(str(os.getpid()))

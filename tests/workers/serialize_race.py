@@ -20,7 +20,7 @@ import random
 import shutil
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch.distributed as dist
 
@@ -110,9 +110,19 @@ def main() -> None:
         from fsguard import patching  # which backend served this job, for the test to check
 
         backend = getattr(patching._serializer, "backend", None)
-        print(json.dumps({"backend": getattr(backend, "name", None), "store": getattr(backend, "address", None),
-                          "outcomes": outcomes, "calls": rounds_calls, "storm_errors": gathered_errors,
-                          "storm_dst_ok": os.path.isfile(os.path.join(storm, "dst", "weights"))}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "backend": getattr(backend, "name", None),
+                    "store": getattr(backend, "address", None),
+                    "outcomes": outcomes,
+                    "calls": rounds_calls,
+                    "storm_errors": gathered_errors,
+                    "storm_dst_ok": os.path.isfile(os.path.join(storm, "dst", "weights")),
+                }
+            ),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

@@ -58,13 +58,17 @@ def start(timeout_s: float = 60) -> Place:
     else:
         addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
         port = os.environ["MASTER_PORT"]
-        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=me.rank,
-                                world_size=me.world_size, timeout=timeout)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://{addr}:{port}", rank=me.rank, world_size=me.world_size, timeout=timeout
+        )
     dist.barrier()
     global _started
     _started = time.monotonic()
-    print(f"workload: rank {me.rank}/{me.world_size} local {me.local_rank} host {socket.gethostname()} "
-          f"pid {os.getpid()} via {me.launcher}", flush=True)
+    print(
+        f"workload: rank {me.rank}/{me.world_size} local {me.local_rank} host {socket.gethostname()} "
+        f"pid {os.getpid()} via {me.launcher}",
+        flush=True,
+    )
     return me
 
 

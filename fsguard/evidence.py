@@ -7,85 +7,39 @@ only then fall back to a short bounded wait.
 
 from __future__ import annotations
 
-import collections
 import os
 import stat
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING
 
-PathArg = Union[str, bytes, "os.PathLike[Any]"]
-T = TypeVar("T")
+# Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
+from .memory import MEMORY as MEMORY
+from .memory import MEMORY_SIZE as MEMORY_SIZE
+from .memory import norm as norm
+from .memory import own_last as own_last
+from .memory import own_last_event as own_last_event
 
-# --- own memory ----------------------------------------------------------------------------------------
-# What this process's guarded calls did, newest last. Appended on the happy path (one deque append, no
-# normalisation); read only when a call failed. Bounded: a long job keeps the most recent events.
-MEMORY_SIZE = 4096
-MEMORY: collections.deque[tuple[str, tuple[Any, ...], dict[str, Any]]] = collections.deque(maxlen=MEMORY_SIZE)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
 
-
-def norm(path: PathArg) -> str:
-    """Absolute, ``..``-folded text form of a path argument (relative to the current directory)."""
-    value = os.fspath(path)
-    if isinstance(value, bytes):
-        value = os.fsdecode(value)
-    return os.path.abspath(value)
-
-
-def _event_paths(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(path made or removed or renamed away, path renamed onto) of one remembered call, normalised."""
-    try:
-        if op == "makedirs":
-            return norm(args[0] if args else kwargs["name"]), None
-        if op == "rmtree":
-            if kwargs.get("dir_fd") is not None:
-                return None, None
-            return norm(args[0] if args else kwargs["path"]), None
-        if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
-            return None, None
-        src = args[0] if args else kwargs["src"]
-        dst = args[1] if len(args) > 1 else kwargs["dst"]
-        return norm(src), norm(dst)
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None, None
-
-
-def own_last_event(path: str, *, within: bool = False) -> str | None:
-    """The newest thing this process did to ``path`` (or, with ``within``, to anything below it).
-
-    Returns ``"made"`` (makedirs succeeded, or something was renamed onto it), ``"moved-away"`` (renamed
-    away), ``"removed"`` (rmtree succeeded), or None when this process's guarded calls never touched it.
-    """
-    prefix = path.rstrip(os.sep) + os.sep
-    for op, args, kwargs in reversed(list(MEMORY)):
-        first, second = _event_paths(op, args, kwargs)
-
-        def hits(candidate: str | None) -> bool:
-            return candidate is not None and (candidate == path or (within and candidate.startswith(prefix)))
-
-        if op == "makedirs" and hits(first):
-            return "made"
-        if op == "rmtree" and first is not None and (first == path or path.startswith(first.rstrip(os.sep) + os.sep)):
-            return "removed"
-        if op in ("rename", "replace"):
-            if hits(second):
-                return "made"
-            if first is not None and (first == path or path.startswith(first.rstrip(os.sep) + os.sep)):
-                return "moved-away"
-    return None
-
+    T = TypeVar("T")
 
 # --- fresh looks ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class Look:
     """A name as its parent's fresh listing shows it."""
 
-    parent_exists: bool
-    present: bool
-    kind: str | None = None  # "dir", "file", "symlink", "other", or None if the listing does not say
+    __slots__ = ("kind", "parent_exists", "present")
+
+    def __init__(self, parent_exists: bool, present: bool, kind: str | None = None) -> None:
+        self.parent_exists = parent_exists
+        self.present = present
+        self.kind = kind  # "dir", "file", "symlink", "other", or None if the listing does not say
+
+    def __repr__(self) -> str:
+        return f"Look(parent_exists={self.parent_exists}, present={self.present}, kind={self.kind!r})"
 
 
 def look(path: str) -> Look:

@@ -27,11 +27,21 @@ if [ -f scripts/lint.sh ]; then
     bash scripts/lint.sh || status=1
 fi
 
-.venv/bin/python -m pytest "$@"
+# Coverage of fsguard/, including every interpreter the tests start (tests/conftest.py puts a coverage
+# start-up hook into the environments it builds; COVERAGE_PROCESS_START switches it on).
+export COVERAGE_PROCESS_START="$PWD/pyproject.toml" COVERAGE_FILE="$PWD/.coverage"
+rm -f .coverage .coverage.*
+.venv/bin/python -m coverage run -m pytest "$@"
 rc=$?
 if [ $rc -eq 5 ]; then
     echo "scripts/test.sh: pytest collected no tests: failing" >&2
     rc=1
 fi
 [ $rc -ne 0 ] && status=$rc
+
+.venv/bin/python -m coverage combine -q >/dev/null 2>&1
+.venv/bin/python -m coverage report --format=total >/dev/null 2>&1 && {
+    .venv/bin/python -m coverage report --skip-covered --sort=cover | tail -n 25
+    echo "scripts/test.sh: coverage of fsguard/ (all processes): $(.venv/bin/python -m coverage report --format=total)%"
+}
 exit $status

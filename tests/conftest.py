@@ -66,10 +66,56 @@ def _make_venv(where: Path, wheel: Path, with_test_deps: bool) -> Path:
     )
     wrapt_dir = Path(__import__("wrapt").__file__).parent
     (Path(purelib) / "wrapt").symlink_to(wrapt_dir)  # the runtime dependency, same version as tested
+    _add_coverage_startup(Path(purelib))
     if with_test_deps:
         # torch, filelock, coverage... from the test environment, appended after the venv's own packages.
         (Path(purelib) / "zz_fsguard_testdeps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     return python
+
+
+_COVERAGE_START = """\
+\"\"\"Starts coverage.py in this interpreter when COVERAGE_PROCESS_START is set (scripts/test.sh sets it).\"\"\"
+import os
+import sys
+
+if os.environ.get("COVERAGE_PROCESS_START"):
+    sys.path.append({where!r})
+    try:
+        import coverage
+
+        coverage.process_startup()
+    except ImportError:
+        pass
+    finally:
+        sys.path.remove({where!r})  # coverage stays loaded; nothing else of the test environment leaks in
+"""
+
+
+def _add_coverage_startup(purelib: Path) -> None:
+    """Measure fsguard in every interpreter of this environment, from before ``fsguard.pth`` runs.
+
+    ``.pth`` files run in name order, so ``00-fsguard-coverage.pth`` starts coverage first and the startup
+    path (``fsguard.pth`` -> ``fsguard._boot``) is measured too.
+    """
+    where = str(Path(__import__("coverage").__file__).parent.parent)
+    (purelib / "_fsguard_coverage_start.py").write_text(_COVERAGE_START.format(where=where))
+    (purelib / "00-fsguard-coverage.pth").write_text("import _fsguard_coverage_start\n")
+
+
+STRICT_SKIPS = ("simulated cluster:", "FUSE unavailable", "openmpi-bin")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Under ``FSGUARD_TESTS_STRICT=1`` (.ci/run), a test skipped for missing FUSE, unshare or mpirun fails."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and os.environ.get("FSGUARD_TESTS_STRICT") == "1":
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+        if any(marker in reason for marker in STRICT_SKIPS):
+            report.outcome = "failed"
+            report.longrepr = f"skipped where CI requires it to run (FSGUARD_TESTS_STRICT=1): {reason}"
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,147 @@
+"""What this process's own guarded calls did: a condition it caused itself is never a race with a peer.
+
+The happy path pays one ``deque.append`` of the call's own arguments (rename and replace add the wall-clock
+time, so a later decision can tell its own old move from a peer's newer one). Nothing is normalised then:
+the first failing call that asks indexes the entries appended since the last question, newest wins, so
+a decision costs a few dictionary lookups however full the memory is.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    # (operation, args, kwargs), or for rename/replace (operation, args, kwargs, time.time() after the call)
+    Entry = tuple[Any, ...]
+
+MEMORY_SIZE = 4096
+MEMORY: collections.deque[Entry] = collections.deque(maxlen=MEMORY_SIZE)
+
+
+class Event:
+    """The newest thing this process did to a path: ``made``, ``moved-away`` or ``removed``."""
+
+    __slots__ = ("kind", "seq", "time")
+
+    def __init__(self, kind: str, time: float | None, seq: int) -> None:
+        self.kind = kind
+        self.time = time  # wall-clock time after the call, where remembered (rename/replace)
+        self.seq = seq
+
+    def __repr__(self) -> str:
+        return f"Event({self.kind!r}, time={self.time!r}, seq={self.seq})"
+
+
+def norm(path: Any, cwd: str | None = None) -> str:
+    """Absolute, ``..``-folded text form of a path argument, relative to ``cwd`` (default: the current one)."""
+    if type(path) is str and path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
+        return path  # already normal: the index normalises thousands of these at once
+    value: str | bytes = os.fspath(path)
+    text = os.fsdecode(value) if isinstance(value, bytes) else value
+    if cwd is None or os.path.isabs(text):
+        return os.path.abspath(text)
+    return os.path.normpath(os.path.join(cwd, text))
+
+
+def _ancestry(path: str) -> list[str]:
+    """``path`` and every directory above it, nearest first."""
+    chain = [path]
+    while True:
+        parent = os.path.dirname(path)
+        if parent == path:
+            return chain
+        chain.append(parent)
+        path = parent
+
+
+class _Index:
+    """Normalised view of ``MEMORY``, brought up to date lazily, entry by entry, when a decision asks.
+
+    Values are ``(seq, kind, time)`` tuples: ``seq`` orders events, the newest wins.
+    """
+
+    # Start over from MEMORY when the index holds this many more paths than MEMORY can.
+    LIMIT = 4 * MEMORY_SIZE
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.seq = 0
+        self.last: Entry | None = None  # newest entry indexed so far (by identity)
+        self.made: dict[str, tuple[int, str, float | None]] = {}  # made at the path
+        self.gone: dict[str, tuple[int, str, float | None]] = {}  # removed or moved away, with all below it
+
+    def update(self) -> None:
+        entries = list(MEMORY)
+        start = 0
+        if self.last is not None:
+            for position in range(len(entries) - 1, -1, -1):
+                if entries[position] is self.last:
+                    start = position + 1
+                    break
+            else:
+                self.clear()  # more than MEMORY_SIZE calls since the last question: start over
+        if len(self.made) + len(self.gone) > self.LIMIT:
+            self.clear()
+            start = 0
+        made, gone = self.made, self.gone
+        seq = self.seq
+        try:
+            cwd: str | None = os.getcwd()  # relative paths: as the decision will see them (cwd is not remembered)
+        except OSError:
+            cwd = None
+        for entry in entries[start:]:
+            seq += 1
+            op, args, kwargs = entry[0], entry[1], entry[2]
+            when = entry[3] if len(entry) > 3 else None
+            try:
+                if op == "makedirs":
+                    made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made", when)
+                elif op == "rmtree":
+                    if kwargs.get("dir_fd") is None:
+                        gone[norm(args[0] if args else kwargs["path"], cwd)] = (seq, "removed", when)
+                elif not kwargs or (kwargs.get("src_dir_fd") is None and kwargs.get("dst_dir_fd") is None):
+                    gone[norm(args[0] if args else kwargs["src"], cwd)] = (seq, "moved-away", when)
+                    made[norm(args[1] if len(args) > 1 else kwargs["dst"], cwd)] = (seq, "made", when)
+            except (KeyError, IndexError, TypeError, ValueError):
+                pass  # a call this index cannot place (it succeeded, so there is nothing to learn)
+        self.seq = seq
+        if entries:
+            self.last = entries[-1]
+
+    def last_event(self, path: str, within: bool) -> Event | None:
+        found = self.made.get(path)
+        if within:
+            prefix = path.rstrip(os.sep) + os.sep
+            for made, value in self.made.items():
+                if (found is None or value[0] > found[0]) and made.startswith(prefix):
+                    found = value
+        for above in _ancestry(path):
+            gone = self.gone.get(above)
+            if gone is not None and (found is None or gone[0] > found[0]):
+                found = gone
+        return None if found is None else Event(found[1], found[2], found[0])
+
+
+_index = _Index()
+
+
+def own_last(path: str, *, within: bool = False) -> Event | None:
+    """The newest thing this process's guarded calls did to ``path`` (normalised), or None.
+
+    ``made``: makedirs made it, or something was renamed onto it (with ``within``: also anything below it).
+    ``moved-away``/``removed``: it, or a directory above it, was renamed away / removed by rmtree.
+    """
+    _index.update()
+    return _index.last_event(path.rstrip(os.sep) or os.sep, within)
+
+
+def own_last_event(path: str, *, within: bool = False) -> str | None:
+    """Kind of :func:`own_last` (``made``, ``moved-away``, ``removed``), or None."""
+    event = own_last(path, within=within)
+    return event.kind if event is not None else None

@@ -1,0 +1,248 @@
+"""The four races fsguard exists for, run by 4 real ranks: they fail without fsguard and are absorbed with it.
+
+Each test starts ``RANKS`` fresh interpreters of the venv built from the wheel (so the real ``fsguard.pth``
+and launcher detection run), each with its own torchrun environment, running ``workers/race_worker.py``:
+the ranks meet at a file barrier before every iteration and then make the same call on the same path.
+Without fsguard the race must really happen (some call fails with the expected error, reported by the
+worker as JSON). With ``FSGUARD=1`` no call fails, the files end up right, and every absorbed failure has
+a well-formed record, on stderr and in ``FSGUARD_LOG``, naming the worker's line of the racing call.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fsguard
+from fsguard.launcher import hostname
+from fsguard.records import Record, jsonl_path, parse_line
+from tests.conftest import TORCHRUN_ENV, clean_env, run_python
+from tests.workers import race_worker as worker
+
+RANKS = 4
+WORKER = Path(worker.__file__).resolve()
+JOB_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Race:
+    """One race: how often to run it, what fails without fsguard, what the end state and records must be."""
+
+    op: str
+    iterations: int
+    error: tuple[str, str]  # exception type and errno name of a lost race
+    args: Callable[[Path, int], list[str]]  # the racing call's path arguments in iteration k
+    records_per_iteration: tuple[int, int]  # with fsguard: fewest and most absorbed failures in one iteration
+    check_end_state: Callable[[Path, int], None]
+
+
+def _made(root: Path, k: int) -> None:
+    assert (root / f"made-{k}").is_dir() and (root / f"shared-{k}" / "a" / "b").is_dir()
+
+
+def _renamed(root: Path, k: int) -> None:
+    assert not (root / f"tmp-checkpoint-{k}").exists()
+    checkpoint = root / f"checkpoint-{k}"
+    assert sorted(p.name for p in checkpoint.iterdir()) == [f"shard-{i}.bin" for i in range(worker.SHARDS)]
+    for i in range(worker.SHARDS):
+        assert (checkpoint / f"shard-{i}.bin").read_text() == worker.shard_text(k, i)
+
+
+def _replaced(root: Path, k: int) -> None:
+    target = root / f"kernel-{k}.so"
+    assert target.read_text() in {worker.kernel_text(k, r) for r in range(RANKS)}
+    assert not Path(f"{target}{worker.TEMP_SUFFIX}").exists()
+    assert not list(root.glob(f"kernel-{k}.so.rank*"))
+
+
+def _removed(root: Path, k: int) -> None:
+    assert not (root / f"staging-{k}").exists()
+
+
+RACES = [
+    # makedirs, rename and replace (all temps published before any replace) fail for every rank but one.
+    Race("makedirs", 20, ("FileExistsError", "EEXIST"), lambda r, k: [f"{r}/made-{k}"], (RANKS - 1,) * 2, _made),
+    Race(
+        "rename",
+        20,
+        ("FileNotFoundError", "ENOENT"),
+        lambda r, k: [f"{r}/tmp-checkpoint-{k}", f"{r}/checkpoint-{k}"],
+        (RANKS - 1,) * 2,
+        _renamed,
+    ),
+    Race(
+        "replace",
+        20,
+        ("FileNotFoundError", "ENOENT"),
+        lambda r, k: [f"{r}/kernel-{k}.so{worker.TEMP_SUFFIX}", f"{r}/kernel-{k}.so"],
+        (RANKS - 1,) * 2,
+        _replaced,
+    ),
+    # Every rank but the one whose final rmdir wins meets a missing entry or top; that one may have too.
+    Race(
+        "rmtree", 15, ("FileNotFoundError", "ENOENT"), lambda r, k: [f"{r}/staging-{k}"], (RANKS - 1, RANKS), _removed
+    ),
+]
+
+
+@dataclass
+class Job:
+    root: Path
+    reports: list[dict[str, Any]]  # the workers' JSON lines, by rank
+    stderr: list[str]  # by rank
+    log_dir: Path
+
+
+def run_job(python: Path, race: Race, where: Path, guarded: bool) -> Job:
+    """Start RANKS workers at once, as one torchrun job would, and wait for all of them (bounded)."""
+    root, log_dir = where / "root", where / "log"
+    (root / "gate").mkdir(parents=True)
+    procs, outputs = [], []
+    for rank in range(RANKS):
+        env = {
+            **TORCHRUN_ENV,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(RANKS),
+            "LOCAL_WORLD_SIZE": str(RANKS),
+            "TORCHELASTIC_RUN_ID": f"races-{race.op}",
+        }
+        if guarded:
+            env.update(FSGUARD="1", FSGUARD_LOG=str(log_dir))
+        out, err = (where / f"rank{rank}.out").open("w"), (where / f"rank{rank}.err").open("w")
+        outputs.append((out, err))
+        command = [str(python), str(WORKER), race.op, str(root), str(race.iterations)]
+        procs.append(subprocess.Popen(command, env=clean_env(env), stdout=out, stderr=err))
+    try:
+        codes = [p.wait(timeout=JOB_TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for out, err in outputs:
+            out.close()
+            err.close()
+    stderr = [(where / f"rank{r}.err").read_text() for r in range(RANKS)]
+    assert codes == [0] * RANKS, stderr
+    reports = [json.loads((where / f"rank{r}.out").read_text()) for r in range(RANKS)]
+    assert [r["rank"] for r in reports] == list(range(RANKS))
+    return Job(root, reports, stderr, log_dir)
+
+
+def failures(job: Job) -> list[dict[str, Any]]:
+    return [f for report in job.reports for f in report["failures"]]
+
+
+def guarded_line(op: str) -> int:
+    """The worker's line of the racing call: the site every record must name."""
+    lines = WORKER.read_text().splitlines()
+    (number,) = [n for n, text in enumerate(lines, 1) if text.rstrip().endswith(f"# guarded call: {op}")]
+    return number
+
+
+@pytest.mark.parametrize("race", RACES, ids=lambda r: r.op)
+def test_race_happens_without_fsguard(fsguard_python: Path, tmp_path: Path, race: Race) -> None:
+    """The test's own premise: unguarded, the ranks really collide (else the guarded run proves nothing)."""
+    job = run_job(fsguard_python, race, tmp_path, guarded=False)
+    lost = failures(job)
+    print(f"{race.op}: {len(lost)} failed calls in {race.iterations} iterations x {RANKS} ranks")
+    assert lost, f"{race.op}: the race never happened in {race.iterations} iterations"
+    assert {(f["call"], f["type"], f["errno"]) for f in lost} == {(race.op, *race.error)}
+    assert not any("fsguard" in text for text in job.stderr)
+    if race.op == "rmtree":
+        # Not only "the tree was already gone": ranks really walked it together.
+        inside = [f for f in lost if f["filename"] != str(job.root / f"staging-{f['iteration']}")]
+        print(f"rmtree: {len(inside)} of them on an entry a peer removed mid-walk")
+        assert inside
+
+
+@pytest.mark.parametrize("race", RACES, ids=lambda r: r.op)
+def test_race_absorbed_with_fsguard(fsguard_python: Path, tmp_path: Path, race: Race) -> None:
+    """With FSGUARD=1 every call succeeds, the result is right, and each absorption is recorded in full."""
+    job = run_job(fsguard_python, race, tmp_path, guarded=True)
+    assert failures(job) == [], job.stderr  # (stderr says why fsguard did not absorb, or was not active)
+    for k in range(race.iterations):
+        race.check_end_state(job.root, k)
+
+    # Every stderr line is a record, and the per-process JSONL files hold the same ones.
+    lines = [line for text in job.stderr for line in text.splitlines()]
+    assert all(line.startswith("fsguard: ") for line in lines), lines
+    from_stderr = [parse_line(line) for line in lines]
+    assert all(isinstance(rec, Record) for rec in from_stderr)
+    from_log = [parse_line(line) for path in job.log_dir.glob("*.jsonl") for line in path.read_text().splitlines()]
+    assert sorted(rec.to_json() for rec in from_log if rec) == sorted(rec.to_json() for rec in from_stderr if rec)
+
+    rank_of_pid = {report["pid"]: report["rank"] for report in job.reports}
+    iteration_of = {tuple(race.args(job.root, k)): k for k in range(race.iterations)}
+    line = guarded_line(race.op)
+    per_iteration: Counter[int] = Counter()
+    for rec in from_log:
+        assert rec is not None
+        assert (rec.decision, rec.op) == ("absorbed", race.op)
+        assert tuple(rec.args) in iteration_of, rec.args
+        assert rec.error is not None and (rec.error["type"], rec.error["errno"]) == race.error
+        assert rec.evidence.strip()
+        assert rec.host == hostname(clean_env())
+        assert rec.pid in rank_of_pid and rec.rank == rank_of_pid[rec.pid] == rec.local_rank
+        assert (rec.world_size, rec.launcher, rec.version) == (RANKS, "torchrun", fsguard.__version__)
+        assert rec.site == {"file": str(WORKER), "line": line, "function": f"race_{race.op}"}
+        per_iteration[iteration_of[tuple(rec.args)]] += 1
+        assert Path(jsonl_path(str(job.log_dir), rec.host, rec.rank, rec.pid)).exists()
+    assert len(set((r.pid, r.args[0]) for r in from_log if r)) == len(from_log)  # one per rank and iteration
+    fewest, most = race.records_per_iteration
+    counts = [per_iteration[k] for k in range(race.iterations)]
+    print(f"{race.op}: {sum(counts)} absorbed in {race.iterations} iterations: {counts}")
+    assert all(fewest <= n <= most for n in counts), counts
+    assert sum(counts) >= 1
+
+
+REPUBLISHED_TEMP = """
+    import os, sys, tempfile
+    d = tempfile.mkdtemp()
+    temp, target = os.path.join(d, "kernel.so.tmp.pid_4242_7"), os.path.join(d, "kernel.so")
+    with open(target, "w") as f:  # rank 0 already replaced the shared temp name (this rank's build) onto it
+        f.write("build")
+    fired = False
+
+    def rank2_publishes_its_temp(event, args):
+        global fired
+        if event in ("os.scandir", "os.listdir") and not fired:  # fsguard looks, after the failure
+            fired = True
+            with open(temp, "w") as f:
+                f.write("rank 2's build")
+
+    sys.addaudithook(rank2_publishes_its_temp)
+    try:
+        os.replace(temp, target)  # the temp was consumed by rank 0: ENOENT
+        outcome = "absorbed"
+    except FileNotFoundError:
+        outcome = "raised"
+    print(hasattr(os.replace, "__wrapped__"), fired, outcome)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="fsguard bug: the rename rule re-raises a lost replace when a third rank has published the shared "
+    "temp name again by the time fsguard looks ('source still present: the missing path is elsewhere'); "
+    "4 ranks publishing with random pauses hit it in ~2-3 % of iterations",
+)
+def test_replace_lost_to_a_republished_temp_is_absorbed(fsguard_python: Path) -> None:
+    """Compiler cache, 3+ ranks: this rank's temp was consumed by a peer's replace, and a third rank publishes
+    its temp under the same name before fsguard decides. Both parents exist, so ENOENT can only mean the
+    source was missing when the call ran: this lost replace is the same race and should be absorbed.
+    An audit hook on fsguard's first directory listing plays the third rank, so the interleaving is certain.
+    The set-up is checked with ``pytest.fail`` (a real failure); only the verdict is the expected failure.
+    """
+    result = run_python(fsguard_python, REPUBLISHED_TEMP, {**TORCHRUN_ENV, "FSGUARD": "1"})
+    if result.returncode != 0 or result.stdout.split()[:2] != ["True", "True"]:
+        pytest.fail(f"set-up: fsguard not active or never looked: {result.stdout!r} {result.stderr!r}")
+    assert result.stdout.split()[2] == "absorbed", result.stderr

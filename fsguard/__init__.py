@@ -1,12 +1,14 @@
 """fsguard: make concurrent filesystem calls of a distributed job idempotent where a peer already did the work.
 
-Importing this package is cheap: nothing here imports wrapt, logging or json until a function below is used.
+Importing this package is cheap (it runs in every interpreter where ``FSGUARD`` is set): it imports nothing,
+and nothing imports wrapt, logging or json until a function below is used.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator
+TYPE_CHECKING = False  # not typing's: typing is not imported at startup
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __version__ = "0.1.0"
 
@@ -37,14 +39,28 @@ def installed() -> list[str]:
     return patching.installed()
 
 
-@contextlib.contextmanager
-def guarded(ops: Iterable[str] | None = None) -> Iterator[None]:
+def guarded(ops: Iterable[str] | None = None) -> _Guarded:
     """Patch for the duration of a ``with`` block; restores only what this block patched."""
-    from . import patching
+    return _Guarded(ops)
 
-    before = set(patching.installed())
-    added = [op for op in patching.install(ops) if op not in before]
-    try:
-        yield
-    finally:
-        patching.uninstall(added)
+
+class _Guarded:
+    """``guarded``'s context manager (a class: ``contextlib`` is not imported at startup)."""
+
+    __slots__ = ("_added", "_ops")
+
+    def __init__(self, ops: Iterable[str] | None = None) -> None:
+        self._ops = ops
+        self._added: list[str] = []
+
+    def __enter__(self) -> None:
+        from . import patching
+
+        before = set(patching.installed())
+        self._added = [op for op in patching.install(self._ops) if op not in before]
+
+    def __exit__(self, *exc: object) -> None:
+        from . import patching
+
+        patching.uninstall(self._added)
+        self._added = []

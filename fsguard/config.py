@@ -6,8 +6,11 @@ default is used instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from ._values import Frozen
+
+TYPE_CHECKING = False  # not typing's: typing is not imported at startup
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 ALL_OPS = ("makedirs", "rename", "replace", "rmtree")
 LOCK_BACKENDS = ("auto", "store", "file", "off")
@@ -16,13 +19,17 @@ _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("", "0", "false", "off", "no")
 
 
-@dataclass(frozen=True)
-class Variable:
+class Variable(Frozen):
     """One documented environment variable."""
 
+    _fields = ("name", "default", "help")
+    __slots__ = _fields
     name: str
     default: str
     help: str
+
+    def __init__(self, name: str, default: str, help: str) -> None:
+        super().__init__(name, default, help)
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -50,20 +57,50 @@ VARIABLES: tuple[Variable, ...] = (
 _BY_NAME = {v.name: v for v in VARIABLES}
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The effective configuration, after defaults and validation."""
+class Settings(Frozen):
+    """The effective configuration, after defaults and validation. ``problems`` takes no part in ``==``."""
 
-    mode: str = "off"  # off | on | force
-    ops: tuple[str, ...] = ALL_OPS
-    settle_s: float = 2.0
-    fresh_s: float = 60.0
-    log_dir: str | None = None
-    stderr: bool = True
-    serialize: bool = False
-    lock: str = "auto"
-    lock_timeout: float = 30.0
-    problems: tuple[str, ...] = field(default=(), compare=False)
+    _fields = (
+        "mode",
+        "ops",
+        "settle_s",
+        "fresh_s",
+        "log_dir",
+        "stderr",
+        "serialize",
+        "lock",
+        "lock_timeout",
+        "problems",
+    )
+    __slots__ = _fields
+    mode: str  # off | on | force
+    ops: tuple[str, ...]
+    settle_s: float
+    fresh_s: float
+    log_dir: str | None
+    stderr: bool
+    serialize: bool
+    lock: str
+    lock_timeout: float
+    problems: tuple[str, ...]
+
+    def __init__(
+        self,
+        mode: str = "off",
+        ops: tuple[str, ...] = ALL_OPS,
+        settle_s: float = 2.0,
+        fresh_s: float = 60.0,
+        log_dir: str | None = None,
+        stderr: bool = True,
+        serialize: bool = False,
+        lock: str = "auto",
+        lock_timeout: float = 30.0,
+        problems: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(mode, ops, settle_s, fresh_s, log_dir, stderr, serialize, lock, lock_timeout, problems)
+
+    def _key(self) -> tuple[object, ...]:
+        return self._values()[:-1]  # all but problems
 
 
 def parse_mode(value: str) -> str | None:

@@ -6,19 +6,27 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from ._values import Frozen
+
+TYPE_CHECKING = False  # not typing's: typing is not imported at startup
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(Frozen):
     """This process's place in a distributed job."""
 
+    _fields = ("launcher", "rank", "local_rank", "world_size", "host")
+    __slots__ = _fields
     launcher: str
     rank: int
     local_rank: int
     world_size: int | None  # None where the launcher does not say
     host: str
+
+    def __init__(self, launcher: str, rank: int, local_rank: int, world_size: int | None, host: str) -> None:
+        super().__init__(launcher, rank, local_rank, world_size, host)
 
     @property
     def distributed(self) -> bool:

@@ -6,14 +6,9 @@ Only a failing call reaches a guard's ``decide``; only an absorbed (or conflicti
 
 from __future__ import annotations
 
-import inspect
 import os
-import pkgutil
 import shutil
 import threading
-from collections.abc import Callable, Iterable
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
 import wrapt
 
@@ -22,6 +17,12 @@ from .guards import Rules, Verdict
 from .guards import makedirs as makedirs_rule
 from .guards import rename as rename_rule
 from .guards import rmtree as rmtree_rule
+
+TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from types import ModuleType
+    from typing import Any
 
 # operation -> (module, attribute, name by which pickles refer to it)
 TARGETS: dict[str, tuple[ModuleType, str, str]] = {
@@ -60,10 +61,12 @@ class GuardedFunction(_Wrapper):
         self._self_qualified = qualified
 
     def __reduce_ex__(self, protocol: Any) -> Any:
+        import pkgutil  # only pickling needs it: not imported at startup
+
         return (pkgutil.resolve_name, (self._self_qualified,))
 
     def __reduce__(self) -> Any:
-        return (pkgutil.resolve_name, (self._self_qualified,))
+        return self.__reduce_ex__(2)
 
     def __copy__(self) -> GuardedFunction:
         return self
@@ -125,9 +128,25 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     return wrapper
 
 
+def _takes_onexc(function: Any) -> bool:
+    """Whether ``shutil.rmtree`` takes ``onexc`` (Python 3.12+), read from its code object rather than with
+    ``inspect`` (not otherwise needed at startup). Follows ``__wrapped__`` as ``inspect.signature`` does;
+    False when unsure."""
+    for _ in range(16):
+        inner = getattr(function, "__wrapped__", None)
+        if inner is None:
+            break
+        function = inner
+    code: Any = getattr(function, "__code__", None)
+    try:
+        return "onexc" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    except (AttributeError, TypeError):  # no code object (a builtin, a callable instance): unknown
+        return False
+
+
 def _rmtree_wrapper() -> Callable[..., Any]:
     remember = evidence.MEMORY.append
-    use_onexc = "onexc" in inspect.signature(shutil.rmtree).parameters
+    use_onexc = _takes_onexc(shutil.rmtree)
 
     def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)

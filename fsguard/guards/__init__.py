@@ -7,23 +7,37 @@ job already did the same thing) or re-raise it unchanged. Rules never patch, loc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from .._values import Frozen
+
+TYPE_CHECKING = False  # not typing's: typing is not imported at startup
+if TYPE_CHECKING:
+    from typing import Any
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Frozen):
     """What to do with a failed call.
 
     ``absorb``: return as if the call had succeeded. ``decision``: the record to write (``absorbed``,
     ``hazard`` or ``conflict``), or None for a plain re-raise that needs no record.
     """
 
+    _fields = ("absorb", "decision", "evidence", "waited_s", "detail")
+    __slots__ = _fields
     absorb: bool
     decision: str | None
     evidence: str
-    waited_s: float = 0.0
-    detail: dict[str, Any] = field(default_factory=dict)
+    waited_s: float
+    detail: dict[str, Any]
+
+    def __init__(
+        self,
+        absorb: bool,
+        decision: str | None,
+        evidence: str,
+        waited_s: float = 0.0,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(absorb, decision, evidence, waited_s, {} if detail is None else detail)
 
 
 def reraise(evidence: str = "", waited_s: float = 0.0) -> Verdict:
@@ -38,13 +52,17 @@ def conflict(evidence: str, waited_s: float = 0.0, **detail: Any) -> Verdict:
     return Verdict(False, "conflict", evidence, waited_s, dict(detail))
 
 
-@dataclass(frozen=True)
-class Rules:
+class Rules(Frozen):
     """The numbers a rule needs from the configuration and the job."""
 
+    _fields = ("settle_s", "fresh_s", "job_start")
+    __slots__ = _fields
     settle_s: float
     fresh_s: float
     job_start: float
+
+    def __init__(self, settle_s: float, fresh_s: float, job_start: float) -> None:
+        super().__init__(settle_s, fresh_s, job_start)
 
     def is_fresh(self, ctime: float) -> bool:
         """Changed during this job (with ``fresh_s`` of slack for launch stagger and clock skew)."""

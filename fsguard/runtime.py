@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 import threading
-from typing import Any
 
-from . import __version__, config, launcher, records
+from . import __version__, config, launcher
+
+TYPE_CHECKING = False  # not typing's: records, sysconfig and typing are not imported at startup
+if TYPE_CHECKING:
+    from typing import Any
 
 settings: config.Settings = config.Settings()
 launch: launcher.Launch | None = None
 
 _local = threading.local()
-_skip_dirs: tuple[str, ...] | None = None
-_stdlib_dirs: tuple[str, ...] = ()
-_keep_dirs: tuple[str, ...] = ()
+_dirs: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
 
 
 def configure(new_settings: config.Settings, new_launch: launcher.Launch | None) -> None:
@@ -43,37 +43,46 @@ class Busy:
         _local.busy = False
 
 
-def _site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(fsguard and wrapt: always skipped), (standard library: skipped), (site-packages: never skipped)."""
-    global _skip_dirs, _stdlib_dirs, _keep_dirs
-    if _skip_dirs is None:
-        own = {os.path.dirname(os.path.abspath(__file__)) + os.sep}
+def _site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Directory prefixes for ``call_site``, found once: (fsguard and wrapt: skipped), (fsguard's
+    applications, ``fsguard/demo`` and ``fsguard/cli``: not skipped), (the standard library: skipped),
+    (site-packages, inside the standard library's directory: not skipped)."""
+    global _dirs
+    if _dirs is None:
+        import sysconfig  # not at startup: only a record needs a call site
+
+        package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+        own = {package}
         try:
             import wrapt
 
             own.add(os.path.dirname(os.path.abspath(wrapt.__file__)) + os.sep)
         except Exception:  # noqa: BLE001
             pass
+        applications = (package + "demo" + os.sep, package + "cli" + os.sep)
+        paths = sysconfig.get_paths()
         stdlib = set()
         for key in ("stdlib", "platstdlib"):
-            path = sysconfig.get_paths().get(key)
+            path = paths.get(key)
             if path:
                 stdlib.add(os.path.realpath(path) + os.sep)
                 stdlib.add(path + os.sep)
-        keep = {p + os.sep for k in ("purelib", "platlib") if (p := sysconfig.get_paths().get(k))}
+        keep = {p + os.sep for k in ("purelib", "platlib") if (p := paths.get(k))}
         keep.update(p + os.sep for p in sys.path if p.endswith(("site-packages", "dist-packages")))
-        _skip_dirs, _stdlib_dirs, _keep_dirs = tuple(own), tuple(stdlib), tuple(keep)
-    return _skip_dirs, _stdlib_dirs, _keep_dirs
+        _dirs = tuple(own), applications, tuple(stdlib), tuple(keep)
+    return _dirs
 
 
 def call_site(depth: int = 2) -> dict[str, Any] | None:
-    """file, line and function of the first frame outside fsguard, wrapt and the standard library."""
-    own, stdlib, keep = _site_dirs()
+    """file, line and function of the first frame outside fsguard's mechanism and policy, wrapt and the
+    standard library. Frames in ``fsguard/demo`` and ``fsguard/cli`` are callers, as a user's training
+    script is: they are programs that use fsguard (the demo's workload, the command line)."""
+    own, applications, stdlib, keep = _site_dirs()
     frame: Any = sys._getframe(depth)
     fallback = None
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(own):
+        if not filename.startswith(own) or filename.startswith(applications):
             if fallback is None:
                 fallback = frame
             internal = filename.startswith("<frozen") or (filename.startswith(stdlib) and not filename.startswith(keep))
@@ -119,6 +128,8 @@ def record(
     """Build and emit one record for a decision. Never raises."""
     try:
         with Busy():
+            from . import records  # json, re and logging only once there is something to write
+
             current = launch
             rec = records.Record(
                 op=op,

@@ -16,9 +16,14 @@ import os
 import re
 import sys
 import threading
-import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from time import time as _now
+
+from ._values import Value
+
+TYPE_CHECKING = False  # not typing's
+if TYPE_CHECKING:
+    import logging
+    from typing import Any
 
 SCHEMA = 1
 DECISIONS = ("absorbed", "hazard", "conflict", "unserialized", "waited")
@@ -26,30 +31,96 @@ _MARKER = " :: {"
 _LINE = re.compile(r"fsguard: (?P<decision>[a-z]+) ")
 
 
-@dataclass
-class Record:
-    """One decision fsguard made, with everything a person needs to audit it later."""
+class Record(Value):
+    """One decision fsguard made, with everything a person needs to audit it later.
 
+    Not imported at startup: ``fsguard.runtime`` imports this module when it writes its first record.
+    """
+
+    _fields = (
+        "op",
+        "decision",
+        "evidence",
+        "args",
+        "error",
+        "waited_s",
+        "site",
+        "time",
+        "host",
+        "pid",
+        "rank",
+        "local_rank",
+        "world_size",
+        "launcher",
+        "version",
+        "detail",
+        "v",
+    )
+    __slots__ = _fields
     op: str
     decision: str
     evidence: str
     args: list[str]
-    error: dict[str, Any] | None = None  # {"type", "errno", "message"}
-    waited_s: float = 0.0
-    site: dict[str, Any] | None = None  # {"file", "line", "function"}
-    time: float = field(default_factory=time.time)
-    host: str = ""
-    pid: int = 0
-    rank: int | None = None
-    local_rank: int | None = None
-    world_size: int | None = None
-    launcher: str | None = None
-    version: str = ""
-    detail: dict[str, Any] = field(default_factory=dict)
-    v: int = SCHEMA
+    error: dict[str, Any] | None  # {"type", "errno", "message"}
+    waited_s: float
+    site: dict[str, Any] | None  # {"file", "line", "function"}
+    time: float
+    host: str
+    pid: int
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    launcher: str | None
+    version: str
+    detail: dict[str, Any]
+    v: int
+
+    def __init__(
+        self,
+        op: str,
+        decision: str,
+        evidence: str,
+        args: list[str],
+        error: dict[str, Any] | None = None,
+        waited_s: float = 0.0,
+        site: dict[str, Any] | None = None,
+        time: float | None = None,  # None: now
+        host: str = "",
+        pid: int = 0,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        world_size: int | None = None,
+        launcher: str | None = None,
+        version: str = "",
+        detail: dict[str, Any] | None = None,
+        v: int = SCHEMA,
+    ) -> None:
+        super().__init__(
+            op,
+            decision,
+            evidence,
+            args,
+            error,
+            waited_s,
+            site,
+            _now() if time is None else time,
+            host,
+            pid,
+            rank,
+            local_rank,
+            world_size,
+            launcher,
+            version,
+            {} if detail is None else detail,
+            v,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as its JSON object (field name -> value)."""
+        return {name: getattr(self, name) for name in self._fields}
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, default=str)
+        return json.dumps(self.as_dict(), sort_keys=True, default=str)
 
     def site_text(self) -> str:
         if not self.site:
@@ -68,7 +139,7 @@ class Record:
 
 def from_dict(data: dict[str, Any]) -> Record:
     """Build a record from its JSON object, ignoring unknown keys (newer writers)."""
-    known = {k: data[k] for k in Record.__dataclass_fields__ if k in data}
+    known = {k: data[k] for k in Record._fields if k in data}
     for required in ("op", "decision", "evidence", "args"):
         if required not in known:
             raise ValueError(f"record lacks {required!r}")
@@ -103,26 +174,57 @@ def parse_line(line: str) -> Record | None:
 # --- emitting ---------------------------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_logger: Any = None
-_jsonl: Any = None
+_logger: logging.Logger | None = None
+_handler: logging.StreamHandler[Any] | None = None  # fsguard's own stderr handler
+_propagate_before = True  # the logger's propagate before fsguard's handler was attached
+_jsonl: tuple[int, Any] | None = None  # (pid, open file)
 _jsonl_failed = False
 
 
-def _get_logger(stderr: bool) -> Any:
-    global _logger
-    if _logger is None:
-        import logging
+def _get_logger(stderr: bool) -> logging.Logger:
+    """The ``fsguard`` logger, with fsguard's own stderr handler attached only while it should be.
 
+    Looked at again for every record (records are rare), so a change after the first record, of the
+    settings (``FSGUARD_STDERR`` of a later ``install``) or of the logger's configuration by the
+    application, holds from the next record on:
+
+    * ``stderr`` true and no handler of the application's on the ``fsguard`` logger: fsguard's handler
+      writes each record's line (the message alone) to the current ``sys.stderr``, and the logger stops
+      propagating while it is attached, so a root handler does not print the line a second time;
+    * a handler of the application's on the ``fsguard`` logger: the application has taken the output
+      over; fsguard's handler is removed, ``propagate`` is put back as it was, and records go to the
+      application's handlers (and on up, if it propagates);
+    * ``stderr`` false: fsguard's handler is removed likewise; records go to the application's handlers
+      on the ``fsguard`` logger, if it has any, and nowhere else (``emit`` does not log them at all).
+
+    An application that sets ``propagate`` while fsguard's handler is attached gets what it asked for: the
+    line from fsguard's handler and from the handlers above. The logger's level is set to INFO on first use
+    unless the application set one. Callers hold ``_lock``; errors are ``emit``'s to catch.
+    """
+    global _logger, _handler, _propagate_before
+    import logging
+
+    if _logger is None or _handler is None:
         logger = logging.getLogger("fsguard")
-        if stderr and not logger.handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(message)s"))
-            logger.addHandler(handler)
-            logger.propagate = False
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
-        _logger = logger
-    return _logger
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        _logger, _handler = logger, handler
+    logger, handler = _logger, _handler
+    attached = handler in logger.handlers
+    wanted = stderr and all(h is handler for h in logger.handlers)
+    if wanted:
+        handler.setStream(sys.stderr)  # the current one: it may have been replaced since
+        if not attached:
+            _propagate_before = logger.propagate
+            logger.addHandler(handler)
+            logger.propagate = False
+    elif attached:
+        logger.removeHandler(handler)
+        if not logger.propagate:
+            logger.propagate = _propagate_before
+    return logger
 
 
 def jsonl_path(log_dir: str, host: str, rank: int | None, pid: int) -> str:

@@ -1,8 +1,12 @@
 """``os.rename`` and ``os.replace``: absorb ``FileNotFoundError`` when a peer already did the same move.
 
-Absorbed: the source is gone and the destination is present and changed during this job, as fresh
+Absorbed: the source was missing and the destination is present and changed during this job, as fresh
 listings of both parents show (waiting up to ``FSGUARD_SETTLE_S`` for a destination that a shared
-filesystem has not shown yet), and this process did not move the source away itself.
+filesystem has not shown yet). The source may be back already: a peer writing the same temp name again
+(compile caches whose temp names collide across nodes) re-publishes it between the failure and the look.
+Not a peer's doing, so re-raised: this process moved the source away itself and the destination has not
+changed since (``OWN_SLACK_S``); a later move onto it, as in a rotation that reuses one temp name every
+step, is a peer's.
 Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory.
 Re-raised unchanged: everything else, including calls with ``src_dir_fd``/``dst_dir_fd`` (passed through,
 never resolved against the wrong directory).
@@ -16,6 +20,10 @@ from typing import Any
 
 from .. import evidence
 from . import Rules, Verdict, absorb, conflict, reraise
+
+# A destination whose ctime is within this many seconds of this process's own move of the same source is
+# taken as that move's result (covers coarse file timestamps and small clock offsets to a file server).
+OWN_SLACK_S = 1.0
 
 
 def _paths(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str] | None:
@@ -42,12 +50,14 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         )
     if error.errno != errno.ENOENT:
         return reraise()
-    if evidence.own_last_event(src) == "moved-away":
+    own = evidence.own_last(src)
+    if own is not None and own.kind == "moved-away" and own.time is None:
         return reraise("this process moved the source away itself")
+    own_move = own.time if own is not None and own.kind == "moved-away" else None
 
-    source = evidence.look(src)
-    if source.present:
-        return reraise("source still present: the missing path is elsewhere")
+    # Present again means re-published by a peer after the call found it missing (the destination's parent
+    # is checked below: a missing one is the other way this call fails with ENOENT).
+    republished = ", source re-published since by a peer" if evidence.look(src).present else ""
 
     def destination_present() -> evidence.Look | None:
         seen = evidence.look(dst)
@@ -63,6 +73,8 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     st = evidence.lstat_or_none(dst)
     later = f", appeared {waited:.2f} s later" if waited > 0.001 else ""
     if st is None:
+        if own_move is not None or republished:
+            return reraise("destination not yet visible to this node's lookups: cannot tell whose it is", waited)
         return absorb(
             f"source gone; destination in a fresh listing but not yet in this node's lookup "
             f"cache{later}: a peer renamed it moments ago",
@@ -71,6 +83,11 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     age = time.time() - st.st_ctime
     if not rules.is_fresh(st.st_ctime):
         return reraise(f"source gone but destination is older than the job ({age:.1f} s)", waited)
+    if own_move is not None and st.st_ctime <= own_move + OWN_SLACK_S:
+        return reraise("this process moved the source away itself; the destination has not changed since", waited)
+    again = f", {time.time() - own_move:.1f} s after this process's own move" if own_move is not None else ""
     return absorb(
-        f"source gone, destination present and changed {age:.2f} s ago{later}: a peer did the same move", waited
+        f"source gone{republished}, destination present and changed {age:.2f} s ago{later}{again}: "
+        f"a peer did the same move",
+        waited,
     )

@@ -6,11 +6,18 @@ Arms, each ``python -c pass`` (or ``import wrapt``) in a fresh venv, run interle
 * installed, FSGUARD unset: the ``.pth`` line only (target: ratio <= 1.01, no fsguard import at all);
 * FSGUARD=1 without a launcher: settings and launcher detection, then nothing patched;
 * enabled: ``FSGUARD=force``, and ``FSGUARD=1`` with torchrun's variables;
-* ``import wrapt`` alone, to tell wrapt's share from fsguard's own.
+* ``import wrapt`` alone, in the venv without fsguard (wrapt's share) and in fsguard's venv with FSGUARD
+  unset (wrapt imported the same way as enabled fsguard imports it: fsguard's share).
 
-fsguard's own share (target <= 5 ms) is measured twice: from wall time, as (enabled - disabled) minus
-(import wrapt - pass); and from ``-X importtime``, as the cumulative import time of fsguard's modules
-minus the wrapt subtree inside them (import time only: it does not see config parsing or patching).
+fsguard's own share (target <= 5 ms) is measured twice:
+
+* wall time: enabled minus ``import wrapt`` in the same venv, paired round by round (both arms run in every
+  round, so slow drift of the machine cancels), median over the rounds;
+* ``-X importtime``: the self time of every module the enabled run imports that ``import wrapt`` alone
+  does not (fsguard's modules and what only they pull in). Whichever of fsguard and wrapt imports a module
+  both need first, it counts as wrapt's, so the figure does not depend on import order. Import time only:
+  it does not see config parsing or patching.
+
 With ``--wrapt`` specs (default 2.1.* and 2.5.*) the enabled and wrapt arms are repeated in venvs with that
 wrapt from the package index; they are reported as n/a when it cannot be reached.
 
@@ -63,23 +70,36 @@ def _run_once(arm: Arm, cwd: str, importtime: bool = False) -> tuple[float, str]
 # --- -X importtime ------------------------------------------------------------------------------------
 
 
-def import_shares(stderr: str) -> dict[str, Any]:
-    """fsguard's and wrapt's import time (ms) from ``-X importtime`` output.
-
-    The output lists children before their parent, indented by two spaces per level. fsguard's share is
-    the cumulative time of each outermost ``fsguard`` module minus the outermost ``wrapt`` modules inside
-    them; the standard-library modules fsguard pulls in count as fsguard's (they would not load otherwise).
-    """
-    entries: list[tuple[int, str, int]] = []  # (depth, name, cumulative us)
+def _importtime(stderr: str) -> list[tuple[int, str, int, int]]:
+    """(depth, module, self us, cumulative us) of each line of ``-X importtime`` output."""
+    entries = []
     for line in stderr.splitlines():
         if not line.startswith("import time:") or "imported package" in line:
             continue
         try:
-            _, cumulative, name = line[len("import time:") :].split("|")
+            own, cumulative, name = line[len("import time:") :].split("|")
         except ValueError:
             continue
         depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
-        entries.append((depth, name.strip(), int(cumulative)))
+        entries.append((depth, name.strip(), int(own), int(cumulative)))
+    return entries
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a run imported, from its ``-X importtime`` output."""
+    return {name for _, name, _, _ in _importtime(stderr)}
+
+
+def import_shares(stderr: str, wrapt_alone: set[str]) -> dict[str, Any]:
+    """fsguard's and wrapt's import time (ms) from ``-X importtime`` output.
+
+    fsguard's share is the self time of every module imported here that is not in ``wrapt_alone`` (the
+    modules ``import wrapt`` imports by itself): fsguard's modules and the standard-library modules only
+    fsguard pulls in. wrapt's share is the cumulative time of each outermost ``wrapt`` module. The output
+    lists children before their parent, indented by two spaces per level.
+    """
+    timed = _importtime(stderr)
+    entries = [(depth, name, cumulative) for depth, name, _, cumulative in timed]
     parent: list[int | None] = [None] * len(entries)
     stack: list[int] = []
     for index in range(len(entries) - 1, -1, -1):  # reversed: each parent comes before its children
@@ -100,20 +120,17 @@ def import_shares(stderr: str) -> dict[str, Any]:
             p = parent[p]
         return names
 
-    fsguard_us = wrapt_us = wrapt_in_fsguard_us = 0
+    wrapt_us = 0
     for index, (_, name, cumulative) in enumerate(entries):
-        above = ancestors(index)
-        if is_pkg(name, "fsguard") and not any(is_pkg(a, "fsguard") for a in above):
-            fsguard_us += cumulative
-        if is_pkg(name, "wrapt") and not any(is_pkg(a, "wrapt") for a in above):
+        if is_pkg(name, "wrapt") and not any(is_pkg(a, "wrapt") for a in ancestors(index)):
             wrapt_us += cumulative
-            if any(is_pkg(a, "fsguard") for a in above):
-                wrapt_in_fsguard_us += cumulative
+    own = {name: us for _, name, us, _ in timed if name not in wrapt_alone}
     modules = sorted({name for _, name, _ in entries if is_pkg(name, "fsguard") or is_pkg(name, "wrapt")})
     return {
-        "fsguard_own_ms": (fsguard_us - wrapt_in_fsguard_us) / 1000,
+        "fsguard_own_ms": sum(own.values()) / 1000,
         "wrapt_ms": wrapt_us / 1000,
         "modules": modules,
+        "fsguard_own_modules": sorted(own, key=lambda name: -own[name]),
     }
 
 
@@ -132,6 +149,7 @@ def _arms(ws: common.Workspace, wrapt_specs: list[str]) -> tuple[list[Arm], dict
         Arm("force", "enabled, FSGUARD=force", guarded, {"FSGUARD": "force"}),
         Arm("torchrun", "enabled, FSGUARD=1 + torchrun env", guarded, {"FSGUARD": "1", **common.TORCHRUN_ENV}),
         Arm("wrapt", "not installed, import wrapt", plain, {}, "import wrapt"),
+        Arm("wrapt_here", "installed, FSGUARD unset, import wrapt", guarded, {}, "import wrapt"),
     ]
     versions = {"installed": common.machine()["wrapt"]}
     for spec in wrapt_specs:
@@ -152,6 +170,11 @@ def _arms(ws: common.Workspace, wrapt_specs: list[str]) -> tuple[list[Arm], dict
     return arms, versions
 
 
+def _wrapt_arm(key: str) -> str:
+    """The ``import wrapt`` arm in the same venv as arm ``key``."""
+    return f"wrapt@{key.split('@', 1)[1]}" if "@" in key else "wrapt_here"
+
+
 def run(
     ws: common.Workspace, *, runs: int = 40, importtime_runs: int = 10, wrapt_specs: list[str] | None = None
 ) -> dict[str, Any]:
@@ -167,21 +190,31 @@ def run(
             rng.shuffle(order)
             for arm in order:
                 arm.wall_s.append(_run_once(arm, cwd)[0])
+        by_key = {arm.key: arm for arm in arms}
+        wrapt_alone = {
+            arm.key: imported_modules(_run_once(arm, cwd, importtime=True)[1]) for arm in arms if arm.code != "pass"
+        }
         shares: dict[str, dict[str, Any]] = {}
         for arm in arms:
             if arm.code != "pass":
                 continue
-            samples = [import_shares(_run_once(arm, cwd, importtime=True)[1]) for _ in range(importtime_runs)]
+            alone = wrapt_alone[_wrapt_arm(arm.key)]
+            samples = [
+                import_shares(_run_once(arm, cwd, importtime=True)[1], alone) for _ in range(max(importtime_runs, 1))
+            ]
             shares[arm.key] = {
                 "fsguard_own_ms": common.median(s["fsguard_own_ms"] for s in samples),
                 "wrapt_ms": common.median(s["wrapt_ms"] for s in samples),
-                "modules": samples[-1]["modules"] if samples else [],
+                "modules": samples[-1]["modules"],
+                "fsguard_own_modules": samples[-1]["fsguard_own_modules"],
             }
 
     ms = {arm.key: common.median(arm.wall_s) * 1000 for arm in arms}
 
-    def wall_share(enabled: str, disabled: str, wrapt: str, base: str) -> float:
-        return (ms[enabled] - ms[disabled]) - (ms[wrapt] - ms[base])
+    def wall_share(enabled: str) -> float:
+        """Median over the rounds of (enabled - import wrapt in the same venv), ms."""
+        pairs = zip(by_key[enabled].wall_s, by_key[_wrapt_arm(enabled)].wall_s, strict=True)
+        return common.median(a - b for a, b in pairs) * 1000
 
     summary: dict[str, Any] = {
         "disabled_ratio": ms["disabled"] / ms["absent"],
@@ -189,8 +222,10 @@ def run(
         "enabled_ratio": ms["force"] / ms["disabled"],
         "enabled_torchrun_ratio": ms["torchrun"] / ms["disabled"],
         "wrapt_import_ms": ms["wrapt"] - ms["absent"],
-        "fsguard_own_wall_ms": wall_share("force", "disabled", "wrapt", "absent"),
+        "fsguard_own_wall_ms": wall_share("force"),
+        "fsguard_own_wall_torchrun_ms": wall_share("torchrun"),
         "fsguard_own_importtime_ms": shares["force"]["fsguard_own_ms"],
+        "fsguard_own_modules": shares["force"]["fsguard_own_modules"],
         "wrapt_importtime_ms": shares["force"]["wrapt_ms"],
         "disabled_imports": shares["disabled"]["modules"],
         "wrapt_versions": versions,
@@ -201,9 +236,7 @@ def run(
             summary["by_wrapt"][versions[spec]] = {
                 "enabled_ratio": ms[f"force@{spec}"] / ms[f"disabled@{spec}"],
                 "wrapt_import_ms": ms[f"wrapt@{spec}"] - ms[f"disabled@{spec}"],
-                "fsguard_own_wall_ms": wall_share(
-                    f"force@{spec}", f"disabled@{spec}", f"wrapt@{spec}", f"disabled@{spec}"
-                ),
+                "fsguard_own_wall_ms": wall_share(f"force@{spec}"),
                 "fsguard_own_importtime_ms": shares[f"force@{spec}"]["fsguard_own_ms"],
                 "wrapt_importtime_ms": shares[f"force@{spec}"]["wrapt_ms"],
             }
@@ -257,9 +290,11 @@ def render(result: dict[str, Any]) -> str:
         f"{s['wrapt_importtime_ms']:.1f} ms -X importtime"
     )
     lines.append(
-        f"  fsguard's own share:          {s['fsguard_own_wall_ms']:.1f} ms wall, "
+        f"  fsguard's own share:          {s['fsguard_own_wall_ms']:.1f} ms wall "
+        f"({s['fsguard_own_wall_torchrun_ms']:.1f} ms with torchrun env), "
         f"{s['fsguard_own_importtime_ms']:.1f} ms -X importtime  (target <= 5 ms)"
     )
+    lines.append(f"  imported only for fsguard:    {', '.join(s['fsguard_own_modules']) or 'nothing'}")
     if s["by_wrapt"]:
         rows = [
             (

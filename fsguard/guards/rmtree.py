@@ -10,8 +10,10 @@ The standard ``rmtree`` runs unchanged, with an error handler of fsguard's in fr
   * ``ENOTEMPTY``/``EBUSY`` on a directory: a peer (or NFS's ``.nfsXXXX`` files) added entries mid-walk;
     removal of that directory is retried, bounded by ``FSGUARD_SETTLE_S``, while it is still the same
     directory.
-Every other error goes to the caller's ``onexc``/``onerror``, or is raised, exactly as without fsguard.
-``ignore_errors=True`` and ``dir_fd`` calls pass straight through.
+Every other error goes to the caller's ``onexc``/``onerror``, or is raised, exactly as without fsguard;
+once passed on, an error is the caller's: if it (or the caller's handler) raises out of ``rmtree``, it is
+never absorbed afterwards. ``ignore_errors=True`` and ``dir_fd`` calls, and calls the standard ``rmtree``
+rejects (bad arguments, ``onexc`` before Python 3.12), pass straight through.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class _Walk:
         self.top_gone: str | None = None  # "before" or "after" the walk
         self.renamed_to: str | None = None
         self.first_error: BaseException | None = None
+        self.forwarded: BaseException | None = None  # what escaped _forward: the caller's, never absorbed
 
     # Called by the standard rmtree as onerror(func, path, exc_info) or onexc(func, path, exc).
     def onerror(self, func: Callable[..., Any], path: Any, exc_info: Any) -> None:
@@ -144,12 +147,17 @@ class _Walk:
         return True
 
     def _forward(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
-        if self.user_onexc is not None:
-            self.user_onexc(func, path, exc)
-        elif self.user_onerror is not None:
-            self.user_onerror(func, path, exc_info or (type(exc), exc, exc.__traceback__))
-        else:
-            raise exc
+        """Pass an error on as the standard library does: to the caller's handler, or raise it."""
+        try:
+            if self.user_onexc is not None:
+                self.user_onexc(func, path, exc)
+            elif self.user_onerror is not None:
+                self.user_onerror(func, path, exc_info or (type(exc), exc, exc.__traceback__))
+            else:
+                raise exc
+        except BaseException as raised:
+            self.forwarded = raised
+            raise
 
     def verdict(self) -> Verdict | None:
         if not (self.entries_gone or self.top_gone or self.retried):
@@ -223,24 +231,45 @@ def _find_renamed(top: str, frame: Any) -> str | None:
     return None
 
 
+def _walk(
+    original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules, use_onexc: bool
+) -> _Walk | None:
+    """fsguard's handler for one call, or None for a call the standard ``rmtree`` rejects by itself: more
+    positional arguments than it takes (adding fsguard's handler would change its message), no path at all."""
+    if len(args) > 3:
+        return None
+    onerror = args[2] if len(args) > 2 else kwargs.get("onerror")
+    try:
+        return _Walk(original, args[0] if args else kwargs["path"], rules, use_onexc, onerror, kwargs.get("onexc"))
+    except (TypeError, ValueError):
+        return None
+
+
 def run(
     original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules, use_onexc: bool
 ) -> Verdict | None:
-    """Call the standard ``rmtree`` with fsguard's handler; return a verdict when something was absorbed."""
-    path = args[0] if args else kwargs["path"]
-    ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)
-    onerror = args[2] if len(args) > 2 else kwargs.get("onerror")
-    onexc = kwargs.get("onexc")
-    rest = {k: v for k, v in kwargs.items() if k not in ("path", "ignore_errors", "onerror", "onexc")}
-    walk = _Walk(original, path, rules, use_onexc, onerror, onexc)
+    """Call the standard ``rmtree`` with fsguard's handler; return a verdict when something was absorbed.
+
+    The standard ``rmtree`` gets the caller's own arguments, fsguard's handler in place of the caller's
+    (``onexc`` where it exists, else ``onerror``, in the position the caller used), so it accepts or
+    rejects the call (an argument given twice, ``onexc`` before Python 3.12) as it would alone.
+    """
+    walk = _walk(original, args, kwargs, rules, use_onexc)
+    if walk is None:
+        original(*args, **kwargs)  # the standard rmtree says what is wrong (outside any except: no __context__)
+        return None
+    positional, named = list(args), dict(kwargs)
+    if use_onexc:
+        named["onexc"] = walk.onexc
+    elif len(positional) > 2:
+        positional[2] = walk.onerror
+    else:
+        named["onerror"] = walk.onerror
     try:
-        if use_onexc:
-            original(path, False, onexc=walk.onexc, **rest)
-        else:
-            original(path, False, walk.onerror, **rest)
+        original(*positional, **named)
     except FileNotFoundError as exc:
-        # Some failures escape the handler (e.g. ``fstat`` of the top on FUSE after a peer removed it).
-        if not walk.absorb_escaped(exc):
+        # Some failures escape the handler (e.g. ``fstat`` of the top on FUSE after a peer removed it);
+        # one the handler passed on to the caller (raised, or raised by the caller's handler) stays raised.
+        if exc is walk.forwarded or not walk.absorb_escaped(exc):
             raise
-    del ignore_errors  # only False reaches here
     return walk.verdict()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import TYPE_CHECKING
 
 # Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
 from .memory import MEMORY as MEMORY
@@ -18,6 +17,8 @@ from .memory import MEMORY_SIZE as MEMORY_SIZE
 from .memory import norm as norm
 from .memory import own_last as own_last
 from .memory import own_last_event as own_last_event
+
+TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
 if TYPE_CHECKING:
     from typing import Any

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import threading
+import time
 
 import wrapt
 
@@ -94,9 +96,27 @@ def _settle(
     return verdict.absorb
 
 
+def _inside_makedirs() -> bool:
+    """Whether this failing makedirs is the standard makedirs' own call for a missing parent.
+
+    The standard makedirs calls ``makedirs(head, exist_ok=exist_ok)`` through the module attribute, so that
+    call is guarded too; its ``FileExistsError`` is caught by the outer standard makedirs, which goes on.
+    Deciding (and recording) it here would only add a record for a failure nobody sees.
+    """
+    code = getattr(_originals.get("makedirs"), "__code__", None)
+    frame: Any = sys._getframe(2)  # callers of _decide: guarded_call, then the wrapper (and a serializer)
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True to absorb. Any failure inside fsguard's own decision means: re-raise the original."""
-    if runtime.busy():
+    if runtime.busy() or (op == "makedirs" and _inside_makedirs()):
         return False
     try:
         with runtime.Busy():
@@ -108,16 +128,18 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
 
 def _path_wrapper(op: str) -> Callable[..., Any]:
     remember = evidence.MEMORY.append
+    # A move is remembered with its time: a later decision tells this process's own old move of a reused
+    # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
+    now = time.time if op in ("rename", "replace") else None
 
     def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
             result = wrapped(*args, **kwargs)
         except OSError as error:
-            if _decide(op, error, args, kwargs):
-                remember((op, args, kwargs))
-                return None
-            raise
-        remember((op, args, kwargs))
+            if not _decide(op, error, args, kwargs):
+                raise
+            result = None
+        remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
         return result
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

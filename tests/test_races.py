@@ -242,3 +242,70 @@ def test_replace_lost_to_a_republished_temp_is_absorbed(fsguard_python: Path) ->
     (rec,) = [parse_line(line) for line in result.stderr.splitlines() if line.startswith("fsguard: ")]
     assert rec is not None and rec.decision == "absorbed" and rec.op == "replace"
     assert "re-published" in rec.evidence, rec.evidence
+
+
+ROTATION = """
+    import os, sys, tempfile, time
+    import fsguard.patching
+    os.chdir(tempfile.mkdtemp())
+    with open("latest.tmp", "w") as f:
+        f.write("step 1")
+    os.replace("latest.tmp", "latest")  # this rank's own move, remembered
+    time.sleep(1.5)  # the next step (longer apart than fsguard's own-move slack of 1 s)
+    with open("latest.tmp", "w") as f:
+        f.write("step 2")
+    moved = False
+
+    def peer_moves_the_same_temp_name(event, args):
+        global moved
+        if event == "os.rename" and args[0] == "latest.tmp" and not moved:  # just before this rank's replace
+            moved = True
+            fsguard.patching.original("replace")("latest.tmp", "latest")
+
+    sys.addaudithook(peer_moves_the_same_temp_name)
+    outcomes = []
+    for attempt in ("peer won", "twice"):
+        try:
+            os.replace("latest.tmp", "latest")
+            outcomes.append("absorbed")
+        except FileNotFoundError:
+            outcomes.append("raised")
+    print(moved, *outcomes)
+"""
+
+
+def test_rotation_reusing_a_temp_name_is_told_from_this_rank_s_own_move(fsguard_python: Path) -> None:
+    """``replace(latest.tmp, latest)`` every step: this rank's own move one step ago must not hide a peer's
+    move of the same temp name now (absorbed), while replacing twice in a row still raises like the stdlib."""
+    result = run_python(fsguard_python, ROTATION, {**TORCHRUN_ENV, "FSGUARD": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "absorbed", "raised"], (result.stdout, result.stderr)
+    (rec,) = [parse_line(line) for line in result.stderr.splitlines() if line.startswith("fsguard: ")]
+    assert rec is not None and rec.op == "replace" and "after this process's own move" in rec.evidence
+
+
+NESTED_MAKEDIRS = """
+    import os, sys, tempfile
+    os.chdir(tempfile.mkdtemp())
+    made = False
+
+    def peer_makes_the_parent(event, args):
+        global made
+        if event == "os.mkdir" and os.fspath(args[0]) == "results" and not made:  # just before this rank's
+            made = True
+            os.mkdir("results")  # this audit event is nested: the hook does not run again
+
+    sys.addaudithook(peer_makes_the_parent)
+    os.makedirs("results/run1")
+    print(made, os.path.isdir("results/run1"))
+"""
+
+
+def test_a_parent_made_by_a_peer_inside_makedirs_leaves_no_record(fsguard_python: Path) -> None:
+    """The standard makedirs catches its own parent call's ``FileExistsError``; nobody sees that failure, so
+    fsguard neither decides nor records it (records count races the caller would have crashed on)."""
+    for fsguard_value in ("0", "1"):
+        result = run_python(fsguard_python, NESTED_MAKEDIRS, {**TORCHRUN_ENV, "FSGUARD": fsguard_value})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["True", "True"], result.stdout
+        assert "fsguard: " not in result.stderr, result.stderr

@@ -19,6 +19,7 @@ from .guards import Rules, Verdict
 from .guards import makedirs as makedirs_rule
 from .guards import rename as rename_rule
 from .guards import rmtree as rmtree_rule
+from .memory import resolve_fds
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -139,7 +140,8 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             if not _decide(op, error, args, kwargs):
                 raise
             result = None
-        remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
+        entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
+        remember(resolve_fds(entry) if kwargs else entry)
         return result
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -172,10 +174,14 @@ def _rmtree_wrapper() -> Callable[..., Any]:
 
     def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)
-        if ignore_errors or kwargs.get("dir_fd") is not None or runtime.busy() or not (args or "path" in kwargs):
+        if runtime.busy() or not (args or "path" in kwargs):
             return wrapped(*args, **kwargs)
+        if ignore_errors or kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
+            wrapped(*args, **kwargs)
+            remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
+            return None
         verdict = rmtree_rule.run(wrapped, args, kwargs, _rules(), use_onexc)
-        remember(("rmtree", args, kwargs))
+        remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
         if verdict is not None:
             _settle(verdict, "rmtree", args, kwargs, verdict.detail.pop("error", None))
         return None

@@ -267,8 +267,9 @@ def makedirs_relative_after_chdir_exist_ok(d: str, calls: Calls) -> Any:
 
 @row(
     "FileExistsError",
-    xfail="own memory keeps relative paths without the working directory of the call: after a chdir the "
-    "process's own makedirs is not recognised, the directory looks fresh and made by a peer",
+    xfail="known limit (README): own memory keeps relative paths without the working directory of the call "
+    "(reading it would cost every relative call a getcwd): after a chdir the process's own makedirs is not "
+    "recognised, the directory looks fresh and made by a peer",
 )
 def makedirs_relative_chdir_in_between(d: str, calls: Calls) -> Any:
     mkdir(j(d, "elsewhere"))
@@ -395,12 +396,7 @@ def _rename_rows(op: str) -> None:
         finally:
             os.close(fd)
 
-    @row(
-        "FileNotFoundError",
-        name=f"{op}_dir_fd_then_path",
-        xfail="own memory skips calls made with src_dir_fd/dst_dir_fd: the process's own move through "
-        "directory descriptors is later mistaken for a peer's",
-    )
+    @row("FileNotFoundError", name=f"{op}_dir_fd_then_path")
     def dir_fd_then_path(d: str, calls: Calls) -> Any:
         call = getattr(os, op)
         touch(j(d, "a"))
@@ -568,11 +564,7 @@ def rmtree_dir_fd_missing(d: str, calls: Calls) -> Any:
         os.close(fd)
 
 
-@row(
-    "FileNotFoundError",
-    xfail="own memory skips rmtree calls made with dir_fd: the process's own removal through a directory "
-    "descriptor is later taken for a peer's (parent changed during the job) and absorbed",
-)
+@row("FileNotFoundError")
 def rmtree_dir_fd_then_path(d: str, calls: Calls) -> Any:
     mkdir(j(d, "t"), "f")
     fd = os.open(d, os.O_RDONLY)

@@ -5,8 +5,9 @@ The standard ``rmtree`` runs unchanged, with an error handler of fsguard's in fr
   * ``FileNotFoundError`` on the top path before anything was removed: absorbed when its parent changed
     during this job and this process did not remove or move it itself (idempotence; a README deviation).
   * ``FileNotFoundError`` on the top path after the walk: a peer removed or renamed the emptied tree. If a
-    peer *renamed* it (its inode is found under another name), entries this process deleted are missing
-    from the renamed result: a ``hazard`` record says where.
+    peer *renamed* it (its inode is found under another name), entries removed before the rename may be
+    missing from the renamed result: a ``hazard`` record says where (the standard rmtree does not report
+    what it removed, so the record cannot list the names or tell that none were).
   * ``ENOTEMPTY``/``EBUSY`` on a directory: a peer (or NFS's ``.nfsXXXX`` files) added entries mid-walk;
     removal of that directory is retried, bounded by ``FSGUARD_SETTLE_S``, while it is still the same
     directory.
@@ -185,9 +186,9 @@ class _Walk:
                 return Verdict(
                     True,
                     "hazard",
-                    f"tree renamed to {self.renamed_to} by a peer while this process was deleting "
-                    f"its entries: {self.renamed_to} may be missing entries this process deleted "
-                    f"(still there: {_count(self.renamed_to)})",
+                    f"tree renamed to {self.renamed_to} by a peer while this process was removing it: "
+                    f"{self.renamed_to} may be missing entries removed before the rename (the standard "
+                    f"rmtree does not say which, or whether any; still there: {_count(self.renamed_to)})",
                     self.waited,
                     detail,
                 )

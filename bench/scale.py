@@ -5,7 +5,7 @@ tree), every rank makes the same call on the same path at the same moment. Arms:
 
 * none: fsguard installed but off (FSGUARD=0): what the job sees today;
 * fsguard: FSGUARD=1, activated by the ``.pth`` from the launcher variables;
-* serialize: FSGUARD=1 FSGUARD_SERIALIZE=1 (n/a until ``fsguard.locks`` exists);
+* serialize: FSGUARD=1 FSGUARD_SERIALIZE=1;
 * rank0+barrier: the usual fix: rank 0 makes the call, the others wait for its marker file.
 
 Ranks are real subprocesses of a fresh venv with fsguard's wheel (RANK, WORLD_SIZE, LOCAL_RANK set), kept

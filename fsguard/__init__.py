@@ -6,7 +6,7 @@ and nothing imports wrapt, logging or json until a function below is used.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not typing's: typing is not imported at startup
+TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Iterable
 

@@ -21,10 +21,17 @@ def warn(message: str) -> None:
         pass
 
 
+OFF = ("", "0", "false", "off", "no")  # the same test as fsguard.pth's one line
+
+
 def start() -> None:
-    """Decide from the environment whether to patch, and patch. Safe to call any number of times."""
+    """Decide from the environment whether to patch, and patch. Safe to call any number of times.
+
+    Python 3.15+ calls this directly from ``fsguard.start`` (the ``.pth`` line is then skipped), so the
+    "off" test comes first: disabled, it costs importing this module and the package, nothing more.
+    """
     global _started
-    if _started:
+    if _started or os.environ.get("FSGUARD", "").strip().lower() in OFF:
         return
     _started = True
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._values import Frozen
 
-TYPE_CHECKING = False  # not typing's: typing is not imported at startup
+TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 

@@ -9,7 +9,7 @@ import os
 
 from ._values import Frozen
 
-TYPE_CHECKING = False  # not typing's: typing is not imported at startup
+TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 missing=()
 command -v bindfs >/dev/null || missing+=(bindfs)
-command -v fusermount3 >/dev/null || command -v fusermount >/dev/null || missing+=(fuse3)
+command -v fusermount3 >/dev/null || missing+=(fuse3)  # the tests mount with FUSE 3
 command -v mpirun >/dev/null || missing+=(openmpi-bin)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
@@ -29,8 +29,9 @@ fi
 
 # Coverage of fsguard/, including every interpreter the tests start (tests/conftest.py puts a coverage
 # start-up hook into the environments it builds; COVERAGE_PROCESS_START switches it on).
-export COVERAGE_PROCESS_START="$PWD/pyproject.toml" COVERAGE_FILE="$PWD/.coverage"
-rm -f .coverage .coverage.*
+# The data directory is world-writable: some tests run workers as user nobody.
+rm -rf .coverage-data && mkdir -p .coverage-data && chmod 1777 .coverage-data
+export COVERAGE_PROCESS_START="$PWD/pyproject.toml" COVERAGE_FILE="$PWD/.coverage-data/coverage"
 .venv/bin/python -m coverage run -m pytest "$@"
 rc=$?
 if [ $rc -eq 5 ]; then

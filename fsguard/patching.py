@@ -132,6 +132,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
     now = time.time if op in ("rename", "replace") else None
+    takes_fds = op != "makedirs"  # makedirs has no directory descriptor arguments; its exist_ok costs nothing
 
     def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
@@ -141,7 +142,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
                 raise
             result = None
         entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
-        remember(resolve_fds(entry) if kwargs else entry)
+        remember(resolve_fds(entry) if kwargs and takes_fds else entry)
         return result
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

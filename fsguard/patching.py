@@ -78,11 +78,17 @@ class GuardedFunction(_Wrapper):
         return self
 
 
+_rules_for: tuple[object, Rules] | None = None  # (the settings they were made from, the rules)
+
+
 def _rules() -> Rules:
+    """The rules' numbers, made once per settings object (every guarded rmtree asks, not only failures)."""
+    global _rules_for
     settings = runtime.settings
-    return Rules(
-        settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=evidence.job_start(runtime.launch is not None)
-    )
+    if _rules_for is None or _rules_for[0] is not settings:
+        job_start = evidence.job_start(runtime.launch is not None)
+        _rules_for = (settings, Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=job_start))
+    return _rules_for[1]
 
 
 def _settle(

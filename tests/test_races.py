@@ -309,3 +309,61 @@ def test_a_parent_made_by_a_peer_inside_makedirs_leaves_no_record(fsguard_python
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == ["True", "True"], result.stdout
         assert "fsguard: " not in result.stderr, result.stderr
+
+
+ENTRIES_ADDED_MID_WALK = """
+    import json, os, shutil, sys, tempfile
+    root = tempfile.mkdtemp()
+    top = os.path.join(root, "staging")
+    os.makedirs(os.path.join(top, "sub"))
+    for name in ("a", "b"):
+        open(os.path.join(top, "sub", name), "w").close()
+    replace_dir = os.environ["VARIANT"] == "replace"
+    fired = False
+
+    def peer_writes_into_sub(event, args):
+        # Just before rmtree removes the emptied "sub", a peer adds an entry (or swaps in a new "sub").
+        global fired
+        if event == "os.rmdir" and os.fspath(args[0]) in ("sub", os.path.join(top, "sub")) and not fired:
+            fired = True
+            if replace_dir:  # a different directory now stands there, with a peer's file in it
+                os.rename(os.path.join(top, "sub"), os.path.join(root, "old-sub"))
+                os.mkdir(os.path.join(top, "sub"))
+            open(os.path.join(top, "sub", ".nfs000001"), "w").close()
+
+    sys.addaudithook(peer_writes_into_sub)
+    try:
+        shutil.rmtree(top)
+        outcome = "ok"
+    except OSError as error:
+        outcome = f"{type(error).__name__}:{error.errno}"
+    print(json.dumps({"fired": fired, "outcome": outcome, "top_left": os.path.lexists(top),
+                      "patched": hasattr(shutil.rmtree, "__wrapped__")}))
+"""
+
+
+@pytest.mark.parametrize("variant", ["same", "replace"])
+def test_rmtree_retries_a_directory_that_gained_entries_mid_walk(fsguard_python: Path, variant: str) -> None:
+    """Race 4's ENOTEMPTY: a peer (or NFS's ``.nfsXXXX`` files) adds an entry to a directory rmtree just emptied.
+    The standard rmtree fails; fsguard removes that same directory again (bounded) and records it. If a
+    *different* directory stands there by then, it is not fsguard's to remove: the error is raised as without."""
+    import errno
+    import json
+
+    outcomes = {}
+    for fsguard_value in ("0", "1"):
+        env = {**TORCHRUN_ENV, "FSGUARD": fsguard_value, "VARIANT": variant}
+        result = run_python(fsguard_python, ENTRIES_ADDED_MID_WALK, env)
+        assert result.returncode == 0, result.stderr
+        outcomes[fsguard_value] = (json.loads(result.stdout), result.stderr)
+    (off, _), (on, on_err) = outcomes["0"], outcomes["1"]
+    assert off["fired"] and on["fired"] and on["patched"] and not off["patched"]
+    assert off["outcome"] == f"OSError:{errno.ENOTEMPTY}" and off["top_left"]  # the race is real without fsguard
+    if variant == "same":
+        assert on["outcome"] == "ok" and not on["top_left"]
+        (rec,) = [parse_line(line) for line in on_err.splitlines() if line.startswith("fsguard: ")]
+        assert rec is not None and rec.op == "rmtree" and rec.decision == "absorbed"
+        assert "gained entries mid-walk and were removed again" in rec.evidence, rec.evidence
+    else:
+        assert on["outcome"] == off["outcome"] and on["top_left"]  # the peer's new directory is left alone
+        assert "fsguard: " not in on_err, on_err

@@ -133,6 +133,9 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
     return _settle(verdict, op, args, kwargs, error)
 
 
+_SERIALIZED = object()  # passed as ``instance``: this call already holds the serializer's locks
+
+
 def _path_wrapper(op: str) -> Callable[..., Any]:
     remember = evidence.MEMORY.append
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
@@ -140,7 +143,10 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     now = time.time if op in ("rename", "replace") else None
     takes_fds = op != "makedirs"  # makedirs has no directory descriptor arguments; its exist_ok costs nothing
 
-    def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # One Python frame on the happy path: the call, one append, return.
+        if _serializer is not None and instance is not _SERIALIZED and not runtime.busy():
+            return _serializer.run(op, wrapped, args, kwargs, serialized_call)
         try:
             result = wrapped(*args, **kwargs)
         except OSError as error:
@@ -151,10 +157,8 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
         remember(resolve_fds(entry) if kwargs and takes_fds else entry)
         return result
 
-    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if _serializer is not None and not runtime.busy():
-            return _serializer.run(op, wrapped, args, kwargs, guarded_call)
-        return guarded_call(wrapped, args, kwargs)
+    def serialized_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return wrapper(wrapped, _SERIALIZED, args, kwargs)  # the serializer's locked call, guarded
 
     return wrapper
 

@@ -367,3 +367,53 @@ def test_rmtree_retries_a_directory_that_gained_entries_mid_walk(fsguard_python:
     else:
         assert on["outcome"] == off["outcome"] and on["top_left"]  # the peer's new directory is left alone
         assert "fsguard: " not in on_err, on_err
+
+
+STALE_EXIST_OK = """
+    import json, os, sys, tempfile, time
+    d = os.path.join(tempfile.mkdtemp(), "results")
+    variant = os.environ["VARIANT"]
+    state = {"mkdir": False, "look": False}
+
+    def node_view(event, args):
+        if event == "os.mkdir" and os.fspath(args[0]) == d and not state["mkdir"]:
+            state["mkdir"] = True  # mkdir fails with EEXIST and the lookup that follows sees no directory:
+            open(d, "w").close()  # a file stands there (variant "file"), or a stale lookup (variant "peer")
+        elif event == "os.scandir" and state["mkdir"] and not state["look"] and variant == "peer":
+            state["look"] = True  # fsguard's fresh listing shows what the peer really made: a directory
+            os.unlink(d)
+            os.mkdir(d)
+
+    sys.addaudithook(node_view)
+    started = time.monotonic()
+    try:
+        os.makedirs(d, exist_ok=True)
+        outcome = "ok"
+    except FileExistsError as error:
+        outcome = f"FileExistsError:{error.filename == d}"
+    print(json.dumps({"outcome": outcome, "seconds": time.monotonic() - started, "isdir": os.path.isdir(d)}))
+"""
+
+
+@pytest.mark.parametrize("variant", ["peer", "file"])
+def test_makedirs_exist_ok_decides_from_the_listing(fsguard_python: Path, variant: str) -> None:
+    """Race 1 with ``exist_ok=True``: mkdir says EEXIST while this node's lookup says "no directory".
+    "peer": the fresh listing shows a peer's directory (a stale lookup cache) -> absorbed, recorded.
+    "file": the listing shows a file: a genuine error, raised at once (no settle wait), as without fsguard."""
+    import json
+
+    runs = {}
+    for fsguard_value in ("0", "1"):
+        env = {**TORCHRUN_ENV, "FSGUARD": fsguard_value, "FSGUARD_SETTLE_S": "5", "VARIANT": variant}
+        result = run_python(fsguard_python, STALE_EXIST_OK, env)
+        assert result.returncode == 0, result.stderr
+        runs[fsguard_value] = (json.loads(result.stdout), result.stderr)
+    (off, _), (on, on_err) = runs["0"], runs["1"]
+    assert off["outcome"] == "FileExistsError:True"  # the standard makedirs fails in both variants
+    if variant == "peer":
+        assert on["outcome"] == "ok" and on["isdir"]
+        (rec,) = [parse_line(line) for line in on_err.splitlines() if line.startswith("fsguard: ")]
+        assert rec is not None and rec.op == "makedirs" and "lookup cache was stale" in rec.evidence
+    else:
+        assert on["outcome"] == off["outcome"] and "fsguard: " not in on_err
+        assert on["seconds"] < 2.5, on  # decided from the listing, not after the 5 s settle wait

@@ -32,7 +32,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise("this process made it itself")
 
     seen, waited = evidence.settle(lambda: _directory_in_listing(path), rules.settle_s if exist_ok else 0.0)
-    if seen is None:
+    if not seen:
         return reraise("not a directory in its parent's listing", waited)
     if exist_ok:
         return absorb("directory present in a fresh listing of its parent (lookup cache was stale)", waited)
@@ -55,10 +55,13 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
 
 
 def _directory_in_listing(path: str) -> bool | None:
+    """True: a directory; False: something else stands there (decided, nothing to wait for); None: not
+    listed (yet: a shared filesystem may not show a peer's new directory at once)."""
     seen = evidence.look(path)
-    if seen.present and seen.kind == "dir":
-        return True
-    if seen.present and seen.kind is None:
+    if not seen.present:
+        return None
+    kind = seen.kind
+    if kind is None:  # the listing does not say: ask a lookup
         st = evidence.lstat_or_none(path)
-        return True if st is not None and evidence.kind_of(st) == "dir" else None
-    return None
+        kind = evidence.kind_of(st) if st is not None else None
+    return None if kind is None else kind == "dir"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import threading
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
@@ -156,6 +157,17 @@ class _Index:
 
 
 _index = _Index()
+# Decisions of several threads index and read together; the happy path never takes this lock.
+_index_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _index_lock
+    _index_lock = threading.Lock()  # a fork while another thread decided must not leave it held forever
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def own_last(path: str, *, within: bool = False) -> Event | None:
@@ -164,8 +176,9 @@ def own_last(path: str, *, within: bool = False) -> Event | None:
     ``made``: makedirs made it, or something was renamed onto it (with ``within``: also anything below it).
     ``moved-away``/``removed``: it, or a directory above it, was renamed away / removed by rmtree.
     """
-    _index.update()
-    return _index.last_event(path.rstrip(os.sep) or os.sep, within)
+    with _index_lock:
+        _index.update()
+        return _index.last_event(path.rstrip(os.sep) or os.sep, within)
 
 
 def own_last_event(path: str, *, within: bool = False) -> str | None:

@@ -21,29 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fsguard.launcher import JOB_VARIABLE_PREFIXES  # the bench scripts run with the repository on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 
-# Variables that would make a child look like part of a job, or change fsguard's behaviour.
-_LAUNCH_PREFIXES = (
-    "FSGUARD",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_",
-    "TORCHELASTIC",
-    "MASTER_",
-    "SLURM",
-    "OMPI_",
-    "PMI_",
-    "PMIX",
-    "HOROVOD",
-    "ACCELERATE_",
-    "DEEPSPEED",
-    "CROSS_RANK",
-    "MPI_LOCALRANKID",
-)
 
 TORCHRUN_ENV = {
     "RANK": "1",
@@ -58,7 +39,7 @@ TORCHRUN_ENV = {
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This environment without fsguard or launcher variables or PYTHONPATH, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCH_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARIABLE_PREFIXES)}
     env.pop("PYTHONPATH", None)
     if extra:
         env.update(extra)

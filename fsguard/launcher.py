@@ -34,6 +34,30 @@ class Launch(Frozen):
         return self.world_size is None or self.world_size > 1 or self.rank > 0
 
 
+# Prefixes of the variables that make a process part of a job (launchers' own, and fsguard's settings): what
+# code starting a clean, job-less process (the demo, the tests, the benchmarks) must leave out.
+JOB_VARIABLE_PREFIXES = (
+    "FSGUARD",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_",
+    "ROLE_",
+    "TORCHELASTIC",
+    "MASTER_",
+    "SLURM",
+    "OMPI_",
+    "PMI_",
+    "PMIX",
+    "HOROVOD",
+    "ACCELERATE_",
+    "DEEPSPEED",
+    "CROSS_RANK",
+    "MPI_LOCALRANKID",
+)
+
+
 def _int(env: Mapping[str, str], *names: str) -> int | None:
     for name in names:
         raw = env.get(name)

@@ -16,34 +16,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from fsguard.launcher import JOB_VARIABLE_PREFIXES  # what makes a process part of a job
 
-# Variables that would make a subprocess look like part of a job; tests set what they need explicitly.
-_LAUNCH_PREFIXES = (
-    "FSGUARD",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "TORCHELASTIC",
-    "MASTER_",
-    "SLURM",
-    "OMPI_",
-    "PMI_",
-    "PMIX",
-    "HOROVOD",
-    "ACCELERATE_",
-    "DEEPSPEED",
-    "CROSS_RANK",
-    "MPI_LOCALRANKID",
-)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The current environment without fsguard or launcher variables, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCH_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARIABLE_PREFIXES)}
     env.pop("PYTHONPATH", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if extra:

@@ -23,29 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import records
-
-# Variables of an enclosing job or shell that must not leak into the demo's ranks.
-_JOB_PREFIXES = (
-    "FSGUARD",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_",
-    "ROLE_",
-    "TORCHELASTIC",
-    "MASTER_",
-    "SLURM",
-    "OMPI_",
-    "PMI_",
-    "PMIX",
-    "HOROVOD",
-    "ACCELERATE_",
-    "DEEPSPEED",
-    "CROSS_RANK",
-    "MPI_LOCALRANKID",
-)
+from .. import launcher, records
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -124,7 +102,7 @@ def _pth_installed() -> bool:
 
 
 def _environment(guarded: bool, run_dir: Path, serialize: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launcher.JOB_VARIABLE_PREFIXES)}
     env["FSGUARD"] = "1" if guarded else "0"
     if guarded:
         env["FSGUARD_LOG"] = str(run_dir / "records")

@@ -417,3 +417,52 @@ def test_makedirs_exist_ok_decides_from_the_listing(fsguard_python: Path, varian
     else:
         assert on["outcome"] == off["outcome"] and "fsguard: " not in on_err
         assert on["seconds"] < 2.5, on  # decided from the listing, not after the 5 s settle wait
+
+
+RENAMED_MID_WALK = """
+    import json, os, shutil, sys, tempfile
+    root = tempfile.mkdtemp()
+    top, moved = os.path.join(root, "staging"), os.path.join(root, "checkpoint-7")
+    os.makedirs(os.path.join(top, "sub"))
+    for name in ("a", "b"):
+        open(os.path.join(top, "sub", name), "w").close()
+    fired = False
+
+    def peer_renames_the_tree(event, args):
+        # Just before rmtree removes the emptied top, a peer renames it (and writes into it under the new name).
+        global fired
+        if event == "os.rmdir" and os.fspath(args[0]) == top and not fired:
+            fired = True
+            os.rename(top, moved)
+            open(os.path.join(moved, "peer-file"), "w").close()
+
+    sys.addaudithook(peer_renames_the_tree)
+    try:
+        shutil.rmtree(top)
+        outcome = "ok"
+    except OSError as error:
+        outcome = f"{type(error).__name__}:{error.errno}"
+    print(json.dumps({"fired": fired, "outcome": outcome, "moved": sorted(os.listdir(moved)),
+                      "patched": hasattr(shutil.rmtree, "__wrapped__")}))
+"""
+
+
+def test_rmtree_of_a_tree_a_peer_renamed_mid_walk_is_a_hazard(fsguard_python: Path) -> None:
+    """Race 4's rename: a peer renames the tree this rank is emptying. The standard rmtree fails on the top;
+    fsguard absorbs it, finds the tree under its new name by the inode the walk started on, and says in a
+    ``hazard`` record that the renamed tree may be missing entries."""
+    import errno
+    import json
+
+    runs = {}
+    for fsguard_value in ("0", "1"):
+        result = run_python(fsguard_python, RENAMED_MID_WALK, {**TORCHRUN_ENV, "FSGUARD": fsguard_value})
+        assert result.returncode == 0, result.stderr
+        runs[fsguard_value] = (json.loads(result.stdout), result.stderr)
+    (off, _), (on, on_err) = runs["0"], runs["1"]
+    assert off["fired"] and on["fired"] and on["patched"] and not off["patched"]
+    assert off["outcome"] == f"FileNotFoundError:{errno.ENOENT}"  # the race is real without fsguard
+    assert on["outcome"] == "ok" and on["moved"] == off["moved"] == ["peer-file"]
+    (rec,) = [parse_line(line) for line in on_err.splitlines() if line.startswith("fsguard: ")]
+    assert rec is not None and (rec.op, rec.decision) == ("rmtree", "hazard"), on_err
+    assert rec.detail.get("renamed_to", "").endswith("checkpoint-7"), rec

@@ -47,6 +47,9 @@ class _Walk:
         self.original = original
         self.top = top
         self.top_norm = evidence.norm(top)
+        # The top as it is before the walk: which directory "the tree" is, where the failing frame does not
+        # say (see ``_started_on``). One lstat per guarded call; None if it cannot be read (rmtree will say why).
+        self.top_st = _lstat_quietly(self.top_norm)
         self.rules = rules
         self.use_onexc = use_onexc
         self.user_onerror = onerror
@@ -77,7 +80,7 @@ class _Walk:
                 return
             if func is os.rmdir:
                 self.top_gone = "after"
-                self.renamed_to = _find_renamed(self.top_norm, sys._getframe(2))
+                self.renamed_to = _find_renamed(self.top_norm, self._started_on(self.top_norm, sys._getframe(2)))
                 return
             if self._top_gone_before_by_peer():
                 self.top_gone = "before"
@@ -106,7 +109,7 @@ class _Walk:
 
     def _retry(self, path: Any, frame: Any) -> bool:
         """Remove a directory again that gained entries mid-walk, if it is still the same directory."""
-        before = frame.f_locals.get("orig_st") if frame is not None else None
+        before = self._started_on(evidence.norm(path), frame)
         for attempt in range(_RETRIES):
             if self.waited >= self.rules.settle_s:
                 return False
@@ -117,8 +120,8 @@ class _Walk:
             if now is None:
                 self.retried.append(evidence.norm(path))
                 return True  # a peer finished it
-            if before is not None and not os.path.samestat(before, now):
-                return False  # a different directory now stands there: not ours to remove
+            if before is None or not os.path.samestat(before, now):
+                return False  # a different directory now stands there (or no telling): not ours to remove
             failures = _Failures()
             kwargs = {"onexc": failures.add} if self.use_onexc else {"onerror": failures.add}
             self.original(path, **kwargs)
@@ -126,6 +129,23 @@ class _Walk:
                 self.retried.append(evidence.norm(path))
                 return True
         return False
+
+    def _started_on(self, path: str, frame: Any) -> os.stat_result | None:
+        """The directory the standard ``rmtree`` found at ``path`` when it started removing it, to tell it from
+        one that stands there since. Read from the standard ``rmtree``'s failing frame, whichever form it has:
+        ``orig_st`` (the recursive walk), or the stat cached in ``orig_entry`` (the stack-based walk, which
+        keeps no stat of the top: for the top, fsguard's own lstat from just before the call)."""
+        found: Any = frame.f_locals if frame is not None else {}
+        st = found.get("orig_st")
+        entry = found.get("orig_entry")
+        if st is None and entry is not None:
+            try:
+                st = entry.stat(follow_symlinks=False)  # cached when the walk reached the entry: no new lookup
+            except OSError:
+                st = None
+        if st is None and path == self.top_norm:
+            st = self.top_st
+        return st if isinstance(st, os.stat_result) else None
 
     def absorb_escaped(self, exc: BaseException) -> bool:
         """A ``FileNotFoundError`` that bypassed the handler: absorbed if a peer removed the whole tree."""
@@ -214,9 +234,15 @@ def _count(path: str) -> str:
     return f"{n} entr{'y' if n == 1 else 'ies'}"
 
 
-def _find_renamed(top: str, frame: Any) -> str | None:
+def _lstat_quietly(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (OSError, ValueError):  # missing, unreadable, a NUL in the name: the standard rmtree reports it
+        return None
+
+
+def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:
     """Where the tree went, if a peer renamed it within its parent (found by the inode rmtree started on)."""
-    orig = frame.f_locals.get("orig_st") if frame is not None else None
     if orig is None:
         return None
     parent = os.path.dirname(top)

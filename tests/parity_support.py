@@ -1,0 +1,197 @@
+"""The parity run and its checks, shared by ``tests/test_parity.py`` (the test environment's interpreter) and
+``tests/test_versions.py`` (the same table under other CPython versions).
+
+``collect(python, root)`` runs every row of ``tests/workers/parity_cases.py`` in fresh interpreters of
+``python`` with ``FSGUARD=force`` and ``FSGUARD=0`` and merges their outcomes; ``check_meta`` and
+``check_row`` are the comparisons (see ``tests/test_parity.py`` for what they require).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsguard.records import Record, parse_line
+from tests.conftest import clean_env
+from tests.workers import parity_cases as cases
+
+WORKER = Path(cases.__file__).resolve()
+MODES = {"force": {"FSGUARD": "force"}, "off": {"FSGUARD": "0"}}
+GROUP_ENV = {
+    "main": {"FSGUARD_SETTLE_S": "0.2"},
+    "stale": {"FSGUARD_SETTLE_S": "0.2", "FSGUARD_FRESH_S": "0"},
+    "nobody": {"FSGUARD_SETTLE_S": "0.2"},
+}
+# /proc's process start time can read up to ~1 s early (whole-second boot time): stay well clear of it.
+STALE_AGE_S = 1.5
+MARKER = "parity-row: "
+
+Outcomes = dict[str, dict[str, Any]]
+
+
+def _worker(python: Path, command: str, group: str, base: Path, shm: str, env: dict[str, str]) -> dict[str, Any]:
+    args = [str(python), str(WORKER), command, group, str(base)] + ([shm] if shm else [])
+    done = subprocess.run(args, env=clean_env(env), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{command} {group} failed:\n{done.stderr}"
+    if command == "prepare":
+        return {}
+    result: dict[str, Any] = json.loads(done.stdout)
+    stderr: dict[str, list[str]] = {"<before any row>": []}
+    current = "<before any row>"
+    for line in done.stderr.splitlines():
+        if line.startswith(MARKER):
+            current = line[len(MARKER) :]
+            stderr[current] = []
+        else:
+            stderr[current].append(line)
+    result["stderr"] = stderr
+    return result
+
+
+@contextmanager
+def collect(python: Path, root: Path) -> Iterator[Outcomes]:
+    """{mode: {"meta": ..., "rows": {row: outcome}, "stderr": {row: [lines]}}} over all groups.
+
+    ``root`` is an empty directory for the rows; the ``nobody`` group gets a world-readable one of its own
+    (pytest's temporary root is private, 0700), removed on exit with the ``/dev/shm`` directory.
+    """
+    shared = Path(tempfile.mkdtemp(prefix="fsguard-parity-", dir="/tmp"))
+    shared.chmod(0o755)
+    shm = tempfile.mkdtemp(prefix="fsguard-parity-", dir="/dev/shm") if os.path.isdir("/dev/shm") else ""
+    bases = {
+        (mode, group): (shared if group == "nobody" else root) / mode / group for mode in MODES for group in GROUP_ENV
+    }
+    for base in bases.values():
+        base.mkdir(parents=True)
+    shms = {mode: "" for mode in MODES}
+    if shm:
+        for mode in MODES:
+            shms[mode] = os.path.join(shm, mode)
+            os.mkdir(shms[mode])
+
+    def env(mode: str, group: str) -> dict[str, str]:
+        return {**MODES[mode], **GROUP_ENV[group]}
+
+    try:
+        for mode in MODES:
+            _worker(python, "prepare", "stale", bases[mode, "stale"], "", env("off", "stale"))
+        prepared = time.monotonic()
+        groups = [g for g in GROUP_ENV if g != "stale"] + ["stale"]
+        if cases.NOBODY is None or os.getuid() != 0:
+            groups.remove("nobody")
+        with ThreadPoolExecutor(max_workers=len(MODES) * len(groups)) as pool:
+            futures = {}
+            for group in groups:
+                if group == "stale":
+                    time.sleep(max(0.0, prepared + STALE_AGE_S - time.monotonic()))
+                for mode in MODES:
+                    futures[mode, group] = pool.submit(
+                        _worker, python, "run", group, bases[mode, group], shms[mode], env(mode, group)
+                    )
+            done = {key: future.result() for key, future in futures.items()}
+        merged: Outcomes = {}
+        for mode in MODES:
+            merged[mode] = {"meta": {}, "rows": {}, "stderr": {}}
+            for group in groups:
+                part = done[mode, group]
+                merged[mode]["meta"][group] = part["meta"]
+                merged[mode]["rows"].update(part["rows"])
+                merged[mode]["stderr"].update(
+                    {f"{group}:{k}" if k.startswith("<") else k: v for k, v in part["stderr"].items()}
+                )
+        yield merged
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+        if shm:
+            shutil.rmtree(shm, ignore_errors=True)
+
+
+def records(lines: list[str]) -> list[Record]:
+    found = []
+    for line in lines:
+        assert line.startswith("fsguard: "), f"unexpected stderr line: {line!r}"
+        record = parse_line(line)
+        assert record is not None, f"an fsguard: line that is not a record: {line!r}"
+        found.append(record)
+    return found
+
+
+def row_params() -> list[Any]:
+    """One ``pytest.param`` per row of the table, strict ``xfail`` where the row names a known gap."""
+    params = []
+    for name, item in cases.ROWS.items():
+        marks = [pytest.mark.xfail(strict=True, reason=item.xfail)] if item.xfail else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+def check_meta(outcomes: Outcomes) -> None:
+    """Every group ran, patched with force and unpatched with 0, quietly, and every row of it ran."""
+    for group, meta in outcomes["force"]["meta"].items():
+        assert meta["patched"] == ["makedirs", "rename", "replace", "rmtree"], group
+    for group, meta in outcomes["off"]["meta"].items():
+        assert meta["patched"] == [], group
+    if "nobody" in outcomes["force"]["meta"]:
+        assert outcomes["force"]["meta"]["nobody"]["uid"] == outcomes["off"]["meta"]["nobody"]["uid"] != 0
+    for mode in MODES:
+        preambles = {k: v for k, v in outcomes[mode]["stderr"].items() if k.endswith("<before any row>")}
+        assert len(preambles) == len(outcomes[mode]["meta"]) and not any(preambles.values()), preambles
+        ran = set(outcomes[mode]["rows"])
+        expected = {n for n, r in cases.ROWS.items() if r.group in outcomes[mode]["meta"]}
+        assert ran == expected
+
+
+def check_row(outcomes: Outcomes, name: str) -> None:
+    """One row: the same outcome with force and off (or the documented record), skipping where it cannot run."""
+    item = cases.ROWS[name]
+    if item.group not in outcomes["off"]["meta"]:
+        pytest.skip(f"group {item.group!r} cannot run here (needs root and a 'nobody' user)")
+    force, off = outcomes["force"]["rows"][name], outcomes["off"]["rows"][name]
+    if "skip" in off or "skip" in force:
+        assert force == off
+        pytest.skip(off["skip"])
+
+    # The scenario tests what it claims: the standard library's outcome, raised by the call under test.
+    if item.outcome is not None:
+        assert (off["exc"]["type"].rsplit(".", 1)[-1] if not off["ok"] else "ok") == item.outcome, off
+    if not off["ok"]:
+        assert cases.CALL_MARK in (off["exc"]["failing_line"] or ""), off["exc"]
+        assert off["exc"]["context"] is None and off["exc"]["cause"] is None, off["exc"]
+    if item.handler:
+        assert off["calls"], "the handler was never called"
+    assert outcomes["off"]["stderr"][name] == []  # off: no fsguard at all
+
+    found = records(outcomes["force"]["stderr"][name])
+    if item.expect == "absorbed":
+        # A documented deviation (README): the standard library raises, fsguard absorbs and says so.
+        assert not off["ok"] and force["ok"] and force["result"] == "None", force
+        assert force["state"] == off["state"]
+        assert [r.decision for r in found] == ["absorbed"]
+        assert found[0].op in name and found[0].error and found[0].error["type"] == item.outcome
+        return
+
+    differing = {
+        key: {"force": force.get(key), "off": off.get(key)}
+        for key in force.keys() | off.keys()
+        if force.get(key) != off.get(key)
+    }
+    assert not differing, json.dumps(differing, indent=1)
+    if item.expect == "conflict":
+        assert [r.decision for r in found] == ["conflict"], found
+        (record,) = found
+        assert record.op == name.split("_", 1)[0]
+        assert record.error is not None and record.error["errno"] in ("ENOTEMPTY", "EEXIST")
+        assert len(record.args) == 2 and record.args[1].endswith(os.sep + "b")
+    else:
+        assert found == [], [r.to_line() for r in found]

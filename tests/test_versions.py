@@ -1,0 +1,231 @@
+"""fsguard under the other CPython versions it declares (``requires-python >= 3.10``), not only the test one.
+
+For each version (3.10, 3.12, 3.13), a CPython of that version is looked for; none found -> the version's
+tests skip (a machine may lack it). Found, a fresh venv is made with it (``python -m venv``, its own pip)
+and the wheel and wrapt (the test environment's version, from the package index) are installed into it;
+if pip cannot install wrapt (no index), the version's tests skip with pip's reason. In that venv:
+
+* the whole bad-input parity table of ``tests/test_parity.py`` runs (``tests/parity_support.py``): on
+  3.12+ the ``shutil.rmtree(onexc=...)`` rows really run;
+* activation: the ``.pth`` patches all four functions with ``FSGUARD=1`` under a torchrun environment, and
+  nothing with ``FSGUARD`` unset, where ``-X importtime`` shows no fsguard or wrapt import;
+* the four races of ``tests/test_races.py`` (4 ranks, its worker and its checks): they happen without
+  fsguard and are absorbed, with well-formed records, with it;
+* rmtree, whose standard implementation differs most between versions (a recursive walk up to 3.12, a
+  stack of steps from 3.13): a directory that gained entries mid-walk is removed again only while it is
+  the same directory, and a tree a peer renamed mid-walk is found under its new name (``hazard``).
+
+Where the interpreters come from: ``FSGUARD_TEST_PYTHONS`` (paths separated by ``os.pathsep``) replaces the
+search, and may add versions beyond the three; otherwise ``python3.X`` on ``PATH`` and
+``$PYENV_ROOT/versions/3.X*/bin/python3`` (``~/.pyenv``, ``/root/.pyenv``), each checked by running it (a
+pyenv shim of a version that is not selected fails, and is passed over).
+
+When ``COVERAGE_PROCESS_START`` is set (``scripts/test.sh``), coverage is installed into each venv too
+(the newest for that version) and started in every interpreter of it, so the 3.12+ branches count.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests import parity_support as parity
+from tests import test_races as races
+from tests.conftest import TORCHRUN_ENV, run_python
+
+DEFAULT_VERSIONS = ("3.10", "3.12", "3.13")
+OVERRIDE = "FSGUARD_TEST_PYTHONS"
+PIP = ("-m", "pip", "install", "-q", "--disable-pip-version-check")
+PROBE = "import platform, sys; print(platform.python_implementation(), '%d.%d' % sys.version_info[:2])"
+
+
+def _probe(path: str) -> str | None:
+    """``"3.X"`` when ``path`` runs as CPython 3.X, else None."""
+    try:
+        done = subprocess.run([path, "-c", PROBE], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = done.stdout.split()
+    return words[1] if done.returncode == 0 and len(words) == 2 and words[0] == "CPython" else None
+
+
+def _override() -> list[str] | None:
+    value = os.environ.get(OVERRIDE, "").strip()
+    return [p for p in value.split(os.pathsep) if p] if value else None
+
+
+def _candidates(version: str) -> list[str]:
+    """Where to look for CPython ``version``, in order."""
+    listed = _override()
+    if listed is not None:
+        return listed
+    found = [shutil.which(f"python{version}") or ""]
+    roots = [os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv"), "/root/.pyenv"]
+    for root in dict.fromkeys(r for r in roots if r):
+        newest_first = sorted(
+            glob.glob(os.path.join(root, "versions", f"{version}*", "bin", "python3")),
+            key=lambda p: [int(n) if n.isdigit() else -1 for n in Path(p).parent.parent.name.split(".")],
+            reverse=True,
+        )
+        found += newest_first
+    return [p for p in dict.fromkeys(found) if p]
+
+
+def find_python(version: str) -> Path:
+    """The first candidate that really is CPython ``version``; skips the test when there is none."""
+    tried = _candidates(version)
+    for path in tried:
+        if _probe(path) == version:
+            return Path(path)
+    where = f"{OVERRIDE}={os.environ[OVERRIDE]!r}" if _override() is not None else "PATH and pyenv"
+    pytest.skip(f"CPython {version} not found: none of {tried or 'no candidates'} runs as it (searched {where})")
+
+
+def _versions() -> list[str]:
+    """The declared versions besides the test environment's 3.11, and any others listed in the override."""
+    extra = {v for v in map(_probe, _override() or []) if v}
+    return sorted(set(DEFAULT_VERSIONS) | extra, key=lambda v: tuple(map(int, v.split("."))))
+
+
+_COVERAGE_START = """\
+import os
+
+if os.environ.get("COVERAGE_PROCESS_START"):
+    try:
+        import coverage
+
+        coverage.process_startup()
+    except ImportError:
+        pass
+"""
+
+
+@dataclass(frozen=True)
+class Venv:
+    version: str
+    python: Path  # the venv's interpreter, fsguard and wrapt installed
+
+
+def _measure(python: Path) -> None:
+    """Start coverage in every interpreter of this venv: the newest coverage this version runs (the test
+    environment's may need a newer Python); [toml]: 3.10 reads pyproject.toml's settings only with tomli.
+    Not installable: this venv is not measured, the tests run all the same."""
+    if subprocess.run([str(python), *PIP, "coverage[toml]"], capture_output=True, timeout=300).returncode != 0:
+        return
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(purelib) / "_fsguard_coverage_start.py").write_text(_COVERAGE_START)
+    (Path(purelib) / "00-fsguard-coverage.pth").write_text("import _fsguard_coverage_start\n")
+
+
+def _build(version: str, base: Path, where: Path, wheel: Path) -> Venv:
+    subprocess.run([str(base), "-m", "venv", str(where)], check=True, capture_output=True, timeout=120)
+    python = where / "bin" / "python"
+    # The wheel is a local file: this must work, offline too. Its dependency comes in the next step.
+    done = subprocess.run([str(python), *PIP, "--no-deps", str(wheel)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"CPython {version}: pip could not install the wheel:\n{done.stderr}"
+    wrapt = f"wrapt=={__import__('wrapt').__version__}"  # the version the rest of the suite runs with
+    done = subprocess.run([str(python), *PIP, wrapt], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        pytest.skip(f"CPython {version}: pip could not install {wrapt} (no package index here?): {tail}")
+    if os.environ.get("COVERAGE_PROCESS_START"):
+        _measure(python)
+    return Venv(version, python)
+
+
+@pytest.fixture(scope="module", params=_versions())
+def venv(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """A fresh venv of CPython ``request.param`` with the wheel and wrapt, made once per version."""
+    version: str = request.param
+    base = find_python(version)
+    return _build(version, base, tmp_path_factory.mktemp(f"py{version}-") / "env", wheel)
+
+
+@pytest.fixture(scope="module")
+def outcomes(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[parity.Outcomes]:
+    """The parity table's outcomes under this version (see ``tests/parity_support.py``)."""
+    with parity.collect(venv.python, tmp_path_factory.mktemp(f"parity{venv.version}-")) as merged:
+        yield merged
+
+
+def test_parity_ran_every_row_on_this_version(venv: Venv, outcomes: parity.Outcomes) -> None:
+    parity.check_meta(outcomes)
+    metas = [meta for mode in parity.MODES for meta in outcomes[mode]["meta"].values()]
+    assert {".".join(map(str, meta["python"][:2])) for meta in metas} == {venv.version}
+    if all(meta["onexc"] for meta in metas):  # 3.12+: the onexc rows run here, they must not skip
+        onexc_rows = [n for n in outcomes["off"]["rows"] if "onexc" in n]
+        assert onexc_rows and not [n for n in onexc_rows if "skip" in outcomes["off"]["rows"][n]]
+
+
+@pytest.mark.parametrize("name", parity.row_params())
+def test_parity_row(venv: Venv, outcomes: parity.Outcomes, name: str) -> None:
+    parity.check_row(outcomes, name)
+
+
+STATE = """
+import json, os, shutil, sys
+functions = {"makedirs": os.makedirs, "rename": os.rename, "replace": os.replace, "rmtree": shutil.rmtree}
+print(json.dumps({
+    "patched": sorted(name for name, f in functions.items() if hasattr(f, "__wrapped__")),
+    "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("fsguard", "wrapt")),
+    "version": "%d.%d" % sys.version_info[:2],
+}))
+"""
+
+
+def test_activation(venv: Venv) -> None:
+    """The ``.pth`` patches all four functions in a rank with ``FSGUARD=1``; unset, it imports nothing."""
+    import json
+
+    on = run_python(venv.python, STATE, {**TORCHRUN_ENV, "FSGUARD": "1"})
+    assert on.returncode == 0, on.stderr
+    state = json.loads(on.stdout)
+    assert state["version"] == venv.version
+    assert state["patched"] == ["makedirs", "rename", "replace", "rmtree"], on.stderr
+    assert on.stderr == ""
+
+    off = run_python(venv.python, STATE, TORCHRUN_ENV, args=("-X", "importtime"))
+    assert off.returncode == 0, off.stderr
+    state = json.loads(off.stdout)
+    assert state["patched"] == [] and state["modules"] == []
+    imported = [line.rsplit("|", 1)[-1].strip() for line in off.stderr.splitlines() if "|" in line]
+    assert imported, "importtime printed nothing"
+    assert not [m for m in imported if m.split(".")[0] in ("fsguard", "wrapt")]
+    assert "fsguard:" not in off.stderr
+
+
+@pytest.mark.parametrize("race", races.RACES, ids=lambda r: r.op)
+def test_race(venv: Venv, tmp_path: Path, race: races.Race) -> None:
+    """A race of ``tests/test_races.py`` under this version: it happens without fsguard (some rank fails with
+    the race's error) and is absorbed with it, with every record checked as there. (Its premise that rmtree
+    ranks also fail on entries inside the tree is left out: from 3.13 the standard rmtree ignores those
+    itself, and only the top's removal fails.)"""
+    job = races.run_job(venv.python, race, tmp_path / "without", guarded=False)
+    lost = races.failures(job)
+    assert lost, f"{race.op}: the race never happened in {race.iterations} iterations"
+    assert {(f["call"], f["type"], f["errno"]) for f in lost} == {(race.op, *race.error)}
+    races.test_race_absorbed_with_fsguard(venv.python, tmp_path / "with", race)
+
+
+@pytest.mark.parametrize("variant", ["same", "replace"])
+def test_rmtree_retry_of_a_directory_that_gained_entries(venv: Venv, variant: str) -> None:
+    """The retry must know the directory the walk emptied from this version's rmtree ("replace": a peer's
+    new directory standing there is left alone)."""
+    races.test_rmtree_retries_a_directory_that_gained_entries_mid_walk(venv.python, variant)
+
+
+def test_rmtree_of_a_tree_a_peer_renamed_is_a_hazard(venv: Venv) -> None:
+    """The renamed tree must be found by the inode this version's rmtree started on."""
+    races.test_rmtree_of_a_tree_a_peer_renamed_mid_walk_is_a_hazard(venv.python)

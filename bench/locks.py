@@ -49,7 +49,7 @@ def worker(directory: str, calls: int, out: str) -> None:
     """One rank of the job: time every arm, gather the figures on rank 0, which writes them to ``out``."""
     import torch.distributed as dist
 
-    from fsguard import config, locks, patching, runtime
+    from fsguard import config, locks, runtime, state
 
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -62,12 +62,12 @@ def worker(directory: str, calls: int, out: str) -> None:
     }
     samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
     for arm in ("file", "store"):  # warm up: torch's import, the store connection, the lock files
-        patching._serializer = serializers[arm]
+        state.set_serializer(serializers[arm])
         for _ in range(20):
             os.makedirs(target, exist_ok=True)
     for _ in range(ROUNDS):  # arms interleaved, so a burst of noise cannot land on one arm only
         for arm in ARMS:
-            patching._serializer = serializers.get(arm)
+            state.set_serializer(serializers.get(arm))
             n = max(calls // ROUNDS, 10)
             dist.barrier()
             started = time.perf_counter()
@@ -76,7 +76,7 @@ def worker(directory: str, calls: int, out: str) -> None:
                 if arm == "barrier":
                     dist.barrier()
             samples[arm].append((time.perf_counter() - started) / n * 1e6)
-            patching._serializer = None
+            state.set_serializer(None)
     figures = {arm: statistics.median(values) for arm, values in samples.items()}
     gathered: list[Any] = [None] * size
     dist.all_gather_object(gathered, figures)

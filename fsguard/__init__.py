@@ -1,16 +1,17 @@
 """fsguard: make concurrent filesystem calls of a distributed job idempotent where a peer already did the work.
 
-Importing this package is cheap (it runs in every interpreter where ``FSGUARD`` is set): it imports nothing,
-and nothing imports wrapt, logging or json until a function below is used.
+Importing this package is cheap (it runs in every interpreter where ``FSGUARD`` is set): it imports only the
+leaf ``_version``, and nothing imports wrapt, logging or json until a function below is used.
 """
 
 from __future__ import annotations
+
+from ._version import __version__
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__version__ = "0.1.0"
 
 __all__ = ["__version__", "guarded", "install", "installed", "uninstall"]
 

@@ -9,19 +9,9 @@ from __future__ import annotations
 import os
 import sys
 
+from ._warn import OFF, warn
+
 _started = False
-
-
-def warn(message: str) -> None:
-    """Print one line on stderr; never raise."""
-    try:
-        sys.stderr.write(f"fsguard: {message}\n")
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001 - a closed stderr must not break the interpreter
-        pass
-
-
-OFF = ("", "0", "false", "off", "no")  # the same test as fsguard.pth's one line
 
 
 def start() -> None:

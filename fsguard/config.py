@@ -7,6 +7,7 @@ default is used instead.
 from __future__ import annotations
 
 from ._values import Frozen
+from ._warn import OFF
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ ALL_OPS = ("makedirs", "rename", "replace", "rmtree")
 LOCK_BACKENDS = ("auto", "store", "file", "off")
 
 _TRUE = ("1", "true", "on", "yes")
-_FALSE = ("", "0", "false", "off", "no")
+_FALSE = OFF
 
 
 class Variable(Frozen):

@@ -8,9 +8,10 @@ a decision costs a few dictionary lookups however full the memory is.
 
 from __future__ import annotations
 
-import collections
 import os
 import threading
+
+from . import state
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
     # (operation, args, kwargs), or for rename/replace (operation, args, kwargs, time.time() after the call)
     Entry = tuple[Any, ...]
 
-MEMORY_SIZE = 4096
-MEMORY: collections.deque[Entry] = collections.deque(maxlen=MEMORY_SIZE)
+MEMORY_SIZE = state.MEMORY_SIZE
+MEMORY = state.STATE.memory  # the happy path appends here (fsguard.patching)
 
 
 class Event:
@@ -161,13 +162,11 @@ _index = _Index()
 _index_lock = threading.Lock()
 
 
+@state.at_fork
 def _after_fork_in_child() -> None:
     global _index_lock
     _index_lock = threading.Lock()  # a fork while another thread decided must not leave it held forever
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    _index.clear()  # it may have been half brought up to date: index again from MEMORY
 
 
 def own_last(path: str, *, within: bool = False) -> Event | None:

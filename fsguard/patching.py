@@ -2,6 +2,7 @@
 
 The happy path of a wrapped call is: call the original, remember the call (one deque append), return.
 Only a failing call reaches a guard's ``decide``; only an absorbed (or conflicting) failure makes a record.
+The rules (``fsguard.guards``) and the evidence they ask are imported at the first failure, not at startup.
 """
 
 from __future__ import annotations
@@ -9,23 +10,21 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import threading
 import time
 
 import wrapt
 
-from . import config, evidence, launcher, runtime
-from .guards import Rules, Verdict
-from .guards import makedirs as makedirs_rule
-from .guards import rename as rename_rule
-from .guards import rmtree as rmtree_rule
+from . import config, launcher, runtime
 from .memory import resolve_fds
+from .state import STATE
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from types import ModuleType
     from typing import Any
+
+    from .guards import Rules, Verdict
 
 # operation -> (module, attribute, name by which pickles refer to it)
 TARGETS: dict[str, tuple[ModuleType, str, str]] = {
@@ -35,15 +34,23 @@ TARGETS: dict[str, tuple[ModuleType, str, str]] = {
     "rmtree": (shutil, "rmtree", "shutil:rmtree"),
 }
 
+
+def _rule(module: str, function: str = "decide") -> Callable[..., Any]:
+    """``fsguard.guards.<module>.<function>``, imported when first called (at the first failure)."""
+
+    def call(*args: Any) -> Any:
+        return getattr(__import__(f"fsguard.guards.{module}", fromlist=[function]), function)(*args)
+
+    return call
+
+
 _DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], Verdict]] = {
-    "makedirs": makedirs_rule.decide,
-    "rename": rename_rule.decide,
-    "replace": rename_rule.decide,
+    "makedirs": _rule("makedirs"),
+    "rename": _rule("rename"),
+    "replace": _rule("rename"),
 }
 
-_lock = threading.RLock()
-_originals: dict[str, Any] = {}
-_serializer: Any = None  # set by fsguard.locks when FSGUARD_SERIALIZE=1
+_originals = STATE.originals  # one dict for the life of the process (STATE.reset empties it in place)
 
 
 if TYPE_CHECKING:
@@ -78,17 +85,21 @@ class GuardedFunction(_Wrapper):
         return self
 
 
-_rules_for: tuple[object, Rules] | None = None  # (the settings they were made from, the rules)
-
-
 def _rules() -> Rules:
     """The rules' numbers, made once per settings object (every guarded rmtree asks, not only failures)."""
-    global _rules_for
-    settings = runtime.settings
-    if _rules_for is None or _rules_for[0] is not settings:
-        job_start = evidence.job_start(runtime.launch is not None)
-        _rules_for = (settings, Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=job_start))
-    return _rules_for[1]
+    settings = STATE.settings
+    made = STATE.rules_for
+    if made is None or made[0] is not settings:
+        from . import evidence
+        from .guards import Rules
+
+        job_start = evidence.job_start(STATE.launch is not None)
+        made = STATE.rules_for = (
+            settings,
+            Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=job_start),
+        )
+    rules: Rules = made[1]
+    return rules
 
 
 def _settle(
@@ -128,16 +139,33 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
     try:
         with runtime.Busy():
             verdict = _DECIDE[op](error, args, kwargs, _rules())
-    except Exception:  # noqa: BLE001 - a broken rule must not change what the caller sees
+    except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
+        _rule_failed(op, failure)
         return False
     return _settle(verdict, op, args, kwargs, error)
+
+
+_failed_rules: set[str] = set()
+
+
+def _rule_failed(op: str, failure: Exception) -> None:
+    """One line on stderr, once per operation, when its rule raised (the caller's error is re-raised)."""
+    if op not in _failed_rules:
+        _failed_rules.add(op)
+        from ._warn import warn
+
+        warn(
+            f"the {op} rule failed ({type(failure).__name__}: {failure}); the original error is re-raised "
+            "unchanged (said once per operation)"
+        )
 
 
 _SERIALIZED = object()  # passed as ``instance``: this call already holds the serializer's locks
 
 
 def _path_wrapper(op: str) -> Callable[..., Any]:
-    remember = evidence.MEMORY.append
+    remember = STATE.memory.append
+    state = STATE
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
     now = time.time if op in ("rename", "replace") else None
@@ -145,8 +173,9 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
-        if _serializer is not None and instance is not _SERIALIZED and not runtime.busy():
-            return _serializer.run(op, wrapped, args, kwargs, serialized_call)
+        serializer = state.serializer
+        if serializer is not None and instance is not _SERIALIZED and not runtime.busy():
+            return serializer.run(op, wrapped, args, kwargs, serialized_call)
         try:
             result = wrapped(*args, **kwargs)
         except OSError as error:
@@ -180,7 +209,8 @@ def _takes_onexc(function: Any) -> bool:
 
 
 def _rmtree_wrapper() -> Callable[..., Any]:
-    remember = evidence.MEMORY.append
+    remember = STATE.memory.append
+    state = STATE
     use_onexc = _takes_onexc(shutil.rmtree)
 
     def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -191,6 +221,8 @@ def _rmtree_wrapper() -> Callable[..., Any]:
             wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
             return None
+        from .guards import rmtree as rmtree_rule
+
         verdict = rmtree_rule.run(wrapped, args, kwargs, _rules(), use_onexc)
         remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
         if verdict is not None:
@@ -198,8 +230,9 @@ def _rmtree_wrapper() -> Callable[..., Any]:
         return None
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if _serializer is not None and not runtime.busy():
-            return _serializer.run("rmtree", wrapped, args, kwargs, guarded_call)
+        serializer = state.serializer
+        if serializer is not None and not runtime.busy():
+            return serializer.run("rmtree", wrapped, args, kwargs, guarded_call)
         return guarded_call(wrapped, args, kwargs)
 
     return wrapper
@@ -207,10 +240,10 @@ def _rmtree_wrapper() -> Callable[..., Any]:
 
 def install(ops: Iterable[str] | None = None, settings: config.Settings | None = None) -> list[str]:
     """Wrap the named operations in place (default: all). Returns the names patched after the call."""
-    with _lock:
+    with STATE.lock:
         if not _originals:
             runtime.configure(settings or config.load(os.environ), launcher.detect(os.environ))
-        if runtime.settings.serialize and _serializer is None:
+        if STATE.settings.serialize and STATE.serializer is None:
             _enable_serializer()
         wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in TARGETS]
         for op in wanted:
@@ -225,13 +258,16 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
 
 
 def uninstall(ops: Iterable[str] | None = None) -> None:
-    """Put back the exact original objects of the named operations (default: all)."""
-    with _lock:
+    """Put back the exact original objects of the named operations (default: all). With none left patched,
+    the process state is back to "never installed" (settings, launch, serializer, rules)."""
+    with STATE.lock:
         for op in list(_originals) if ops is None else list(ops):
             original = _originals.pop(op, None)
             if original is not None:
                 module, attribute, _ = TARGETS[op]
                 setattr(module, attribute, original)
+        if not _originals:
+            STATE.reset()
 
 
 def installed() -> list[str]:
@@ -247,9 +283,8 @@ def original(op: str) -> Any:
 
 
 def _enable_serializer() -> None:
-    global _serializer
     try:
         from . import locks
     except ImportError:
         return
-    _serializer = locks.serializer(runtime.settings, runtime.launch)
+    STATE.serializer = locks.serializer(STATE.settings, STATE.launch)

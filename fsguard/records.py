@@ -18,7 +18,9 @@ import sys
 import threading
 from time import time as _now
 
+from . import state
 from ._values import Value
+from ._warn import warn as _warn
 
 TYPE_CHECKING = False  # not typing's
 if TYPE_CHECKING:
@@ -179,6 +181,18 @@ _handler: logging.StreamHandler[Any] | None = None  # fsguard's own stderr handl
 _propagate_before = True  # the logger's propagate before fsguard's handler was attached
 _jsonl: tuple[int, Any] | None = None  # (pid, open file)
 _jsonl_failed = False
+_inherited: list[Any] = []  # a forked child's copies of its parent's file: kept, never flushed or closed
+
+
+@state.at_fork
+def _after_fork_in_child() -> None:
+    """Fresh lock; the parent's open file is left alone (closing it would flush the parent's buffer here,
+    or wait forever on its buffer's lock): the child opens its own on its first record."""
+    global _lock, _jsonl
+    _lock = threading.Lock()
+    if _jsonl is not None:
+        _inherited.append(_jsonl[1])
+        _jsonl = None
 
 
 def _get_logger(stderr: bool) -> logging.Logger:
@@ -249,13 +263,6 @@ def _write_jsonl(record: Record, log_dir: str) -> None:
     except OSError as error:
         _jsonl_failed = True
         _warn(f"cannot write records to FSGUARD_LOG={log_dir!r} ({error.strerror or error}); logging to stderr only")
-
-
-def _warn(message: str) -> None:
-    try:
-        sys.stderr.write(f"fsguard: {message}\n")
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def emit(record: Record, *, stderr: bool = True, log_dir: str | None = None) -> None:

@@ -1,6 +1,8 @@
-"""The state of an active fsguard in this process: settings, launch, and turning decisions into records.
+"""Turning decisions into records, and the thread-local ``Busy`` marker for fsguard's own calls.
 
 Mechanism only: the guards decide, this module writes down what they decided and where it was called from.
+The settings and the launch live in ``fsguard.state.STATE``; ``runtime.settings`` and ``runtime.launch``
+still read them there.
 """
 
 from __future__ import annotations
@@ -9,23 +11,31 @@ import os
 import sys
 import threading
 
-from . import __version__, config, launcher
+from . import config, launcher
+from ._version import __version__
+from .state import STATE
 
 TYPE_CHECKING = False  # not typing's: records, sysconfig and typing are not imported at startup
 if TYPE_CHECKING:
     from typing import Any
 
-settings: config.Settings = config.Settings()
-launch: launcher.Launch | None = None
+    settings: config.Settings
+    launch: launcher.Launch | None
 
 _local = threading.local()
 _dirs: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
 
 
+def __getattr__(name: str) -> Any:
+    """``runtime.settings`` and ``runtime.launch``: the process state's (one source of truth)."""
+    if name in ("settings", "launch"):
+        return getattr(STATE, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def configure(new_settings: config.Settings, new_launch: launcher.Launch | None) -> None:
-    global settings, launch
-    settings = new_settings
-    launch = new_launch
+    STATE.settings = new_settings
+    STATE.launch = new_launch
 
 
 def busy() -> bool:
@@ -34,13 +44,19 @@ def busy() -> bool:
 
 
 class Busy:
-    """Marks this thread as inside fsguard, so fsguard's own filesystem calls are not guarded again."""
+    """Marks this thread as inside fsguard, so fsguard's own filesystem calls are not guarded again.
+
+    Nests: leaving restores what the thread was before (a record written inside a decision leaves the
+    decision still busy)."""
+
+    __slots__ = ("_before",)
 
     def __enter__(self) -> None:
+        self._before = getattr(_local, "busy", False)
         _local.busy = True
 
     def __exit__(self, *exc: object) -> None:
-        _local.busy = False
+        _local.busy = self._before
 
 
 def _site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
@@ -130,7 +146,7 @@ def record(
         with Busy():
             from . import records  # json, re and logging only once there is something to write
 
-            current = launch
+            current = STATE.launch
             rec = records.Record(
                 op=op,
                 decision=decision,
@@ -148,7 +164,7 @@ def record(
                 version=__version__,
                 detail=detail or {},
             )
-            records.emit(rec, stderr=settings.stderr, log_dir=settings.log_dir)
+            records.emit(rec, stderr=STATE.settings.stderr, log_dir=STATE.settings.log_dir)
     except Exception as failure:  # noqa: BLE001 - a record must never break the guarded call
         try:
             sys.stderr.write(f"fsguard: could not record a decision ({type(failure).__name__}: {failure})\n")

@@ -11,7 +11,7 @@ import sys
 import sysconfig
 import textwrap
 import venv
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -150,3 +150,17 @@ TORCHRUN_ENV = {
     "MASTER_ADDR": "127.0.0.1",
     "MASTER_PORT": "29500",
 }
+
+
+@pytest.fixture(scope="session")
+def store_port() -> Iterator[int]:
+    """A TCPStore server standing in for the launcher's agent store."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    server = getattr(dist, "TCPStore")(  # noqa: B009 - not re-exported for type checkers
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30)
+    )
+    yield int(server.port)
+    del server

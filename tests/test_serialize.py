@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,20 +152,6 @@ def test_two_nodes_serialize_through_the_job_store(fsguard_python: Path, make_cl
 # --- kill -9 of a holder --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def store_port() -> Iterator[int]:
-    """A TCPStore server standing in for the launcher's agent store."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    server = getattr(dist, "TCPStore")(  # noqa: B009 - not re-exported for type checkers
-        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30)
-    )
-    yield int(server.port)
-    del server
-
-
 def _role(python: Path, role: str, target: Path, ready: Path, env: dict[str, str], rank: int) -> subprocess.Popen[str]:
     env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
     return subprocess.Popen(
@@ -262,20 +248,20 @@ def test_file_holder_timeout_then_kill(fsguard_python: Path, tmp_path: Path) -> 
 
 OPS = """
 import json, os, shutil, sys, time
-from fsguard import patching
+from fsguard.state import STATE
 base = os.environ["FSG_BASE"]
-out = {"torch_at_start": "torch" in sys.modules, "took": [], "before": patching._serializer.describe()}
+out = {"torch_at_start": "torch" in sys.modules, "took": [], "before": STATE.serializer.describe()}
 for name in ("a", "b"):
     started = time.monotonic()
     os.makedirs(os.path.join(base, name, "x"))
     os.rename(os.path.join(base, name, "x"), os.path.join(base, name, "y"))
     shutil.rmtree(os.path.join(base, name))
     out["took"].append(time.monotonic() - started)
-    out.setdefault("backend", patching._serializer.backend.name)
+    out.setdefault("backend", STATE.serializer.backend.name)
     if name == "a" and os.environ.get("FSG_THEN_AUTO"):  # then the auto backend, with the same unreachable store
-        from fsguard import config, locks, runtime
-        patching._serializer = locks.serializer(config.load(dict(os.environ, FSGUARD_LOCK="auto")), runtime.launch)
-out["then"] = patching._serializer.describe()
+        from fsguard import config, locks, state
+        state.set_serializer(locks.serializer(config.load(dict(os.environ, FSGUARD_LOCK="auto")), STATE.launch))
+out["then"] = STATE.serializer.describe()
 out["filelock"] = "filelock" in sys.modules
 print(json.dumps(out))
 """

@@ -10,7 +10,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from .._version import __version__
 
 COMMANDS = {
     "status": "show whether fsguard is installed and active here, and its effective configuration",

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..audit import inputs, patterns, tables
 from ..records import DECISIONS, Record, parse_line
 

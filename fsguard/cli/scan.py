@@ -48,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..audit import inputs, patterns, tables
 from ..audit.tracebacks import Frame, Reader, Traceback
 

@@ -9,7 +9,8 @@ import sys
 import sysconfig
 from typing import Any
 
-from .. import __version__, config, launcher
+from .. import config, launcher
+from .._version import __version__
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

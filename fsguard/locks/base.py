@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any, Protocol
+
+from .. import state
 
 
 class LockTimeout(Exception):
@@ -33,7 +36,7 @@ class Held:
     millisecond of every serialized job's startup.)
     """
 
-    __slots__ = ("holder", "key", "lock", "lost", "note", "token", "took_over", "waited_s")
+    __slots__ = ("holder", "key", "lock", "lost", "note", "pid", "token", "took_over", "waited_s")
 
     def __init__(
         self, key: str, token: Any, waited_s: float = 0.0, holder: str | None = None, took_over: bool = False
@@ -46,6 +49,11 @@ class Held:
         self.note = ""
         self.lost: str | None = None
         self.lock = threading.Lock()
+        self.pid = os.getpid()  # a forked child never gives back its parent's lock (see ``forked``)
+
+    def forked(self) -> bool:
+        """Taken by another process: this is a forked child's copy, and the lock is not its to give back."""
+        return self.pid != os.getpid()
 
 
 class Backend(Protocol):
@@ -75,9 +83,25 @@ def process_nonce() -> str:
     return f"{_NONCE}.{os.getpid()}"
 
 
-def _renew_nonce() -> None:
+class Forkable(Protocol):
+    def after_fork_in_child(self) -> None: ...
+
+
+_BACKENDS: weakref.WeakSet[Forkable] = weakref.WeakSet()
+
+
+def forkable(backend: Forkable) -> None:
+    """Have ``backend.after_fork_in_child()`` run in every forked child while the backend is alive (weakly
+    held: a backend nobody uses any more is not kept alive by this)."""
+    _BACKENDS.add(backend)
+
+
+@state.at_fork
+def _after_fork_in_child() -> None:
     global _NONCE
     _NONCE = os.urandom(4).hex()
-
-
-os.register_at_fork(after_in_child=_renew_nonce)
+    for backend in list(_BACKENDS):
+        try:
+            backend.after_fork_in_child()
+        except Exception:  # noqa: BLE001 - one backend's failure must not leave the others held
+            pass

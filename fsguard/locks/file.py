@@ -31,7 +31,7 @@ import stat
 import threading
 import time
 
-from .base import Held, LockTimeout, Unreachable
+from .base import Held, LockTimeout, Unreachable, forkable
 
 CANDIDATES = ("/dev/shm", "/tmp")
 HOLDER_BYTES = 512  # holder text written at the start of the lock file, padded, so no truncate is needed
@@ -73,6 +73,18 @@ class FileBackend:
         self._dir_fd: int | None = None
         self.directory: str | None = None
         self._lock = threading.Lock()
+        self._open: set[int] = set()  # lock file descriptors opened and not yet closed, by any thread
+        forkable(self)
+
+    def after_fork_in_child(self) -> None:
+        """Fresh lock; close (never unlock: the parent still holds them) the lock descriptors inherited."""
+        self._lock = threading.Lock()
+        inherited, self._open = self._open, set()
+        for fd in inherited:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _dir(self) -> int:
         if self._dir_fd is not None:
@@ -97,6 +109,7 @@ class FileBackend:
             fd = os.open(f"{key}.lock", _FLAGS, 0o600, dir_fd=dir_fd)
         except OSError as error:
             raise Unreachable(f"cannot open lock file {key}.lock: {error}") from error
+        self._open.add(fd)
         try:
             started = time.monotonic()
             holder: str | None = None
@@ -120,11 +133,22 @@ class FileBackend:
                 held.note = _gone_note(holder, self._host)
             return held
         except BaseException:
-            os.close(fd)
+            self._close(fd)
             raise
 
     def release(self, held: Held) -> None:
-        os.close(held.token)  # closing the only descriptor of the open file drops the flock
+        if held.forked():
+            return  # a forked child's copy: closed at fork, and the lock is the parent's
+        # Unlock first: a child forked while the lock was held shares this open file, and a close alone
+        # would leave the lock held until the last child exits.
+        try:
+            fcntl.flock(held.token, fcntl.LOCK_UN)
+        finally:
+            self._close(held.token)
+
+    def _close(self, fd: int) -> None:
+        self._open.discard(fd)
+        os.close(fd)
 
 
 def _read_holder(fd: int) -> str | None:

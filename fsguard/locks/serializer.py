@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import evidence, runtime
-from .base import Backend, Held, LockTimeout, Unreachable, holder_text
+from .base import Backend, Held, LockTimeout, Unreachable, forkable, holder_text
 
 STRIPES_HEX = 3  # 16**3 = 4096 stripes
 WAIT_RECORD_S = 1.0  # a wait at least this long becomes part of the operation's record
@@ -64,6 +64,12 @@ class Serializer:
         self._host = host
         self._local = threading.local()
         self._choosing = threading.Lock()
+        forkable(self)
+
+    def after_fork_in_child(self) -> None:
+        """Fresh locks: another thread of the parent may have been choosing the backend, or holding keys."""
+        self._local = threading.local()
+        self._choosing = threading.Lock()
 
     @property
     def backend(self) -> Backend:
@@ -74,7 +80,7 @@ class Serializer:
                 if self._choose is not None:
                     backend, self.fallback, note = self._choose()
                     if note:
-                        from .._boot import warn
+                        from .._warn import warn
 
                         warn(note)
                     self._backend, self._choose = backend, None

@@ -28,7 +28,6 @@ on unserialized, with a record, rather than "taking over" from a live process).
 from __future__ import annotations
 
 import itertools
-import os
 import socket
 import threading
 import time
@@ -36,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Held, LockTimeout, Unreachable, process_nonce
+from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
 
@@ -76,7 +75,10 @@ class StoreBackend:
         self._address = (env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
         self.prefix = f"/fsguard/lock/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self._reset()
-        os.register_at_fork(after_in_child=self._reset)
+        forkable(self)
+
+    def after_fork_in_child(self) -> None:
+        self._reset()
 
     def _reset(self) -> None:
         """Fresh state (also in a forked child: the parent's connection and renewal thread are not ours)."""
@@ -201,6 +203,8 @@ class StoreBackend:
             raise self._broken(error) from error
 
     def release(self, held: Held) -> None:
+        if held.forked():
+            return  # a forked child's copy: the lease is the parent's, renewed and given back by it
         lease: _Lease = held.token
         with self._cond:
             self._held.pop(id(held), None)

@@ -107,9 +107,9 @@ def main() -> None:
     gathered_errors: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered_errors, errors)
     if rank == 0:
-        from fsguard import patching  # which backend served this job, for the test to check
+        from fsguard.state import STATE  # which backend served this job, for the test to check
 
-        backend = getattr(patching._serializer, "backend", None)
+        backend = getattr(STATE.serializer, "backend", None)
         print(
             json.dumps(
                 {

@@ -1,0 +1,84 @@
+"""The one process state of fsguard, and the one at-fork hook that keeps a forked child from inheriting
+held locks.
+
+``STATE`` holds what an active fsguard knows about this process: the settings, the launch, the original
+functions it patched, the serializer (``FSGUARD_SERIALIZE=1``), the rules' numbers, and the memory of its own
+guarded calls (the one ``deque`` the happy path appends to). ``patching.install`` fills it, ``uninstall`` of
+the last operation empties it again.
+
+Forks: ranks fork while another thread may be inside fsguard (DataLoader workers, compile pools, async
+checkpoints). A fork copies only the forking thread, so a lock another thread held at that moment would stay
+held in the child forever, and a descriptor it held is shared with the child. ``os.register_at_fork`` is
+called once, here: in the child, ``STATE``'s lock is made anew and each module that keeps locks or
+descriptors (memory, records, the lock backends) runs the reset it registered with ``at_fork``. Registered
+resets are module functions, never bound methods: a backend object is reached through a weak set.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+
+from . import config, launcher
+
+TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+MEMORY_SIZE = 4096
+
+
+class State:
+    """What an active fsguard knows about this process (one instance: ``STATE``)."""
+
+    __slots__ = ("launch", "lock", "memory", "originals", "rules_for", "serializer", "settings")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # install/uninstall
+        # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): see fsguard.memory
+        self.memory: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=MEMORY_SIZE)
+        self.originals: dict[str, Any] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to "not installed": default settings, no launch, no originals, no serializer, no rules."""
+        self.settings: config.Settings = config.Settings()
+        self.launch: launcher.Launch | None = None
+        self.originals.clear()
+        self.serializer: Any = None  # fsguard.locks.Serializer when FSGUARD_SERIALIZE=1
+        self.rules_for: tuple[object, Any] | None = None  # (the settings they were made from, guards.Rules)
+
+
+STATE = State()
+
+
+def set_serializer(serializer: Any) -> Any:
+    """Serialize guarded calls with ``serializer`` (a ``fsguard.locks.Serializer``), or stop with None.
+
+    For tests and benchmarks that compare backends in one process; returns the serializer it replaces."""
+    before = STATE.serializer
+    STATE.serializer = serializer
+    return before
+
+
+_child_resets: list[Callable[[], None]] = []
+
+
+def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
+    """Run ``reset`` in every forked child (a module function: it stays alive as long as the process)."""
+    _child_resets.append(reset)
+    return reset
+
+
+def _after_fork_in_child() -> None:
+    STATE.lock = threading.RLock()
+    for reset in _child_resets:
+        try:
+            reset()
+        except Exception:  # noqa: BLE001 - a failed reset must not break the child
+            pass
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

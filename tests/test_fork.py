@@ -1,0 +1,79 @@
+"""Forking while fsguard is busy in another thread (DataLoader workers, compile pools, async checkpoints).
+
+A fork copies only the forking thread: every lock another thread held at that moment stays held in the child
+forever, and every descriptor it held is shared with the child. ``fsguard.state``'s one at-fork hook gives the
+child fresh locks and closes the lock descriptors it inherited; the file backend gives a lock back with
+``flock(LOCK_UN)`` before closing, so a parent's release holds even while children keep a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TORCHRUN_ENV, clean_env
+
+WORKER = Path(__file__).resolve().parent / "workers" / "fork_worker.py"
+
+
+def test_forks_while_a_thread_decides_and_records(fsguard_python: Path, tmp_path: Path) -> None:
+    env = {"FSGUARD": "force", "FSGUARD_LOG": str(tmp_path / "logs"), "FSGUARD_SETTLE_S": "0"}
+    result = subprocess.run(
+        [str(fsguard_python), str(WORKER), "stress", str(tmp_path), "200"],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["absorbed"] > 0 and "fsguard: absorbed makedirs" in result.stderr, out  # the thread did record
+    assert (out["forks"], out["hung"], out["failed"]) == (200, 0, 0), out
+
+
+@pytest.mark.parametrize("lock", ["file", "store"])
+def test_long_lived_forked_children_keep_no_lock(
+    fsguard_python: Path, tmp_path: Path, lock: str, request: pytest.FixtureRequest
+) -> None:
+    env = dict(
+        TORCHRUN_ENV,
+        WORLD_SIZE="2",
+        LOCAL_WORLD_SIZE="2",
+        FSGUARD="1",
+        FSGUARD_SERIALIZE="1",
+        FSGUARD_LOCK=lock,
+        FSGUARD_LOCK_TIMEOUT="20",
+        FSGUARD_STDERR="0",
+        FSGUARD_LOG=str(tmp_path / "logs"),
+    )
+    if lock == "store":
+        env["MASTER_PORT"] = str(request.getfixturevalue("store_port"))
+    ready = tmp_path / "ready"
+    forker = subprocess.Popen(
+        [str(fsguard_python), str(WORKER), "forker", str(tmp_path), str(ready), "20"],
+        env=clean_env(dict(env, RANK="0", LOCAL_RANK="0")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        peer = subprocess.run(
+            [str(fsguard_python), str(WORKER), "peer", str(tmp_path), str(ready), "5"],
+            env=clean_env(dict(env, RANK="1", LOCAL_RANK="1")),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        out, err = forker.communicate(timeout=300)
+    finally:
+        forker.kill()
+    assert peer.returncode == 0, peer.stderr[-2000:]
+    assert forker.returncode == 0, err[-2000:]
+    forked = json.loads(out.strip().splitlines()[-1])
+    assert forked["children"] == 20 and forked["statuses"] == [0] * 20 and forked["replaces"] > 0, forked
+    waited = json.loads(peer.stdout.strip().splitlines()[-1])
+    # Each call holds the lock for one replace (microseconds); a lock kept by the children lasted seconds.
+    assert waited["calls"] > 0 and waited["worst_s"] < 1.0, waited

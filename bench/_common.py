@@ -10,40 +10,26 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import venv
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fsguard.launcher import JOB_VARIABLE_PREFIXES  # the bench scripts run with the repository on sys.path
+# the bench scripts run with the repository on sys.path: venvs, environments and ports are the tests' own
+from tests.support import env as _env
+from tests.support import venvs as _venvs
+from tests.support.env import ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-TORCHRUN_ENV = {
-    "RANK": "1",
-    "LOCAL_RANK": "1",
-    "WORLD_SIZE": "4",
-    "LOCAL_WORLD_SIZE": "4",
-    "TORCHELASTIC_RUN_ID": "bench",
-    "MASTER_ADDR": "127.0.0.1",
-    "MASTER_PORT": "29500",
-}
+TORCHRUN_ENV = dict(_env.TORCHRUN_ENV, TORCHELASTIC_RUN_ID="bench")
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This environment without fsguard or launcher variables or PYTHONPATH, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(JOB_VARIABLE_PREFIXES)}
-    env.pop("PYTHONPATH", None)
-    if extra:
-        env.update(extra)
-    return env
+    """This environment without fsguard or launcher variables or PYTHONPATH, plus ``extra`` (bytecode as is)."""
+    return _env.clean_env(extra, bytecode=True)
 
 
 def _wrapt_version(python: str = sys.executable) -> str:
@@ -126,25 +112,7 @@ class Workspace:
 
     def wheel(self) -> Path:
         if self._wheel is None:
-            out = self.path / "wheel"
-            shutil.rmtree(out, ignore_errors=True)
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "wheel",
-                    "-q",
-                    "--no-deps",
-                    "--no-build-isolation",
-                    "-w",
-                    str(out),
-                    str(ROOT),
-                ],
-                check=True,
-                env=clean_env(),
-            )
-            (self._wheel,) = out.glob("fsguard-*.whl")
+            self._wheel = _venvs.build_wheel(self.path / "wheel")
         return self._wheel
 
     def venv(self, name: str, *, fsguard: bool = True, wrapt: str = "link") -> Path | None:
@@ -153,43 +121,14 @@ class Workspace:
         ``wrapt="link"`` links this interpreter's wrapt (the version under test, no network);
         any other value is a pip requirement fetched from the package index (``wrapt==2.1.*``).
         """
-        if name in self._venvs:
-            return self._venvs[name]
-        where = self.path / name
-        venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(where)
-        python = where / "bin" / "python"
-        purelib = subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=clean_env(),
-        ).stdout.strip()
-        pip = [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "-q",
-            "--no-deps",
-            "--disable-pip-version-check",
-        ]
-        try:
-            if fsguard:
-                subprocess.run([*pip, str(self.wheel())], check=True, env=clean_env())
-            if wrapt == "link":
-                wrapt_dir = Path(__import__("wrapt").__file__).parent
-                (Path(purelib) / "wrapt").symlink_to(wrapt_dir)
-            else:
-                subprocess.run([*pip, wrapt], check=True, env=clean_env(), capture_output=True, timeout=300)
-        except (subprocess.SubprocessError, OSError) as error:
-            print(f"bench: cannot make venv {name} ({error}); skipping what needs it", file=sys.stderr)
-            self._venvs[name] = None
-            return None
-        self._venvs[name] = python
-        return python
+        if name not in self._venvs:
+            try:
+                wheel = self.wheel() if fsguard else None
+                self._venvs[name] = _venvs.make_venv(self.path / name, wheel, wrapt=wrapt)
+            except (subprocess.SubprocessError, OSError) as error:
+                print(f"bench: cannot make venv {name} ({error}); skipping what needs it", file=sys.stderr)
+                self._venvs[name] = None
+        return self._venvs[name]
 
 
 def has_fsguard_locks(python: Path) -> bool:

@@ -43,11 +43,9 @@ def _start() -> None:
     from . import launcher
 
     launch = launcher.detect(os.environ)
-    if settings.mode != "force":
-        if launch is None or not launch.distributed:
-            return
-        if launcher.is_launcher_process(sys.orig_argv if hasattr(sys, "orig_argv") else sys.argv):
-            return
+    active, _ = launcher.activation(settings.mode, launch, getattr(sys, "orig_argv", sys.argv))
+    if not active:
+        return
     from . import patching
 
     patching.install(settings.ops, settings=settings)

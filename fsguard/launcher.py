@@ -140,3 +140,22 @@ def is_launcher_process(argv: Sequence[str]) -> bool:
         if arg == "-m" and i + 1 < len(args) and args[i + 1] in _LAUNCHER_MODULES:
             return True
     return False
+
+
+def activation(mode: str, launch: Launch | None, argv: Sequence[str] | None) -> tuple[bool, str]:
+    """Whether fsguard patches a process (``mode`` from ``FSGUARD``, ``argv``: its command line), and why.
+
+    The one rule, used by startup and by ``fsguard status``. ``argv`` None means a command line that is not a
+    launcher's agent (a rank's): ``status`` runs in a process of its own, so its own command line says nothing.
+    """
+    if mode == "off":
+        return False, "FSGUARD is not set to 1 or force"
+    if mode == "force":
+        return True, "FSGUARD=force"
+    if launch is None:
+        return False, "no distributed launcher detected"
+    if not launch.distributed:
+        return False, f"{launch.launcher} reports a single process"
+    if argv is not None and is_launcher_process(argv):
+        return False, f"the launcher's own agent ({' '.join(argv[:3])}) is never patched, only its ranks"
+    return True, f"{launch.launcher} rank {launch.rank} of {launch.world_size}"

@@ -12,6 +12,7 @@ import os
 import threading
 
 from . import state
+from .state import resolve_fds as resolve_fds  # what the happy path remembers: see fsguard.state
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
@@ -48,32 +49,6 @@ def norm(path: Any, cwd: str | None = None) -> str:
     if cwd is None or os.path.isabs(text):
         return os.path.abspath(text)
     return os.path.normpath(os.path.join(cwd, text))
-
-
-_FD_ARGUMENTS = {"src_dir_fd": 0, "dst_dir_fd": 1, "dir_fd": 0}  # keyword -> position of the path it anchors
-
-
-def resolve_fds(entry: Entry) -> Entry:
-    """An entry whose call used directory descriptors, with its paths resolved through ``/proc/self/fd``.
-
-    Called only for calls with keyword arguments (rare on the happy path): the descriptors may be closed by
-    the time a decision asks, so they are read now. Unresolvable entries are returned unchanged (the index
-    skips them).
-    """
-    op, args, kwargs = entry[0], entry[1], entry[2]
-    if not any(kwargs.get(name) is not None for name in _FD_ARGUMENTS):
-        return entry
-    try:
-        paths = list(args) if args else [kwargs["path"]] if op == "rmtree" else [kwargs["src"], kwargs["dst"]]
-        for name, position in _FD_ARGUMENTS.items():
-            fd = kwargs.get(name)
-            if fd is not None:
-                value: str | bytes = os.fspath(paths[position])
-                text = os.fsdecode(value) if isinstance(value, bytes) else value
-                paths[position] = os.path.join(os.readlink(f"/proc/self/fd/{fd}"), text)
-    except (OSError, KeyError, IndexError, TypeError, ValueError):
-        return entry
-    return (op, tuple(paths), {}, *entry[3:])
 
 
 def _ancestry(path: str) -> list[str]:

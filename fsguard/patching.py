@@ -15,8 +15,7 @@ import time
 import wrapt
 
 from . import config, launcher, runtime
-from .memory import resolve_fds
-from .state import STATE
+from .state import STATE, resolve_fds
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -35,13 +34,35 @@ TARGETS: dict[str, tuple[ModuleType, str, str]] = {
 }
 
 
+class _Rule:
+    """``fsguard.guards.<module>.<function>``, imported at its first call (the first failure), not at startup."""
+
+    __slots__ = ("function", "module")
+
+    def __init__(self, module: str, function: str = "decide") -> None:
+        self.module = f"fsguard.guards.{module}"
+        self.function = function
+
+    def load(self) -> Callable[..., Any]:
+        found: Callable[..., Any] = getattr(__import__(self.module, fromlist=[self.function]), self.function)
+        return found
+
+    def __call__(self, *args: Any) -> Any:
+        return self.load()(*args)
+
+
 def _rule(module: str, function: str = "decide") -> Callable[..., Any]:
-    """``fsguard.guards.<module>.<function>``, imported when first called (at the first failure)."""
+    return _Rule(module, function)
 
-    def call(*args: Any) -> Any:
-        return getattr(__import__(f"fsguard.guards.{module}", fromlist=[function]), function)(*args)
 
-    return call
+def load_policy() -> None:
+    """Import the rules and the evidence now rather than at the first failure: for a process about to lose
+    access to its own site-packages (dropping privileges to a user that cannot read them, ``chroot``).
+    Without it such a process still runs: a rule that cannot be imported re-raises the original error."""
+    for rule in [*_DECIDE.values(), _Rule("rmtree", "run")]:
+        if isinstance(rule, _Rule):
+            rule.load()
+    _rules()
 
 
 _DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], Verdict]] = {
@@ -221,9 +242,16 @@ def _rmtree_wrapper() -> Callable[..., Any]:
             wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
             return None
-        from .guards import rmtree as rmtree_rule
+        try:
+            from .guards import rmtree as rmtree_rule
 
-        verdict = rmtree_rule.run(wrapped, args, kwargs, _rules(), use_onexc)
+            rules = _rules()
+        except Exception as failure:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
+            _rule_failed("rmtree", failure)
+            result = wrapped(*args, **kwargs)
+            remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
+            return result
+        verdict = rmtree_rule.run(wrapped, args, kwargs, rules, use_onexc)
         remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
         if verdict is not None:
             _settle(verdict, "rmtree", args, kwargs, verdict.detail.pop("error", None))

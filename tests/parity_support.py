@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from fsguard.records import Record, parse_line
+from fsguard.records import Record
 from tests.conftest import clean_env
+from tests.support.records import from_lines
 from tests.workers import parity_cases as cases
 
 WORKER = Path(cases.__file__).resolve()
@@ -118,13 +119,8 @@ def collect(python: Path, root: Path) -> Iterator[Outcomes]:
 
 
 def records(lines: list[str]) -> list[Record]:
-    found = []
-    for line in lines:
-        assert line.startswith("fsguard: "), f"unexpected stderr line: {line!r}"
-        record = parse_line(line)
-        assert record is not None, f"an fsguard: line that is not a record: {line!r}"
-        found.append(record)
-    return found
+    """A row's stderr: every line must be a record."""
+    return from_lines(lines, only_records=True)
 
 
 def row_params() -> list[Any]:

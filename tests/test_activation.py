@@ -309,6 +309,11 @@ def test_status_json_reports_launcher_and_settings(fsguard_python: Path) -> None
     settle = next(s for s in info["settings"] if s["name"] == "FSGUARD_SETTLE_S")
     assert settle == {"name": "FSGUARD_SETTLE_S", "value": "5", "default": "2.0", "help": settle["help"]}
     assert info["problems"] == []
+    assert info["launcher_process"] is None  # judged for a rank, not for the status command itself
+    agent = _status(fsguard_python, {"FSGUARD": "1", **TORCHRUN_ENV}, "--json", "--command", "torchrun --nnodes 2 t.py")
+    info = json.loads(agent.stdout)
+    assert info["launcher_process"] is True and info["would_patch"] is False, info
+    assert "launcher's own agent" in info["reason"]
 
 
 def test_status_lists_problems(fsguard_python: Path) -> None:
@@ -339,3 +344,51 @@ def test_editable_install_has_the_pth(tmp_path: Path) -> None:
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(root)], check=True)
     info, _ = state(python, {"FSGUARD": "force", "PYTHONPATH": str(Path(__import__("wrapt").__file__).parent.parent)})
     assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+
+
+def test_a_crashing_rule_warns_once_and_reraises_the_original(fsguard_python: Path, tmp_path: Path) -> None:
+    code = f"""
+        import os
+        from fsguard import patching
+
+        def broken(*args):
+            raise RuntimeError("rule bug")
+
+        patching._DECIDE["makedirs"] = broken
+        os.mkdir({str(tmp_path / "d")!r})
+        for _ in range(2):
+            try:
+                os.makedirs({str(tmp_path / "d")!r})
+            except FileExistsError as error:
+                print(type(error).__name__, error.errno, error.filename == {str(tmp_path / "d")!r})
+    """
+    result = run_python(fsguard_python, code, {"FSGUARD": "force"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["FileExistsError 17 True"] * 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("fsguard:")]
+    assert len(lines) == 1 and "makedirs rule failed (RuntimeError: rule bug)" in lines[0], result.stderr
+
+
+def test_busy_nests_and_uninstall_leaves_a_clean_state(fsguard_python: Path) -> None:
+    code = """
+        import fsguard
+        from fsguard import config, locks, runtime, state
+        with runtime.Busy():
+            with runtime.Busy():
+                pass
+            assert runtime.busy()  # the inner block restored the outer's mark
+        assert not runtime.busy()
+        fsguard.install()
+        assert state.STATE.serializer is not None and runtime.settings.serialize
+        fsguard.uninstall()
+        s = state.STATE
+        assert (s.serializer, s.originals, s.launch, s.rules_for) == (None, {}, None, None)
+        assert s.settings == config.Settings() and not runtime.settings.serialize
+        before = state.set_serializer(locks.serializer(config.load({"FSGUARD_SERIALIZE": "1"}), None))
+        assert before is None and s.serializer is not None
+        state.set_serializer(None)
+        print("ok")
+    """
+    result = run_python(fsguard_python, code, {"FSGUARD": "force", "FSGUARD_SERIALIZE": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from fsguard.records import Record, parse_line
+from fsguard.records import Record
 from tests.cluster.fixtures import WORKLOADS, job_env, make_cluster, needs_cluster  # noqa: F401 (fixture)
 from tests.cluster.harness import Cluster, RunResult, cluster, free_port, mounts_under
 from tests.cluster.workloads._common import RESULT_SUBDIRS as SUBDIRS
 from tests.cluster.workloads._common import payload
 from tests.conftest import clean_env
+from tests.support.records import from_lines, from_log_dir
 
 pytestmark = [pytest.mark.cluster, pytest.mark.fuse, needs_cluster]
 
@@ -42,23 +43,7 @@ ERRORS = {
 
 def records(result: RunResult) -> list[Record]:
     """Every fsguard record line on every node's stderr."""
-    found = []
-    for node in result.nodes:
-        for line in node.stderr.splitlines():
-            rec = parse_line(line)
-            if rec is not None:
-                found.append(rec)
-    return found
-
-
-def jsonl_records(log_dir: Path) -> list[Record]:
-    found = []
-    for path in sorted(log_dir.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            rec = parse_line(line)
-            assert rec is not None, f"unparsable line in {path.name}: {line!r}"
-            found.append(rec)
-    return found
+    return from_lines(line for node in result.nodes for line in node.stderr.splitlines())
 
 
 def assert_absorbed_at(recs: list[Record], script: str, output: str) -> None:
@@ -304,7 +289,7 @@ def test_torchrun_job_survives_with_fsguard(
     CHECKS[script](made.backing, recs, WORLD, NODES)
     assert_only_workers_patched(made.root / "probe", script, agents=NODES, workers=WORLD)
     # The per-process JSONL files hold exactly the records written on stderr.
-    assert sorted(r.to_json() for r in jsonl_records(made.root / "records")) == sorted(r.to_json() for r in recs)
+    assert sorted(r.to_json() for r in from_log_dir(made.root / "records")) == sorted(r.to_json() for r in recs)
     # Equal pids across nodes are asserted by the harness test; which workers end up recording an absorbed
     # collision varies with timing, so the per-run pid sets are not compared here.
     if script == "checkpoint_loop.py":

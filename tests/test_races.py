@@ -165,6 +165,10 @@ def test_race_happens_without_fsguard(fsguard_python: Path, tmp_path: Path, race
 
 @pytest.mark.parametrize("race", RACES, ids=lambda r: r.op)
 def test_race_absorbed_with_fsguard(fsguard_python: Path, tmp_path: Path, race: Race) -> None:
+    check_race_absorbed(fsguard_python, tmp_path, race)
+
+
+def check_race_absorbed(fsguard_python: Path, tmp_path: Path, race: Race) -> None:
     """With FSGUARD=1 every call succeeds, the result is right, and each absorption is recorded in full."""
     job = run_job(fsguard_python, race, tmp_path, guarded=True)
     assert failures(job) == [], job.stderr  # (stderr says why fsguard did not absorb, or was not active)
@@ -344,6 +348,10 @@ ENTRIES_ADDED_MID_WALK = """
 
 @pytest.mark.parametrize("variant", ["same", "replace"])
 def test_rmtree_retries_a_directory_that_gained_entries_mid_walk(fsguard_python: Path, variant: str) -> None:
+    check_rmtree_retry(fsguard_python, variant)
+
+
+def check_rmtree_retry(fsguard_python: Path, variant: str) -> None:
     """Race 4's ENOTEMPTY: a peer (or NFS's ``.nfsXXXX`` files) adds an entry to a directory rmtree just emptied.
     The standard rmtree fails; fsguard removes that same directory again (bounded) and records it. If a
     *different* directory stands there by then, it is not fsguard's to remove: the error is raised as without."""
@@ -448,6 +456,10 @@ RENAMED_MID_WALK = """
 
 
 def test_rmtree_of_a_tree_a_peer_renamed_mid_walk_is_a_hazard(fsguard_python: Path) -> None:
+    check_rmtree_hazard(fsguard_python)
+
+
+def check_rmtree_hazard(fsguard_python: Path) -> None:
     """Race 4's rename: a peer renames the tree this rank is emptying. The standard rmtree fails on the top;
     fsguard absorbs it, finds the tree under its new name by the inode the walk started on, and says in a
     ``hazard`` record that the renamed tree may be missing entries."""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, clean_env
+from tests.support.cli import run_cli
 
 DATA = ROOT / "tests" / "data" / "audit"
 GUARDED = DATA / "guarded"
@@ -21,15 +22,7 @@ SYNTHETIC = DATA / "synthetic" / "records.jsonl"
 
 
 def fsguard(python: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(python), "-m", "fsguard", *args],
-        check=False,
-        env=clean_env({"TZ": "UTC"}),
-        input=stdin,
-        capture_output=True,
-        timeout=60,
-    )
-    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+    return run_cli(python, *args, env={"TZ": "UTC"}, stdin=stdin)
 
 
 def report_json(python: Path, *args: str, stdin: bytes | None = None) -> tuple[int, dict[str, Any], str]:

@@ -12,22 +12,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, clean_env
+from tests.conftest import ROOT
+from tests.support.cli import run_cli
 
 DATA = ROOT / "tests" / "data" / "audit"
 UNGUARDED = DATA / "unguarded"
 
 
 def fsguard(python: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(python), "-m", "fsguard", *args],
-        check=False,
-        env=clean_env({"TZ": "UTC"}),
-        input=stdin,
-        capture_output=True,
-        timeout=60,
-    )
-    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+    return run_cli(python, *args, env={"TZ": "UTC"}, stdin=stdin)
 
 
 def scan_json(python: Path, *args: str, stdin: bytes | None = None) -> tuple[int, dict[str, Any]]:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +25,8 @@ import pytest
 from tests.cluster.fixtures import job_env, make_cluster, needs_cluster  # noqa: F401 (fixture)
 from tests.cluster.harness import Cluster
 from tests.conftest import clean_env, run_python
+from tests.support.net import free_port
+from tests.support.records import json_records as records
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 MULTI_NODE = {
@@ -37,19 +37,6 @@ MULTI_NODE = {
     "TORCHELASTIC_RUN_ID": "test",
     "MASTER_ADDR": "127.0.0.1",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def records(log_dir: Path) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for path in sorted(log_dir.glob("*.jsonl")) if log_dir.is_dir() else []:
-        found.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return found
 
 
 def wait_for(path: Path, timeout: float = 60) -> None:
@@ -356,7 +343,7 @@ def test_keys_are_normalised_and_ordered() -> None:
     assert stripe("/x/y") == stripe(os.path.normpath("/x/./y")) and len(stripe("/x")) == 3
 
 
-def test_choice_of_backend() -> None:
+def test_choice_of_backend(fsguard_python: Path) -> None:
     from fsguard import launcher
     from fsguard.locks import choose, single_node
 
@@ -369,6 +356,17 @@ def test_choice_of_backend() -> None:
     assert backend is not None and fallback is not None and (backend.name, fallback.name) == ("store", "file")
     assert backend.scope == "job" and getattr(backend, "lease_s", None) == 10.0
     assert choose("off", 30, launch, MULTI_NODE) == (None, None, None)
-    if "torch.distributed" not in sys.modules:  # no store to find: file locks, with a note saying so
-        backend, fallback, note = choose("auto", 30, launch, MULTI_NODE)
-        assert backend is not None and backend.name == "file" and fallback is None and note and "MASTER" in note
+    # No store to find: file locks, with a note saying so. In a fresh interpreter, where torch.distributed is
+    # not imported (other tests of this process import it, which would make a store worth looking for).
+    code = f"""
+        import json, sys
+        from fsguard import launcher
+        from fsguard.locks import choose
+        env = {dict(MULTI_NODE)!r}
+        backend, fallback, note = choose("auto", 30, launcher.detect(env), env)
+        print(json.dumps([backend.name, fallback, note, "torch.distributed" in sys.modules]))
+    """
+    result = run_python(fsguard_python, code, {})
+    assert result.returncode == 0, result.stderr
+    name, fallback_name, note, imported = json.loads(result.stdout)
+    assert (name, fallback_name, imported) == ("file", None, False) and "MASTER" in note, result.stdout

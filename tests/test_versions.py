@@ -39,6 +39,7 @@ import pytest
 from tests import parity_support as parity
 from tests import test_races as races
 from tests.conftest import TORCHRUN_ENV, run_python
+from tests.support import venvs
 
 DEFAULT_VERSIONS = ("3.10", "3.12", "3.13")
 OVERRIDE = "FSGUARD_TEST_PYTHONS"
@@ -94,19 +95,6 @@ def _versions() -> list[str]:
     return sorted(set(DEFAULT_VERSIONS) | extra, key=lambda v: tuple(map(int, v.split("."))))
 
 
-_COVERAGE_START = """\
-import os
-
-if os.environ.get("COVERAGE_PROCESS_START"):
-    try:
-        import coverage
-
-        coverage.process_startup()
-    except ImportError:
-        pass
-"""
-
-
 @dataclass(frozen=True)
 class Venv:
     version: str
@@ -119,14 +107,7 @@ def _measure(python: Path) -> None:
     Not installable: this venv is not measured, the tests run all the same."""
     if subprocess.run([str(python), *PIP, "coverage[toml]"], capture_output=True, timeout=300).returncode != 0:
         return
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(purelib) / "_fsguard_coverage_start.py").write_text(_COVERAGE_START)
-    (Path(purelib) / "00-fsguard-coverage.pth").write_text("import _fsguard_coverage_start\n")
+    venvs.measure_coverage(venvs.purelib(python), None)
 
 
 def _build(version: str, base: Path, where: Path, wheel: Path) -> Venv:
@@ -216,16 +197,16 @@ def test_race(venv: Venv, tmp_path: Path, race: races.Race) -> None:
     lost = races.failures(job)
     assert lost, f"{race.op}: the race never happened in {race.iterations} iterations"
     assert {(f["call"], f["type"], f["errno"]) for f in lost} == {(race.op, *race.error)}
-    races.test_race_absorbed_with_fsguard(venv.python, tmp_path / "with", race)
+    races.check_race_absorbed(venv.python, tmp_path / "with", race)
 
 
 @pytest.mark.parametrize("variant", ["same", "replace"])
 def test_rmtree_retry_of_a_directory_that_gained_entries(venv: Venv, variant: str) -> None:
     """The retry must know the directory the walk emptied from this version's rmtree ("replace": a peer's
     new directory standing there is left alone)."""
-    races.test_rmtree_retries_a_directory_that_gained_entries_mid_walk(venv.python, variant)
+    races.check_rmtree_retry(venv.python, variant)
 
 
 def test_rmtree_of_a_tree_a_peer_renamed_is_a_hazard(venv: Venv) -> None:
     """The renamed tree must be found by the inode this version's rmtree started on."""
-    races.test_rmtree_of_a_tree_a_peer_renamed_mid_walk_is_a_hazard(venv.python)
+    races.check_rmtree_hazard(venv.python)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import sysconfig
 from typing import Any
@@ -15,6 +16,12 @@ from .._version import __version__
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--command",
+        metavar="CMDLINE",
+        help="judge a process started with this command line (e.g. 'torchrun --nproc-per-node 4 train.py'): "
+        "a launcher's own agent is never patched. Default: a rank's command line",
+    )
 
 
 def _pth_locations() -> list[str]:
@@ -34,23 +41,19 @@ def _pth_locations() -> list[str]:
     return found
 
 
-def gather(env: Any = None) -> dict[str, Any]:
+def gather(env: Any = None, command: str | None = None) -> dict[str, Any]:
+    """What startup would decide in a process of this environment: a rank's, or one started as ``command``.
+
+    Not this process's own command line: ``fsguard status`` is never a launcher's agent, so judging its own
+    ``argv`` would always say "not the launcher" whatever the job looks like.
+    """
     env = os.environ if env is None else env
     settings = config.load(env)
     launch = launcher.detect(env)
-    argv = getattr(sys, "orig_argv", sys.argv)
+    argv = shlex.split(command) if command is not None else None
     problems = list(settings.problems)
     problems += [f"{name} is not a known fsguard setting" for name in config.unknown_variables(env)]
-    if settings.mode == "off":
-        active, why = False, "FSGUARD is not set to 1 or force"
-    elif settings.mode == "force":
-        active, why = True, "FSGUARD=force"
-    elif launch is None:
-        active, why = False, "no distributed launcher detected"
-    elif not launch.distributed:
-        active, why = False, f"{launch.launcher} reports a single process"
-    else:
-        active, why = True, f"{launch.launcher} rank {launch.rank} of {launch.world_size}"
+    active, why = launcher.activation(settings.mode, launch, argv)
     try:
         from .. import patching
 
@@ -75,7 +78,8 @@ def gather(env: Any = None) -> dict[str, Any]:
         },
         "operations": list(settings.ops) if active else [],
         "patched_in_this_process": patched_here,
-        "launcher_process": launcher.is_launcher_process(argv),
+        "command": command,
+        "launcher_process": None if argv is None else launcher.is_launcher_process(argv),
         "settings": [
             {"name": v.name, "value": env.get(v.name), "default": v.default, "help": v.help} for v in config.VARIABLES
         ],
@@ -84,7 +88,7 @@ def gather(env: Any = None) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    info = gather()
+    info = gather(command=args.command)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0

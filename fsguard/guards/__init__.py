@@ -7,18 +7,19 @@ job already did the same thing) or re-raise it unchanged. Rules never patch, loc
 
 from __future__ import annotations
 
-from .._values import Frozen
+from .._values import Frozen, Value
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from typing import Any
 
 
-class Verdict(Frozen):
+class Verdict(Value):
     """What to do with a failed call.
 
     ``absorb``: return as if the call had succeeded. ``decision``: the record to write (``absorbed``,
-    ``hazard`` or ``conflict``), or None for a plain re-raise that needs no record.
+    ``hazard`` or ``conflict``), or None for a plain re-raise that needs no record. A plain (unhashable)
+    value, not ``Frozen``: ``detail`` is a dict, which the mechanism may still read from (rmtree's error).
     """
 
     _fields = ("absorb", "decision", "evidence", "waited_s", "detail")

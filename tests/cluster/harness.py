@@ -27,13 +27,14 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.net import free_port as free_port
 
 Command = Sequence[str] | Callable[[int], Sequence[str]]
 
@@ -76,13 +77,6 @@ def unavailable_reason() -> str | None:
     if probe.returncode != 0:
         return f"unshare failed: {probe.stderr.strip()}"
     return None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (for a launcher's master port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -1,0 +1,107 @@
+"""fsguard's wheel built from the working tree, and fresh venvs with it installed: what ``pip install`` gives.
+
+Tests (``tests/conftest.py``, ``tests/test_versions.py``) and benchmarks (``bench/_common.py``) make theirs here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+from .env import ROOT, clean_env
+
+COVERAGE_START = """\
+\"\"\"Starts coverage.py in this interpreter when COVERAGE_PROCESS_START is set (scripts/test.sh sets it).\"\"\"
+import os
+import sys
+
+if os.environ.get("COVERAGE_PROCESS_START"):
+    {extend}
+    try:
+        import coverage
+
+        coverage.process_startup()
+    except ImportError:
+        pass
+    finally:
+        {restore}
+"""
+
+
+def build_wheel(out: Path) -> Path:
+    """fsguard's wheel, built from the working tree into ``out`` (emptied first)."""
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+        check=True,
+        env=clean_env(),
+    )
+    (built,) = out.glob("fsguard-*.whl")
+    return built
+
+
+def purelib(python: Path) -> Path:
+    """The site-packages directory of ``python``'s environment."""
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+    )
+    return Path(out.stdout.strip())
+
+
+PIP = ("-m", "pip", "--disable-pip-version-check")
+
+
+def pip_install(python: Path, *requirements: str, timeout: float = 300) -> None:
+    """Install with this interpreter's pip into ``python``'s environment (no pip inside it: faster)."""
+    subprocess.run(
+        [sys.executable, *PIP, "--python", str(python), "install", "-q", "--no-deps", *requirements],
+        check=True,
+        env=clean_env(),
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+def make_venv(where: Path, wheel: Path | None, *, wrapt: str = "link", test_deps: bool = False) -> Path:
+    """A fresh venv at ``where``; returns its python.
+
+    ``wheel``: fsguard's wheel to install (None: a venv without fsguard). ``wrapt="link"`` links this
+    interpreter's wrapt (the version under test, no network); another value is a pip requirement
+    (``wrapt==2.1.*``). ``test_deps``: torch, filelock, coverage... of this environment importable after the
+    venv's own packages.
+    """
+    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(where)
+    python = where / "bin" / "python"
+    site = purelib(python)
+    if wheel is not None:
+        pip_install(python, str(wheel), timeout=120)
+    if wrapt == "link":
+        (site / "wrapt").symlink_to(Path(__import__("wrapt").__file__).parent)
+    else:
+        pip_install(python, wrapt)
+    if test_deps:
+        import sysconfig
+
+        (site / "zz_fsguard_testdeps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return python
+
+
+def measure_coverage(site: Path, coverage_dir: str | None) -> None:
+    """Start coverage in every interpreter of the environment of ``site``, from before ``fsguard.pth`` runs
+    (``.pth`` files run in name order: ``00-fsguard-coverage.pth`` first). ``coverage_dir``: where coverage is
+    importable from (this environment's), or None when the venv has coverage installed itself."""
+    if coverage_dir is None:
+        extend = restore = "pass"
+    else:
+        extend = f"sys.path.append({coverage_dir!r})"
+        # coverage stays loaded; nothing else of the test environment leaks in
+        restore = f"sys.path.remove({coverage_dir!r})"
+    (site / "_fsguard_coverage_start.py").write_text(COVERAGE_START.format(extend=extend, restore=restore))
+    (site / "00-fsguard-coverage.pth").write_text("import _fsguard_coverage_start\n")

@@ -1,19 +1,29 @@
 """fsguard: make concurrent filesystem calls of a distributed job idempotent where a peer already did the work.
 
-Importing this package is cheap (it runs in every interpreter where ``FSGUARD`` is set): it imports only the
-leaf ``_version``, and nothing imports wrapt, logging or json until a function below is used.
+Importing this package is cheap (it runs in every interpreter where ``FSGUARD`` is set): it imports nothing
+(``__version__`` is read from the leaf ``_version`` when asked for), and nothing imports wrapt, logging or json
+until a function below is used.
 """
 
 from __future__ import annotations
-
-from ._version import __version__
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from ._version import __version__ as __version__
+
 
 __all__ = ["__version__", "guarded", "install", "installed", "uninstall"]
+
+
+def __getattr__(name: str) -> str:
+    """``fsguard.__version__``, from ``_version`` on first use (startup does not need it)."""
+    if name == "__version__":
+        from ._version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def install(ops: Iterable[str] | None = None) -> list[str]:

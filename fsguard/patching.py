@@ -14,8 +14,8 @@ import time
 
 import wrapt
 
-from . import config, launcher, runtime
-from .state import STATE, resolve_fds
+from . import config, launcher
+from .state import STATE, Busy, busy, resolve_fds
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -131,6 +131,8 @@ def _settle(
         shown = list(args[:2] if op in ("rename", "replace") else args[:1])
         if not shown:
             shown = [kwargs.get(k) for k in ("src", "dst", "name", "path") if k in kwargs]
+        from . import runtime  # records, call sites: only once there is something to write
+
         runtime.record(op, verdict.decision, verdict.evidence, shown, error, verdict.waited_s, verdict.detail)
     return verdict.absorb
 
@@ -155,10 +157,10 @@ def _inside_makedirs() -> bool:
 
 def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True to absorb. Any failure inside fsguard's own decision means: re-raise the original."""
-    if runtime.busy() or (op == "makedirs" and _inside_makedirs()):
+    if busy() or (op == "makedirs" and _inside_makedirs()):
         return False
     try:
-        with runtime.Busy():
+        with Busy():
             verdict = _DECIDE[op](error, args, kwargs, _rules())
     except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
         _rule_failed(op, failure)
@@ -195,7 +197,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
         serializer = state.serializer
-        if serializer is not None and instance is not _SERIALIZED and not runtime.busy():
+        if serializer is not None and instance is not _SERIALIZED and not busy():
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
         try:
             result = wrapped(*args, **kwargs)
@@ -236,7 +238,7 @@ def _rmtree_wrapper() -> Callable[..., Any]:
 
     def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)
-        if runtime.busy() or not (args or "path" in kwargs):
+        if busy() or not (args or "path" in kwargs):
             return wrapped(*args, **kwargs)
         if ignore_errors or kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
             wrapped(*args, **kwargs)
@@ -259,7 +261,7 @@ def _rmtree_wrapper() -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         serializer = state.serializer
-        if serializer is not None and not runtime.busy():
+        if serializer is not None and not busy():
             return serializer.run("rmtree", wrapped, args, kwargs, guarded_call)
         return guarded_call(wrapped, args, kwargs)
 
@@ -270,7 +272,8 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
     """Wrap the named operations in place (default: all). Returns the names patched after the call."""
     with STATE.lock:
         if not _originals:
-            runtime.configure(settings or config.load(os.environ), launcher.detect(os.environ))
+            STATE.settings = settings or config.load(os.environ)
+            STATE.launch = launcher.detect(os.environ)
         if STATE.settings.serialize and STATE.serializer is None:
             _enable_serializer()
         wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in TARGETS]

@@ -1,19 +1,20 @@
-"""Turning decisions into records, and the thread-local ``Busy`` marker for fsguard's own calls.
+"""Turning decisions into records: the call site, the error, the launch, written by ``fsguard.records``.
 
 Mechanism only: the guards decide, this module writes down what they decided and where it was called from.
-The settings and the launch live in ``fsguard.state.STATE``; ``runtime.settings`` and ``runtime.launch``
-still read them there.
+The settings and the launch live in ``fsguard.state.STATE`` (``runtime.settings`` and ``runtime.launch``
+read them there), and so does the thread-local ``Busy`` mark (``runtime.Busy``/``runtime.busy`` are it).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 
 from . import config, launcher
 from ._version import __version__
 from .state import STATE
+from .state import Busy as Busy  # the thread-local mark lives with the process state
+from .state import busy as busy
 
 TYPE_CHECKING = False  # not typing's: records, sysconfig and typing are not imported at startup
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     settings: config.Settings
     launch: launcher.Launch | None
 
-_local = threading.local()
 _dirs: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
 
 
@@ -36,27 +36,6 @@ def __getattr__(name: str) -> Any:
 def configure(new_settings: config.Settings, new_launch: launcher.Launch | None) -> None:
     STATE.settings = new_settings
     STATE.launch = new_launch
-
-
-def busy() -> bool:
-    """True while this thread is inside fsguard's own decision or logging (guarded calls then pass through)."""
-    return getattr(_local, "busy", False)
-
-
-class Busy:
-    """Marks this thread as inside fsguard, so fsguard's own filesystem calls are not guarded again.
-
-    Nests: leaving restores what the thread was before (a record written inside a decision leaves the
-    decision still busy)."""
-
-    __slots__ = ("_before",)
-
-    def __enter__(self) -> None:
-        self._before = getattr(_local, "busy", False)
-        _local.busy = True
-
-    def __exit__(self, *exc: object) -> None:
-        _local.busy = self._before
 
 
 def _site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:

@@ -53,6 +53,29 @@ class State:
 
 STATE = State()
 
+_local = threading.local()
+
+
+def busy() -> bool:
+    """True while this thread is inside fsguard's own decision or logging (guarded calls then pass through)."""
+    return getattr(_local, "busy", False)
+
+
+class Busy:
+    """Marks this thread as inside fsguard, so fsguard's own filesystem calls are not guarded again.
+
+    Nests: leaving restores what the thread was before (a record written inside a decision leaves the
+    decision still busy)."""
+
+    __slots__ = ("_before",)
+
+    def __enter__(self) -> None:
+        self._before = getattr(_local, "busy", False)
+        _local.busy = True
+
+    def __exit__(self, *exc: object) -> None:
+        _local.busy = self._before
+
 
 _FD_ARGUMENTS = {"src_dir_fd": 0, "dst_dir_fd": 1, "dir_fd": 0}  # keyword -> position of the path it anchors
 

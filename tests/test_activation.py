@@ -15,8 +15,8 @@ STATE = """
 import json, os, shutil, sys
 mods = sorted(m for m in sys.modules if m.split('.')[0] in ('fsguard', 'wrapt', 'torch', 'filelock'))
 launch = None
-if 'fsguard.runtime' in sys.modules:
-    l = sys.modules['fsguard.runtime'].launch
+if 'fsguard.state' in sys.modules:
+    l = sys.modules['fsguard.state'].STATE.launch
     launch = l and dict(launcher=l.launcher, rank=l.rank, local_rank=l.local_rank, world_size=l.world_size, host=l.host)
 print(json.dumps(dict(
     patched=[n for n, f in (('makedirs', os.makedirs), ('rename', os.rename), ('replace', os.replace),

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, clean_env
+from tests.conftest import ROOT
+from tests.support.cli import run_cli
 
 OPS = {"makedirs", "rename", "replace", "rmtree"}
 
@@ -19,13 +20,8 @@ def demo(
     python: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     keep = tmp_path / "demo"
-    done = subprocess.run(
-        [str(python), "-m", "fsguard", "demo", "--ranks", "4", "--steps", "2", "--keep", str(keep), *args],
-        env=clean_env(env),
-        capture_output=True,
-        text=True,
-        timeout=170,
-        cwd=tmp_path,
+    done = run_cli(
+        python, "demo", "--ranks", "4", "--steps", "2", "--keep", str(keep), *args, env=env, timeout=170, cwd=tmp_path
     )
     summary_file = keep / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
@@ -89,21 +85,9 @@ def test_demo_without_the_pth_fails_and_says_why(tmp_path: Path) -> None:
 
 
 def test_demo_rejects_bad_options(bare_python: Path, tmp_path: Path) -> None:
-    done = subprocess.run(
-        [str(bare_python), "-m", "fsguard", "demo", "--ranks", "1"],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_cli(bare_python, "demo", "--ranks", "1")
     assert done.returncode == 2 and "at least 2" in done.stderr
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
-    done = subprocess.run(
-        [str(bare_python), "-m", "fsguard", "demo", "--keep", str(tmp_path / "full")],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_cli(bare_python, "demo", "--keep", str(tmp_path / "full"))
     assert done.returncode == 2 and "not empty" in done.stderr

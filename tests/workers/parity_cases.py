@@ -18,6 +18,7 @@ line), ``calls`` (onerror/onexc calls in order), ``warnings`` (category, message
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -38,13 +39,27 @@ from parity_table import CALL_MARK, HAS_ONEXC, NOBODY, ROWS, Row, Skip  # noqa: 
 TABLES = ("parity_makedirs", "parity_rename", "parity_kinds", "parity_rmtree")
 for _name in TABLES:
     __import__(_name)  # registers its rows in ROWS
-# Read now: after dropping to nobody these files may be out of reach.
-SOURCES: dict[str, list[str]] = {}  # file -> lines: the runner's and the tables' (frames and warnings are theirs)
-for _file in (os.path.abspath(__file__), table.__file__, *(sys.modules[name].__file__ for name in TABLES)):
-    with open(_file or "") as _source:
-        SOURCES[_file or ""] = _source.read().splitlines()
+# file -> lines, read now (after dropping to nobody they may be out of reach): the runner's and every table's
+SOURCES: dict[str, list[str]] = {}
+for _file in sorted(glob.glob(os.path.join(HERE, "parity_*.py"))):
+    with open(_file) as _source:
+        SOURCES[_file] = _source.read().splitlines()
 
-from parity_table import Calls, j, show  # noqa: E402
+# Everything a table module uses, here too (table modules of other branches may import it from here).
+from parity_table import (  # noqa: E402,F401
+    HAS_RMTREE_DIR_FD,
+    KINDS,
+    Calls,
+    PathLikeArg,
+    j,
+    mkdir,
+    needs_rmtree_dir_fd,
+    onerror,
+    onexc,
+    row,
+    show,
+    touch,
+)
 
 
 def describe(exc: BaseException, act: Callable[..., Any]) -> dict[str, Any]:

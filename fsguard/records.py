@@ -12,6 +12,7 @@ Everything after the first `` :: {`` is the record's JSON, so launcher prefixes 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
@@ -24,7 +25,6 @@ from ._warn import warn as _warn
 
 TYPE_CHECKING = False  # not typing's
 if TYPE_CHECKING:
-    import logging
     from typing import Any
 
 SCHEMA = 1
@@ -175,7 +175,7 @@ def parse_line(line: str) -> Record | None:
 
 # --- emitting ---------------------------------------------------------------------------------------------
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # around each record's writing; held across a fork (see _before_fork)
 _logger: logging.Logger | None = None
 _handler: logging.StreamHandler[Any] | None = None  # fsguard's own stderr handler
 _propagate_before = True  # the logger's propagate before fsguard's handler was attached
@@ -188,11 +188,37 @@ _inherited: list[Any] = []  # a forked child's copies of its parent's file: kept
 def _after_fork_in_child() -> None:
     """Fresh lock; the parent's open file is left alone (closing it would flush the parent's buffer here,
     or wait forever on its buffer's lock): the child opens its own on its first record."""
-    global _lock, _jsonl
-    _lock = threading.Lock()
+    global _lock, _jsonl, _held_for_fork
+    _lock = threading.RLock()
+    _held_for_fork = False
     if _jsonl is not None:
         _inherited.append(_jsonl[1])
         _jsonl = None
+
+
+FORK_WAIT_S = 5.0
+_held_for_fork = False
+
+
+def _before_fork() -> None:
+    """Let a record being written finish before the fork: a thread writing to stderr holds ``sys.stderr``'s
+    own buffer lock, which no reset can give back in the child (its next write to stderr would wait forever).
+    Bounded: after ``FORK_WAIT_S`` the fork goes on without it."""
+    global _held_for_fork
+    _held_for_fork = _lock.acquire(timeout=FORK_WAIT_S)
+
+
+def _after_fork_in_parent() -> None:
+    global _held_for_fork
+    if _held_for_fork:
+        _held_for_fork = False
+        _lock.release()
+
+
+# The one hook besides fsguard.state's: registered here, after ``logging`` (imported above) registered its own,
+# so it runs before logging's (hooks run newest first): the lock order is that of ``emit`` (this lock, then
+# logging's), never the reverse. The child's side is ``_after_fork_in_child``, through ``fsguard.state``.
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
 
 
 def _get_logger(stderr: bool) -> logging.Logger:
@@ -216,7 +242,6 @@ def _get_logger(stderr: bool) -> logging.Logger:
     unless the application set one. Callers hold ``_lock``; errors are ``emit``'s to catch.
     """
     global _logger, _handler, _propagate_before
-    import logging
 
     if _logger is None or _handler is None:
         logger = logging.getLogger("fsguard")

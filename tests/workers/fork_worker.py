@@ -16,6 +16,7 @@ prints the worst time one call took (``worst_s``): the wait for the lock, since 
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -66,6 +67,8 @@ def stress(base: str, forks: int) -> None:
         pid = os.fork()
         if pid == 0:
             code = 1
+            # a child still here after half its time says where it stands (stderr), then exits
+            faulthandler.dump_traceback_later(CHILD_TIMEOUT_S / 2, exit=True)
             try:
                 _absorbed_race(os.path.join(base, f"child{i}"))
                 code = 0

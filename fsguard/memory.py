@@ -75,6 +75,32 @@ def resolve_fds(entry: Entry) -> Entry:
     return (op, tuple(paths), {}, *entry[3:])
 
 
+def makedirs_exist_ok(makedirs: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``makedirs(..., exist_ok=True)``; True when this call created the directory (False: it was there).
+
+    The standard makedirs cannot say which: it swallows its own ``mkdir``'s ``FileExistsError``. So the leaf
+    ``mkdir`` is tried first (the call the standard makedirs would make; one syscall fewer when the parent
+    exists); only when it fails does the standard makedirs run, parents, errors and all, as without fsguard.
+    """
+    try:
+        name = args[0] if args else kwargs["name"]
+        mode = args[1] if len(args) > 1 else kwargs.get("mode", 0o777)
+    except KeyError:
+        name = None
+    if name is None:
+        makedirs(*args, **kwargs)  # the standard makedirs says what is missing
+        return False
+    try:
+        os.mkdir(name, mode)
+        return True
+    except FileExistsError:
+        existed = True
+    except (OSError, TypeError, ValueError):  # a missing parent, or anything the standard makedirs must report
+        existed = False
+    makedirs(*args, **kwargs)  # outside the except clauses: its errors carry no __context__ of fsguard's
+    return not existed
+
+
 def _ancestry(path: str) -> list[str]:
     """``path`` and every directory above it, nearest first."""
     chain = [path]

@@ -14,12 +14,11 @@ import time
 
 import wrapt
 
-from . import config, evidence, launcher, runtime
+from . import config, evidence, launcher, rmwalk, runtime
 from .guards import Rules, Verdict
 from .guards import makedirs as makedirs_rule
 from .guards import rename as rename_rule
-from .guards import rmtree as rmtree_rule
-from .memory import resolve_fds
+from .memory import makedirs_exist_ok, resolve_fds
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -142,17 +141,26 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
     now = time.time if op in ("rename", "replace") else None
     takes_fds = op != "makedirs"  # makedirs has no directory descriptor arguments; its exist_ok costs nothing
+    makes = op == "makedirs"
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
         if _serializer is not None and instance is not _SERIALIZED and not runtime.busy():
             return _serializer.run(op, wrapped, args, kwargs, serialized_call)
+        found = makes and (kwargs.get("exist_ok") or (len(args) > 2 and args[2]))
         try:
-            result = wrapped(*args, **kwargs)
+            if found:
+                # exist_ok=True: remembered as made only if this call created the directory
+                found = not makedirs_exist_ok(wrapped, args, kwargs)
+                result = None
+            else:
+                result = wrapped(*args, **kwargs)
         except OSError as error:
             if not _decide(op, error, args, kwargs):
                 raise
             result = None
+        if found:
+            return result  # a directory that was there already (or a peer's, absorbed): not made here
         entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
         remember(resolve_fds(entry) if kwargs and takes_fds else entry)
         return result
@@ -183,24 +191,21 @@ def _rmtree_wrapper() -> Callable[..., Any]:
     remember = evidence.MEMORY.append
     use_onexc = _takes_onexc(shutil.rmtree)
 
-    def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if runtime.busy() or not (args or "path" in kwargs):
             return wrapped(*args, **kwargs)
-        if ignore_errors or kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
+        if kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
             wrapped(*args, **kwargs)
-            remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
+            remember(resolve_fds(("rmtree", args, kwargs)))
             return None
-        verdict = rmtree_rule.run(wrapped, args, kwargs, _rules(), use_onexc)
+        # A peer can only move a tree away in a job that has peers: alone, no window at all.
+        launch = runtime.launch
+        yield_s = runtime.settings.yield_s if launch is not None and launch.distributed else 0.0
+        verdict = rmwalk.run(wrapped, args, kwargs, _rules(), use_onexc, yield_s, _serializer)
         remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
         if verdict is not None:
             _settle(verdict, "rmtree", args, kwargs, verdict.detail.pop("error", None))
         return None
-
-    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if _serializer is not None and not runtime.busy():
-            return _serializer.run("rmtree", wrapped, args, kwargs, guarded_call)
-        return guarded_call(wrapped, args, kwargs)
 
     return wrapper
 

@@ -159,9 +159,8 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             if not _decide(op, error, args, kwargs):
                 raise
             result = None
-        if found:
-            return result  # a directory that was there already (or a peer's, absorbed): not made here
-        entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
+        # makedirs(exist_ok=True) that found the directory there (or a peer's, absorbed): not made here
+        entry = (op if not found else "makedirs-found", args, kwargs) if now is None else (op, args, kwargs, now())
         remember(resolve_fds(entry) if kwargs and takes_fds else entry)
         return result
 

@@ -55,8 +55,7 @@ def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Verd
     return Verdict(
         True,
         "yielded",
-        f"a peer moved the tree to {renamed_to} {how} after {waited_s:.2f} s: the rename wins, "
-        f"nothing left to remove",
+        f"a peer moved the tree to {renamed_to} {how} after {waited_s:.2f} s: the rename wins, nothing left to remove",
         waited_s,
         {"renamed_to": renamed_to},
     )
@@ -143,7 +142,8 @@ def walk_verdict(
         parts.append(f"{len(entries_gone)} entr{'y' if len(entries_gone) == 1 else 'ies'} removed by a peer first")
     if retried:
         parts.append(
-            f"{len(retried)} director{'y' if len(retried) == 1 else 'ies'} gained entries mid-walk and were removed again"
+            f"{len(retried)} director{'y' if len(retried) == 1 else 'ies'} "
+            f"gained entries mid-walk and were removed again"
         )
     detail: dict[str, Any] = {"entries_gone": entries_gone[:50], "retried": retried[:50], "error": error}
     if top_gone == "after":

@@ -126,7 +126,6 @@ class FileBackend:
     def release(self, held: Held) -> None:
         os.close(held.token)  # closing the only descriptor of the open file drops the flock
 
-
     # --- renames announced ahead of their locks (fsguard.locks.serializer): a shared flock per rename ---
 
     def announce(self, key: str) -> int | None:

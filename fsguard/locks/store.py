@@ -257,7 +257,6 @@ class StoreBackend:
                 # compare_set answers the expected value itself when the key has gone
                 held.lost = "cleared by someone else" if after in (old, b"") else f"taken over by {holder_of(after)}"
 
-
     # --- renames announced ahead of their locks (fsguard.locks.serializer): a counter per stripe ---------
 
     def _add(self, key: str, amount: int) -> int:

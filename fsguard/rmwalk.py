@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -458,10 +459,12 @@ def run(
             named["onerror"] = walk.onerror
 
     top = walk.top_norm
-    pending = (lambda: serializer.pending(top)) if serializer is not None else None
-    peer_tree = rule.should_yield(evidence.own_last_event(top), walk.top_st, rules, yield_s)
+    tree = walk.top_st is not None and stat.S_ISDIR(walk.top_st.st_mode)  # a rename can only take a tree away
+    pending = (lambda: serializer.pending(top)) if serializer is not None and tree else None
+    # The cheap tests first: own memory is asked only for a directory, in a job with peers.
+    peer_tree = tree and yield_s > 0 and rule.should_yield(evidence.own_last_event(top), walk.top_st, rules, yield_s)
     window = 0.0
-    if walk.top_st is not None and (peer_tree or (pending is not None and pending())):
+    if peer_tree or (pending is not None and pending()):
         how, window = wait_for_move(top, yield_s, pending, rules.settle_s)
         if how:
             return rule.yielded(top, window, how, _find_renamed(top, walk.top_st))

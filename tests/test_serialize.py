@@ -150,7 +150,9 @@ def test_two_nodes_serialize_through_the_job_store(fsguard_python: Path, make_cl
     out = json.loads(result.nodes[0].stdout.strip().splitlines()[-1])
     assert out["backend"] == "store", out  # auto, ranks on two nodes
     assert set(out["outcomes"]) <= {"complete", "gone"}, out
-    assert not [r for r in records(logs) if r["decision"] in ("hazard", "conflict", "unserialized")]
+    # A "mid" round's rename comes after the rmtree's yield window: not prevented, but recorded (issue 12).
+    late = [r for r in records(logs) if r["decision"] == "hazard" and "not_moved_within_s" in r["detail"]]
+    assert not [r for r in records(logs) if r["decision"] in ("hazard", "conflict", "unserialized") and r not in late]
     assert out["storm_errors"] == [[], [], [], []] and out["storm_dst_ok"], out
 
 

@@ -42,6 +42,12 @@ VARIABLES: tuple[Variable, ...] = (
         "60",
         "a path changed up to this many seconds before the job started still counts as made by this job",
     ),
+    Variable(
+        "FSGUARD_YIELD_S",
+        "0.25",
+        "longest wait, in seconds, before removing a tree peers wrote during this job, for a peer renaming it "
+        "away (the rename wins); 0: no wait",
+    ),
     Variable("FSGUARD_LOG", "", "directory for one JSON-lines record file per process (unset: none)"),
     Variable(
         "FSGUARD_STDERR", "1", "1: write each record as one line on stderr through the 'fsguard' logger; 0: don't"
@@ -71,6 +77,7 @@ class Settings(Frozen):
         "serialize",
         "lock",
         "lock_timeout",
+        "yield_s",
         "problems",
     )
     __slots__ = _fields
@@ -83,6 +90,7 @@ class Settings(Frozen):
     serialize: bool
     lock: str
     lock_timeout: float
+    yield_s: float
     problems: tuple[str, ...]
 
     def __init__(
@@ -96,9 +104,12 @@ class Settings(Frozen):
         serialize: bool = False,
         lock: str = "auto",
         lock_timeout: float = 30.0,
+        yield_s: float = 0.25,
         problems: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(mode, ops, settle_s, fresh_s, log_dir, stderr, serialize, lock, lock_timeout, problems)
+        super().__init__(
+            mode, ops, settle_s, fresh_s, log_dir, stderr, serialize, lock, lock_timeout, yield_s, problems
+        )
 
     def _key(self) -> tuple[object, ...]:
         return self._values()[:-1]  # all but problems
@@ -186,6 +197,7 @@ def load(env: Mapping[str, str]) -> Settings:
         serialize=_flag(env, "FSGUARD_SERIALIZE", problems),
         lock=lock,
         lock_timeout=_number(env, "FSGUARD_LOCK_TIMEOUT", problems, lambda v: 0 <= v <= 86400),
+        yield_s=_number(env, "FSGUARD_YIELD_S", problems, lambda v: 0 <= v <= 10),
         problems=tuple(problems),
     )
 

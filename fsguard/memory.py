@@ -27,7 +27,8 @@ MEMORY = state.STATE.memory  # the happy path appends here (fsguard.patching)
 
 
 class Event:
-    """The newest thing this process did to a path: ``made``, ``moved-away`` or ``removed``."""
+    """The newest thing this process did to a path: ``made``, ``found`` (a ``makedirs(exist_ok=True)`` that
+    found the directory there: not made by this process), ``moved-away`` or ``removed``."""
 
     __slots__ = ("kind", "seq", "time")
 
@@ -106,6 +107,8 @@ class _Index:
             try:
                 if op == "makedirs":
                     made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made", when)
+                elif op == "makedirs-found":  # makedirs(exist_ok=True) that found the directory there
+                    made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "found", when)
                 elif op == "rmtree":
                     if kwargs.get("dir_fd") is None:
                         gone[norm(args[0] if args else kwargs["path"], cwd)] = (seq, "removed", when)
@@ -147,7 +150,8 @@ def _after_fork_in_child() -> None:
 def own_last(path: str, *, within: bool = False) -> Event | None:
     """The newest thing this process's guarded calls did to ``path`` (normalised), or None.
 
-    ``made``: makedirs made it, or something was renamed onto it (with ``within``: also anything below it).
+    ``made``: makedirs made it, or something was renamed onto it (with ``within``: also anything below it);
+    ``found``: a ``makedirs(exist_ok=True)`` found it there.
     ``moved-away``/``removed``: it, or a directory above it, was renamed away / removed by rmtree.
     """
     with _index_lock:

@@ -193,19 +193,27 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
     now = time.time if op in ("rename", "replace") else None
     takes_fds = op != "makedirs"  # makedirs has no directory descriptor arguments; its exist_ok costs nothing
+    makes = op == "makedirs"
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
         serializer = state.serializer
         if serializer is not None and instance is not _SERIALIZED and not busy():
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
+        found = makes and (kwargs.get("exist_ok") or (len(args) > 2 and args[2]))
         try:
-            result = wrapped(*args, **kwargs)
+            if found:
+                # exist_ok=True: remembered as made only if this call created the directory
+                found = not _makedirs_exist_ok(wrapped, args, kwargs)
+                result = None
+            else:
+                result = wrapped(*args, **kwargs)
         except OSError as error:
             if not _decide(op, error, args, kwargs):
                 raise
             result = None
-        entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
+        # makedirs(exist_ok=True) that found the directory there (or a peer's, absorbed): not made here
+        entry = (op if not found else "makedirs-found", args, kwargs) if now is None else (op, args, kwargs, now())
         remember(resolve_fds(entry) if kwargs and takes_fds else entry)
         return result
 
@@ -213,6 +221,32 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
         return wrapper(wrapped, _SERIALIZED, args, kwargs)  # the serializer's locked call, guarded
 
     return wrapper
+
+
+def _makedirs_exist_ok(makedirs: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``makedirs(..., exist_ok=True)``; True when this call created the directory (False: it was there).
+
+    The standard makedirs cannot say which: it swallows its own ``mkdir``'s ``FileExistsError``. So the leaf
+    ``mkdir`` (the unpatched one) is tried first, the call the standard makedirs would make; only when it fails
+    does the standard makedirs run, parents, errors and all, as without fsguard.
+    """
+    try:
+        name = args[0] if args else kwargs["name"]
+        mode = args[1] if len(args) > 1 else kwargs.get("mode", 0o777)
+    except KeyError:
+        name = None
+    if name is None:
+        makedirs(*args, **kwargs)  # the standard makedirs says what is missing
+        return False
+    try:
+        _originals.get("mkdir", os.mkdir)(name, mode)
+        return True
+    except FileExistsError:
+        existed = True
+    except (OSError, TypeError, ValueError):  # a missing parent, or anything the standard makedirs must report
+        existed = False
+    makedirs(*args, **kwargs)  # outside the except clauses: its errors carry no __context__ of fsguard's
+    return not existed
 
 
 def _takes_onexc(function: Any) -> bool:
@@ -236,16 +270,15 @@ def _rmtree_wrapper() -> Callable[..., Any]:
     state = STATE
     use_onexc = _takes_onexc(shutil.rmtree)
 
-    def guarded_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        ignore_errors = args[1] if len(args) > 1 else kwargs.get("ignore_errors", False)
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if busy() or not (args or "path" in kwargs):
             return wrapped(*args, **kwargs)
-        if ignore_errors or kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
+        if kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
             wrapped(*args, **kwargs)
-            remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
+            remember(resolve_fds(("rmtree", args, kwargs)))
             return None
         try:
-            from .guards import rmtree as rmtree_rule
+            from . import rmwalk
 
             rules = _rules()
         except Exception as failure:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
@@ -253,17 +286,14 @@ def _rmtree_wrapper() -> Callable[..., Any]:
             result = wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
             return result
-        verdict = rmtree_rule.run(wrapped, args, kwargs, rules, use_onexc)
+        # A peer can only move a tree away in a job that has peers: alone, no window at all.
+        launch = state.launch
+        yield_s = state.settings.yield_s if launch is not None and launch.distributed else 0.0
+        verdict = rmwalk.run(wrapped, args, kwargs, rules, use_onexc, yield_s, state.serializer)
         remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
         if verdict is not None:
             _settle(verdict, "rmtree", args, kwargs, verdict.detail.pop("error", None))
         return None
-
-    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        serializer = state.serializer
-        if serializer is not None and not busy():
-            return serializer.run("rmtree", wrapped, args, kwargs, guarded_call)
-        return guarded_call(wrapped, args, kwargs)
 
     return wrapper
 

@@ -67,3 +67,19 @@ def test_runner_writes_one_json(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert {"machine", "startup", "calls", "scale"} <= set(data)
     assert "== summary ==" in done.stdout
+
+
+@pytest.mark.timeout(420)
+def test_yield_window_alone(tmp_path: Path) -> None:
+    script = str(ROOT / "bench" / "yield_window.py")
+    done = subprocess.run(
+        [sys.executable, script, "--quick", "--json", str(tmp_path / "y.json")],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "y.json").read_text())
+    assert set(result["arms"]) == {"own", "old", "peer-window-off", "peer-renamed", "peer-stays"}

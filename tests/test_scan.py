@@ -71,9 +71,11 @@ REAL = {
             [1, 2, 3],
         )
     ],
+    # Every rank removes a "staging" tree: the kind a peer may be committing with a rename (issue 12), so it
+    # is not "absorbed by default": the verdict names the data-loss risk and the fix.
     "rmtree.log": [
         (
-            "absorbed",
+            "serialize",
             "rmtree",
             "/tmp/races/rmtree_race.py:6 in cleanup_staging",
             "FileNotFoundError",
@@ -197,8 +199,8 @@ def test_many_logs_human_table(fsguard_python: Path) -> None:
     lines = done.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
     assert lines[:5] == [
-        "fsguard scan: 7 call sites with filesystem errors in 6 inputs: 4 absorbed by",
-        "default, 1 need serialization, 2 not fixable",
+        "fsguard scan: 7 call sites with filesystem errors in 6 inputs: 3 absorbed by",
+        "default, 2 need serialization, 2 not fixable",
         "",
         "   VERDICT      OP        ERROR                           N  RANKS       HOSTS",
         "!! serialize    rename    OSError ENOTEMPTY               3  0,2-3           ?",
@@ -267,9 +269,8 @@ def test_truncated_binary_unreadable(fsguard_python: Path, tmp_path: Path) -> No
     ]
     assert f"fsguard scan: {cut}: ends inside a traceback" in done.stderr
     assert findings(doc) == [
-        MAKEDIRS,
         (
-            "absorbed",
+            "serialize",  # a staging tree: it may race a rename (issue 12)
             "rmtree",
             "/tmp/races/rmtree_race.py:6 in cleanup_staging",
             "FileNotFoundError",
@@ -277,11 +278,19 @@ def test_truncated_binary_unreadable(fsguard_python: Path, tmp_path: Path) -> No
             2,
             [1, 3],
         ),
+        MAKEDIRS,
     ]
 
 
 def test_usage_error(fsguard_python: Path) -> None:
     assert fsguard(fsguard_python, "scan").returncode == 2
+
+
+def test_staging_rmtree_names_the_rename_race(fsguard_python: Path) -> None:
+    status, doc = scan_json(fsguard_python, str(UNGUARDED / "rmtree.log"))
+    (finding,) = doc["findings"]
+    assert status == 1 and finding["verdict"] == "serialize"
+    assert "rename" in finding["why"] and "FSGUARD_YIELD_S" in finding["why"] and "loses data" in finding["why"]
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,12 @@ def test_rmtree_and_rename_of_staging_never_interleave(fsguard_python: Path, tmp
     if lock == "store":
         assert result["store"] and ":" in result["store"], result
     assert set(outcomes) <= {"complete", "gone"}, result
-    assert not [r for r in found if r["decision"] in ("hazard", "conflict", "unserialized")], found
+    # "mid" rounds rename only once the cleanup has visibly started, later than the rmtree's yield window
+    # (FSGUARD_YIELD_S): such a loss is not prevented, but never silent (issue 12).
+    late = [r for r in found if r["decision"] == "hazard" and "not_moved_within_s" in r["detail"]]
+    assert not [r for r in found if r["decision"] in ("hazard", "conflict", "unserialized") and r not in late], found
+    gone = {k for k, o in enumerate(outcomes) if o == "gone"}
+    assert gone <= {int(r["args"][0].split("/round")[1].split("/")[0]) for r in late}, (outcomes, late)
     # Storms: the work happened once, every other rank's call was absorbed, nobody saw an error.
     assert result["storm_errors"] == [[], [], [], []] and result["storm_dst_ok"], result
     storm = [r for r in found if r["decision"] == "absorbed" and "/storm/" in r["args"][0]]
@@ -132,7 +137,9 @@ def test_two_nodes_serialize_through_the_job_store(fsguard_python: Path, make_cl
     out = json.loads(result.nodes[0].stdout.strip().splitlines()[-1])
     assert out["backend"] == "store", out  # auto, ranks on two nodes
     assert set(out["outcomes"]) <= {"complete", "gone"}, out
-    assert not [r for r in records(logs) if r["decision"] in ("hazard", "conflict", "unserialized")]
+    # A "mid" round's rename comes after the rmtree's yield window: not prevented, but recorded (issue 12).
+    late = [r for r in records(logs) if r["decision"] == "hazard" and "not_moved_within_s" in r["detail"]]
+    assert not [r for r in records(logs) if r["decision"] in ("hazard", "conflict", "unserialized") and r not in late]
     assert out["storm_errors"] == [[], [], [], []] and out["storm_dst_ok"], out
 
 

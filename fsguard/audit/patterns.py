@@ -26,6 +26,18 @@ _TEMP_SUFFIX = re.compile(
     r"(?i)([.~_-](?:tmp|temp|partial|part|incomplete))(?:[.~_-][A-Za-z0-9_]+|(?<=tmp)[A-Za-z0-9]+)$"
 )
 _DIGITS = re.compile(r"\d+")
+# A staging or temporary tree: what a job commits with a rename (``tmp-checkpoint-5``, ``ckpt.tmp``, ``staging``).
+_STAGING = re.compile(r"(?i)(?:^|[-_.~])(?:tmp|temp|staging|partial|incomplete)(?:[-_.~]|$)|^tmp[a-z0-9_]{6,12}$")
+
+STAGING_RMTREE_WHY = (
+    "the removed tree is a staging/temporary one: when a peer commits it with a rename (rank 0's "
+    "os.rename(tmp-checkpoint, checkpoint) while other ranks clean it up), this race loses data, silently "
+    "once the error is absorbed: the removal empties the tree before the rename, or keeps unlinking inside "
+    "the renamed checkpoint. fsguard's fix, the rule 'the rename wins': FSGUARD=1 waits up to "
+    "FSGUARD_YIELD_S for a peer's rename of a fresh peer tree and stops removing a tree moved away "
+    "mid-walk (hazard record); FSGUARD_SERIALIZE=1 lets an announced rename go first with certainty. "
+    "Better still: remove the staging directory only on the rank that renames it."
+)
 
 
 def fold_component(name: str) -> str:
@@ -41,6 +53,21 @@ def fold_component(name: str) -> str:
         suffix = match.group(1) + "*"
         name = name[: match.start()]
     return _DIGITS.sub("<n>", name) + suffix
+
+
+def is_staging(path: str) -> bool:
+    """Whether a path names a staging or temporary tree (any component: ``.../tmp-checkpoint-5/shard``)."""
+    return any(_STAGING.search(part) for part in path.split("/") if part)
+
+
+_STAGING_WORD = re.compile(r"(?i)tmp|temp|staging|partial|incomplete")
+
+
+def mentions_staging(source: str) -> bool:
+    """Whether a call's source line names a staging or temporary tree (``shutil.rmtree(staging_dir)``): the
+    standard rmtree's errors name the entry (often relative to a directory descriptor), not the tree."""
+    _, _, call = source.partition("rmtree(")
+    return bool(_STAGING_WORD.search(call))
 
 
 def fold(path: str) -> str:

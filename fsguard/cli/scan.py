@@ -16,6 +16,7 @@ operation                  error                           verdict
 makedirs                   EEXIST                          absorbed: a peer created it
 rename, replace, move      ENOENT                          absorbed: a peer already did the same move
 rmtree                     ENOENT                          absorbed: a peer removed it first
+rmtree of a staging tree   ENOENT, EBUSY                   serialize: may race a rename (data loss)
 rmtree                     EBUSY                           absorbed: the removal is retried, bounded
 rename, replace, move      ENOTEMPTY, EEXIST               serialize: rename onto a non-empty directory
 rmtree                     ENOTEMPTY, EEXIST               serialize: entries appeared during removal
@@ -271,6 +272,9 @@ class Findings:
             finding = self.groups[key] = Finding(
                 op, site, error_type, errno_name, tb.message, *verdict(op, errno_name), tb.source, tb.lineno
             )
+        staging = any(patterns.is_staging(p) for p in paths) or patterns.mentions_staging(site.source if site else "")
+        if op == "rmtree" and finding.verdict == ABSORBED and staging:
+            finding.verdict, finding.why = SERIALIZE, patterns.STAGING_RMTREE_WHY  # may race a rename: data loss
         if tb.host:  # the summary's copy of a rank's traceback still tells its host
             finding.hosts.add(tb.host)
         if tb.rank is not None:

@@ -28,8 +28,8 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     exist_ok = bool(args[2] if len(args) > 2 else kwargs.get("exist_ok", False))
     path = evidence.norm(name)
 
-    if not exist_ok and evidence.own_last_event(path, within=True) == "made":
-        return reraise("this process made it itself")
+    if not exist_ok and evidence.own_last_event(path, within=True) in ("made", "found"):
+        return reraise("this process made it (or found it there) itself")
 
     seen, waited = evidence.settle(lambda: _directory_in_listing(path), rules.settle_s if exist_ok else 0.0)
     if not seen:

@@ -150,6 +150,35 @@ class FileBackend:
         self._open.discard(fd)
         os.close(fd)
 
+    # --- renames announced ahead of their locks (fsguard.locks.serializer): a shared flock per rename ---
+
+    def announce(self, key: str) -> int | None:
+        """Hold a shared flock on ``<key>.rename`` until ``withdraw``; None if it cannot be taken at once."""
+        fd = os.open(f"{key}.rename", _FLAGS, 0o600, dir_fd=self._dir())
+        for _ in range(50):  # a pending() probe holds it exclusively for microseconds
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return fd
+            except OSError:
+                time.sleep(0.0005)
+        os.close(fd)
+        return None
+
+    def withdraw(self, token: int | None) -> None:
+        if token is not None:
+            fcntl.flock(token, fcntl.LOCK_UN)  # before close: a forked child's copy must not keep it announced
+            os.close(token)
+
+    def pending(self, key: str) -> bool:
+        fd = os.open(f"{key}.rename", _FLAGS, 0o600, dir_fd=self._dir())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            return error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+        finally:
+            os.close(fd)
+        return False
+
 
 def _read_holder(fd: int) -> str | None:
     try:

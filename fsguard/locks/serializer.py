@@ -125,14 +125,48 @@ class Serializer:
         if not keys:
             return function(*args, **kwargs)
         what = holder_text(self._rank, self._host, f"{op} {' -> '.join(paths)}")
-        backend, held = self._acquire(op, paths, keys, what)
-        mine.update(h.key for h in held)
+        # A rename says first that it is coming: an rmtree of its source that holds (or waits for) the lock
+        # lets it go first (the rename wins; see fsguard.rmwalk).
+        announced = self._announce(paths[0]) if op in ("rename", "replace") else None
         try:
-            return function(*args, **kwargs)
+            backend, held = self._acquire(op, paths, keys, what)
+            mine.update(h.key for h in held)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                mine.difference_update(h.key for h in held)
+                if backend is not None:
+                    self._release(op, paths, backend, held)
         finally:
-            mine.difference_update(h.key for h in held)
-            if backend is not None:
-                self._release(op, paths, backend, held)
+            if announced is not None:
+                self._withdraw(*announced)
+
+    # --- renames announced ahead of their locks --------------------------------------------------------
+
+    def _announce(self, source: str) -> tuple[Backend, Any] | None:
+        try:
+            with runtime.Busy():
+                backend = self.backend
+                announce = getattr(backend, "announce", None)
+                return None if announce is None else (backend, announce(stripe(source)))
+        except Exception:  # noqa: BLE001 - no announcement: the rmtree's yield window still watches the path
+            return None
+
+    def _withdraw(self, backend: Backend, token: Any) -> None:
+        try:
+            with runtime.Busy():
+                backend.withdraw(token)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            pass
+
+    def pending(self, path: str) -> bool:
+        """Whether a peer announced a rename whose source is ``path`` (its stripe) and has not finished it."""
+        try:
+            with runtime.Busy():
+                check = getattr(self.backend, "pending", None)
+                return bool(check(stripe(path))) if check is not None else False
+        except Exception:  # noqa: BLE001 - cannot tell: nothing pending
+            return False
 
     # --- taking and giving back ------------------------------------------------------------------------
 

@@ -261,6 +261,26 @@ class StoreBackend:
                 # compare_set answers the expected value itself when the key has gone
                 held.lost = "cleared by someone else" if after in (old, b"") else f"taken over by {holder_of(after)}"
 
+    # --- renames announced ahead of their locks (fsguard.locks.serializer): a counter per stripe ---------
+
+    def _add(self, key: str, amount: int) -> int:
+        store = self._connect()
+        try:
+            with self._io:
+                return int(store.add(self.prefix + "rename/" + key, amount))
+        except Exception as error:
+            raise self._broken(error) from error
+
+    def announce(self, key: str) -> str:
+        self._add(key, 1)
+        return key
+
+    def withdraw(self, token: str) -> None:
+        self._add(token, -1)
+
+    def pending(self, key: str) -> bool:
+        return self._add(key, 0) > 0
+
 
 def _group_initialized() -> bool:
     """Whether a default process group exists (False, without importing torch, if torch is not loaded)."""

@@ -1,0 +1,143 @@
+"""The yield window's cost (issue 12): time added to one ``shutil.rmtree`` by ``FSGUARD_YIELD_S``.
+
+Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1 of a 4-rank torchrun job
+(``fsguard.install()`` on the working tree), against the same removal unpatched:
+
+* ``own``: a tree this process made with ``os.makedirs``: no window, nothing added;
+* ``old``: a tree older than the job (made before it, ``FSGUARD_FRESH_S=0``): no window;
+* ``peer, renamed``: a peer's fresh tree that a peer renames away 0-20 ms after the rmtree starts (uniform):
+  the rmtree ends when it sees the tree gone (decision ``yielded``), so the added time is the peer's delay
+  plus one poll;
+* ``peer, nobody renames``: a peer's fresh tree that stays: the whole window, then the removal (``hazard``);
+* ``peer, window off``: the same with ``FSGUARD_YIELD_S=0``: what the checked walk itself adds (one ``lstat``
+  of the top per entry, one listing of its parent per directory), the part of every arm that is not waiting.
+
+Prints the median and worst added milliseconds per arm (``--json FILE`` writes them).
+usage: python bench/yield_window.py [--quick] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FILES = 300
+JOB = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "4",
+    "TORCHELASTIC_RUN_ID": "bench",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+def make_tree(path: str, made_by_makedirs: bool) -> None:
+    (os.makedirs if made_by_makedirs else os.mkdir)(path)
+    for i in range(FILES):
+        with open(os.path.join(path, f"shard-{i}"), "w") as f:
+            f.write("x")
+
+
+def child(arm: str, rounds: int, base: str) -> None:
+    """One arm, in this process (patched unless FSGUARD=0): prints the rmtree durations as JSON."""
+    import shutil
+
+    if os.environ.get("FSGUARD") != "0":
+        import fsguard
+
+        fsguard.install()
+    rename = os.rename.__wrapped__ if hasattr(os.rename, "__wrapped__") else os.rename  # the peer's: unguarded
+    times = []
+    for k in range(rounds):
+        top = os.path.join(base, f"{arm}-{k}")
+        if arm == "own":
+            make_tree(top, made_by_makedirs=True)
+        elif arm.startswith("peer"):
+            make_tree(top, made_by_makedirs=False)  # as a peer would: this process's memory has no makedirs
+        # "old": made by the parent before this process started
+        peer = None
+        if arm == "peer-renamed":
+            delay = random.uniform(0, 0.02)
+            peer = threading.Timer(delay, rename, (top, top + ".committed"))
+        started = time.perf_counter()
+        if peer is not None:
+            peer.start()
+        shutil.rmtree(top)
+        times.append(time.perf_counter() - started)
+        if peer is not None:
+            peer.join()
+    print(json.dumps(times))
+
+
+def run_arm(arm: str, rounds: int, guarded: bool) -> list[float]:
+    base = tempfile.mkdtemp(prefix="fsguard-yield-")
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FSGUARD")}
+        env.update(JOB, PYTHONPATH=ROOT, FSGUARD="1" if guarded else "0", FSGUARD_STDERR="0")
+        if arm == "old":
+            for k in range(rounds):
+                make_tree(os.path.join(base, f"old-{k}"), made_by_makedirs=False)
+            time.sleep(1.5)  # older than the child's start (whole-second /proc start times)
+            env["FSGUARD_FRESH_S"] = "0"
+        if arm == "peer-window-off":
+            arm, env["FSGUARD_YIELD_S"] = "peer-stays", "0"
+        # Through a shell that forks: the child's parent (its "launcher", which dates the job) starts now.
+        done = subprocess.run(
+            ["sh", "-c", '"$0" "$@"; exit $?', sys.executable, __file__, "--child", arm, str(rounds), base],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        )
+        return list(json.loads(done.stdout.strip().splitlines()[-1]))
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    rounds = 3 if args.quick else 30
+    # Unpatched baselines, built the same way as the arms they stand for (a tree removed at once after it
+    # was written is faster to remove than one written seconds earlier).
+    base = {arm: statistics.median(run_arm(arm, rounds, guarded=False)) for arm in ("own", "old", "peer-stays")}
+    results = {}
+    print(f"rmtree of a {FILES}-file tree, {rounds} rounds; unpatched medians (ms): ", end="")
+    print(", ".join(f"{arm} {t * 1000:.2f}" for arm, t in base.items()))
+    print(f"{'arm':<24}{'median added ms':>16}{'worst added ms':>16}")
+    for arm in ("own", "old", "peer-window-off", "peer-renamed", "peer-stays"):
+        baseline = base.get(arm, base["peer-stays"])
+        times = run_arm(arm, rounds, guarded=True)
+        results[arm] = {
+            "median_added_ms": (statistics.median(times) - baseline) * 1000,
+            "worst_added_ms": (max(times) - baseline) * 1000,
+        }
+        print(f"{arm:<24}{results[arm]['median_added_ms']:>16.2f}{results[arm]['worst_added_ms']:>16.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"baseline_ms": {k: v * 1000 for k, v in base.items()}, "rounds": rounds, "arms": results}, f, indent=2
+            )
+
+
+if __name__ == "__main__":
+    main()

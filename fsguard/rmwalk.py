@@ -1,0 +1,510 @@
+"""Mechanism: run one guarded ``shutil.rmtree``: the yield window, the checked walk, fsguard's error handler.
+
+The walk is the standard library's own ``rmtree`` code of the running interpreter (3.10's recursive
+``_rmtree_safe_fd`` to 3.13's stack), run with fsguard's ``os.open``, ``os.unlink`` and ``os.rmdir`` in
+place of the real ones: so the symlink-attack protection, the order of calls, the ``(func, path, exc)``
+every handler gets (fsguard's functions are mapped back to ``os.open``/``os.unlink``/``os.rmdir`` before a
+handler sees them), ``dir_fd`` and the exceptions are the standard library's by construction, version by
+version. fsguard's three functions add one thing: before each removal the tree must still be at its path
+(same inode as the walk opened: one ``lstat`` of the top per entry, and a fresh listing of the top's parent
+once per directory, since a shared filesystem may answer a lookup of a renamed name from its cache). Once it
+is not, the walk stops and leaves the moved tree alone; the guard's verdict names where it went and what was
+removed. What to decide is ``fsguard.guards.rmtree``'s business; this module waits, walks, retries, locks.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import evidence
+from .guards import Rules, Verdict
+from .guards import rmtree as rule
+
+_RETRIES = 4
+_REMOVED_KEPT = 1000  # removed names kept per walk for a hazard record (the count is always exact)
+_local = threading.local()
+
+
+class _Moved(BaseException):
+    """The tree is no longer at its path: stop the walk (not an ``OSError``: no handler of the walk sees it)."""
+
+
+def _current() -> Walk | None:
+    walks: list[Walk] | None = getattr(_local, "walks", None)
+    return walks[-1] if walks else None
+
+
+# --- fsguard's three filesystem functions, used by the standard rmtree code in place of os's -------------
+
+
+def _open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+    walk = _current()
+    if walk is not None:
+        walk.check(boundary=True)  # entering a directory: once per directory
+    fd = os.open(path, flags, mode, dir_fd=dir_fd)
+    if walk is not None:
+        walk.opened(fd, path, dir_fd)
+    return fd
+
+
+def _unlink(path: Any, *, dir_fd: int | None = None) -> None:
+    walk = _current()
+    if walk is not None:
+        walk.check(boundary=False)
+    os.unlink(path, dir_fd=dir_fd)
+    if walk is not None:
+        walk.removed(path, dir_fd)
+
+
+def _rmdir(path: Any, *, dir_fd: int | None = None) -> None:
+    walk = _current()
+    if walk is not None:
+        walk.check(boundary=dir_fd is None)  # the top (or a retried directory): confirm with a fresh listing
+    os.rmdir(path, dir_fd=dir_fd)
+    if walk is not None:
+        walk.removed(path, dir_fd)
+
+
+def _close(fd: int) -> None:
+    walk = _current()
+    if walk is not None:
+        walk.closed(fd)
+    os.close(fd)
+
+
+_OURS: dict[Any, str] = {_open: "open", _unlink: "unlink", _rmdir: "rmdir", _close: "close"}
+
+
+def _real(func: Any) -> Any:
+    """The function a handler is told about: ``os.open`` for fsguard's ``_open``, and so on."""
+    name = _OURS.get(func)
+    return getattr(os, name) if name is not None else func
+
+
+class _Globals(dict[str, Any]):
+    """The globals of the checked walk: ``shutil``'s own, read live (a test or program that swaps
+    ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` is obeyed), with ``os`` replaced."""
+
+    def __init__(self, module: dict[str, Any], proxy: types.ModuleType, clones: dict[Any, Any]) -> None:
+        super().__init__(os=proxy, __builtins__=module.get("__builtins__", __builtins__))
+        self._module = module
+        self._clones = clones  # the standard walk functions -> their copies that see these globals
+
+    def __missing__(self, name: str) -> Any:
+        value = self._module[name]
+        return self._clones.get(value, value)
+
+
+def _os_proxy() -> types.ModuleType:
+    proxy = types.ModuleType("os")
+    proxy.open = _open  # type: ignore[attr-defined]
+    proxy.unlink = _unlink  # type: ignore[attr-defined]
+    proxy.rmdir = _rmdir  # type: ignore[attr-defined]
+    proxy.close = _close  # type: ignore[attr-defined]
+    proxy.__getattr__ = lambda name: getattr(os, name)  # type: ignore[method-assign]  # live: os.close swapped...
+    return proxy
+
+
+_checked: tuple[Any, Callable[..., Any] | None] | None = None
+
+
+def checked(original: Any) -> Callable[..., Any] | None:
+    """The standard ``rmtree`` made to use fsguard's functions, or None where ``original`` is not the
+    standard library's Python ``rmtree`` (then it runs as it is, without the position checks)."""
+    global _checked
+    if _checked is not None and _checked[0] is original:
+        return _checked[1]
+    result = None
+    module = getattr(original, "__globals__", None)
+    if isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree":
+        clones: dict[Any, Any] = {}
+        namespace = _Globals(module, _os_proxy(), clones)
+        for name in ("_rmtree_safe_fd", "_rmtree_unsafe", "_rmtree_safe_fd_step"):
+            function = module.get(name)
+            if isinstance(function, types.FunctionType):
+                clones[function] = _clone(function, namespace)
+        result = _clone(original, namespace)
+    _checked = (original, result)
+    return result
+
+
+def _clone(function: types.FunctionType, namespace: dict[str, Any]) -> types.FunctionType:
+    copy = types.FunctionType(
+        function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__qualname__ = function.__qualname__
+    return copy
+
+
+# --- one walk ------------------------------------------------------------------------------------------
+
+
+class Walk:
+    """One guarded ``rmtree`` call: fsguard's error handler, and the position of the tree it removes."""
+
+    def __init__(
+        self,
+        remover: Callable[..., Any],
+        top: Any,
+        rules: Rules,
+        use_onexc: bool,
+        onerror: Callable[..., Any] | None,
+        onexc: Callable[..., Any] | None,
+    ) -> None:
+        self.remover = remover
+        self.top = top
+        self.top_norm = evidence.norm(top)
+        # The top as it is before the walk (one lstat per guarded call; None if it cannot be read: rmtree
+        # will say why): whether to wait for a peer, and which directory "the tree" is for a retry.
+        self.top_st = _lstat_quietly(self.top_norm)
+        self.rules = rules
+        self.use_onexc = use_onexc
+        self.user_onerror = onerror
+        self.user_onexc = onexc
+        self.entries_gone: list[str] = []
+        self.retried: list[str] = []
+        self.waited = 0.0
+        self.top_gone: str | None = None  # "before" or "after" the walk
+        self.renamed_to: str | None = None
+        self.first_error: BaseException | None = None
+        self.forwarded: BaseException | None = None  # what escaped _forward: the caller's, never absorbed
+        # Position of the tree, from the walk's own open of the top.
+        self.ident: os.stat_result | None = None
+        self.top_fd: int | None = None
+        self.dirs: dict[int, str] = {}
+        self.removed_names: list[str] = []
+        self.removed_count = 0
+        self.moved: str | None = None  # "moved" once the check found the tree elsewhere
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        walks = _local.__dict__.setdefault("walks", [])
+        walks.append(self)
+        try:
+            yield
+        finally:
+            walks.pop()
+
+    # --- position --------------------------------------------------------------------------------------
+
+    def opened(self, fd: int, path: Any, dir_fd: int | None) -> None:
+        name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
+        if self.ident is None:
+            try:
+                self.ident = os.fstat(fd)
+            except OSError:
+                return
+            self.top_fd = fd
+            self.dirs[fd] = self.top_norm
+        else:
+            self.dirs[fd] = os.path.join(self.dirs.get(dir_fd, ""), name) if dir_fd is not None else name
+
+    def closed(self, fd: int) -> None:
+        self.dirs.pop(fd, None)
+        if fd == self.top_fd:
+            self.top_fd = None
+
+    def removed(self, path: Any, dir_fd: int | None) -> None:
+        self.removed_count += 1
+        if len(self.removed_names) < _REMOVED_KEPT:
+            name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
+            self.removed_names.append(os.path.join(self.dirs[dir_fd], name) if dir_fd in self.dirs else name)
+
+    def check(self, boundary: bool) -> None:
+        """Raise ``_Moved`` when the tree is no longer at its path (where that cannot be told, the call goes
+        on: it then fails on its own, as the standard rmtree's would)."""
+        ident = self.ident or self.top_st
+        if ident is None:
+            return
+        missing = False
+        try:
+            st = os.lstat(self.top_norm)
+            here = st.st_ino == ident.st_ino and st.st_dev == ident.st_dev
+        except FileNotFoundError:
+            here, missing = False, True
+        except OSError:
+            return
+        if here and boundary and _listed_as(self.top_norm, ident.st_ino) is False:
+            here, missing = False, True  # a stale lookup cache still answers for a name the listing lost
+        if here:
+            return
+        if self.top_fd is not None:
+            try:
+                if os.fstat(self.top_fd).st_nlink == 0:
+                    return  # emptied and removed by a peer's rmtree: what is left fails on its own
+            except OSError:
+                pass
+        renamed = _find_renamed(self.top_norm, ident)
+        if renamed is None and missing and self.top_fd is None:
+            return  # no telling (the walk has let go of the top): the call fails on its own
+        self.renamed_to = renamed
+        self.moved = "moved"
+        raise _Moved
+
+    # --- the handler: called by the standard rmtree as onerror(func, path, exc_info) or onexc(func, path, exc)
+
+    def onerror(self, func: Callable[..., Any], path: Any, exc_info: Any) -> None:
+        self._handle(_real(func), path, exc_info[1], exc_info)
+
+    def onexc(self, func: Callable[..., Any], path: Any, exc: BaseException) -> None:
+        self._handle(_real(func), path, exc, None)
+
+    def _handle(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
+        code = getattr(exc, "errno", None)
+        is_top = evidence.norm(path) == self.top_norm
+        if code == errno.ENOENT and self.first_error is None:
+            self.first_error = exc
+        if code == errno.ENOENT:
+            if not is_top:
+                self.entries_gone.append(evidence.norm(path))
+                return
+            if func is os.rmdir:
+                self.top_gone = "after"
+                self.renamed_to = _find_renamed(self.top_norm, self.ident or self.top_st)
+                return
+            gone, waited = rule.top_gone_before_by_peer(self.top_norm, self.rules)
+            self.waited += waited
+            if gone:
+                self.top_gone = "before"
+                return
+        elif code in (errno.ENOTEMPTY, errno.EBUSY) and func is os.rmdir and self._retry(path, sys._getframe(2)):
+            return
+        self._forward(func, path, exc, exc_info)
+
+    def _retry(self, path: Any, frame: Any) -> bool:
+        """Remove a directory again that gained entries mid-walk, if it is still the same directory."""
+        before = self._started_on(evidence.norm(path), frame)
+        for attempt in range(_RETRIES):
+            if self.waited >= self.rules.settle_s:
+                return False
+            pause = min(0.02 * (2**attempt), max(self.rules.settle_s - self.waited, 0.0))
+            time.sleep(pause)
+            self.waited += pause
+            now = evidence.lstat_or_none(evidence.norm(path))
+            if now is None:
+                self.retried.append(evidence.norm(path))
+                return True  # a peer finished it
+            if before is None or not os.path.samestat(before, now):
+                return False  # a different directory now stands there (or no telling): not ours to remove
+            failures = _Failures()
+            kwargs = {"onexc": failures.add} if self.use_onexc else {"onerror": failures.add}
+            self.remover(evidence.norm(path), **kwargs)
+            if not any(getattr(e, "errno", None) != errno.ENOENT for e in failures.seen):
+                self.retried.append(evidence.norm(path))
+                return True
+        return False
+
+    def _started_on(self, path: str, frame: Any) -> os.stat_result | None:
+        """The directory the standard ``rmtree`` found at ``path`` when it started removing it, read from its
+        failing frame: ``orig_st`` (the recursive walk), or the stat cached in ``orig_entry`` (the stack-based
+        walk, which keeps no stat of the top: for the top, the walk's own)."""
+        found: Any = frame.f_locals if frame is not None else {}
+        st = found.get("orig_st")
+        entry = found.get("orig_entry")
+        if st is None and entry is not None:
+            try:
+                st = entry.stat(follow_symlinks=False)  # cached when the walk reached the entry: no new lookup
+            except OSError:
+                st = None
+        if st is None and path == self.top_norm:
+            st = self.ident or self.top_st
+        return st if isinstance(st, os.stat_result) else None
+
+    def _forward(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
+        """Pass an error on as the standard library does: to the caller's handler, or raise it."""
+        try:
+            if self.user_onexc is not None:
+                self.user_onexc(func, path, exc)
+            elif self.user_onerror is not None:
+                self.user_onerror(func, path, exc_info or (type(exc), exc, exc.__traceback__))
+            else:
+                raise exc
+        except BaseException as raised:
+            self.forwarded = raised
+            raise
+
+    def verdict(self) -> Verdict | None:
+        return rule.walk_verdict(
+            self.entries_gone, self.retried, self.top_gone, self.renamed_to, self.waited, self.first_error
+        )
+
+
+class _Failures:
+    """Collects the errors of a retried removal (as ``onexc`` or ``onerror``)."""
+
+    def __init__(self) -> None:
+        self.seen: list[BaseException] = []
+
+    def add(self, func: Callable[..., Any], path: Any, exc: Any) -> None:
+        self.seen.append(exc if isinstance(exc, BaseException) else exc[1])
+
+
+def _lstat_quietly(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (OSError, ValueError):  # missing, unreadable, a NUL in the name: the standard rmtree reports it
+        return None
+
+
+def _listed_as(top: str, inode: int) -> bool | None:
+    """Whether a fresh listing of the parent shows ``top`` as that inode (None: the listing cannot be read)."""
+    parent, name = os.path.split(top)
+    try:
+        with os.scandir(parent or os.curdir) as entries:
+            for entry in entries:
+                if entry.name == name:
+                    return entry.inode() == inode
+    except OSError:
+        return None
+    return False
+
+
+def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:
+    """Where the tree went, if a peer renamed it within its parent (found by its inode)."""
+    if orig is None:
+        return None
+    try:
+        with os.scandir(os.path.dirname(top)) as entries:
+            for entry in entries:
+                if entry.inode() == orig.st_ino:
+                    st = entry.stat(follow_symlinks=False)
+                    if st.st_dev == orig.st_dev:
+                        return entry.path
+    except OSError:
+        return None
+    return None
+
+
+# --- the call ------------------------------------------------------------------------------------------
+
+
+def _make_walk(
+    remover: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules, use_onexc: bool
+) -> Walk | None:
+    """fsguard's walk for one call, or None for a call the standard ``rmtree`` rejects by itself: more
+    positional arguments than it takes (adding fsguard's handler would change its message), no path at all."""
+    if len(args) > 3:
+        return None
+    onerror = args[2] if len(args) > 2 else kwargs.get("onerror")
+    try:
+        return Walk(remover, args[0] if args else kwargs["path"], rules, use_onexc, onerror, kwargs.get("onexc"))
+    except (TypeError, ValueError):
+        return None
+
+
+def wait_for_move(top: str, budget_s: float, pending: Callable[[], bool] | None, settle_s: float) -> tuple[str, float]:
+    """Poll fresh listings of the parent, up to ``budget_s``, for ``top`` to disappear (a peer moved it).
+
+    ``pending``: whether a peer announced a rename of ``top`` (serialized mode); while one is announced the
+    wait goes on up to ``settle_s`` more. Returns ("" when it stayed, else how it went, seconds waited)."""
+    started = time.monotonic()
+    delay = 0.002
+    how = "(its name left the fresh listing)"
+    extended = False
+    while True:
+        seen = evidence.look(top)
+        waited = time.monotonic() - started
+        if seen.parent_exists and not seen.present:
+            return how, waited
+        if not seen.parent_exists:
+            return "", waited
+        if pending is not None and not extended and pending():
+            budget_s, extended = max(budget_s, waited + settle_s), True
+            how = "(a rename announced to the serialization backend went first)"
+        if waited >= budget_s:
+            return "", waited
+        time.sleep(min(delay, budget_s - waited))
+        delay = min(delay * 2, 0.02)
+
+
+def run(
+    original: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    rules: Rules,
+    use_onexc: bool,
+    yield_s: float,
+    serializer: Any = None,
+) -> Verdict | None:
+    """One guarded ``rmtree`` call; a verdict when something needs a record.
+
+    The walk gets the caller's own arguments, fsguard's handler in place of the caller's (``onexc`` where it
+    exists, else ``onerror``, in the position the caller used; none with ``ignore_errors``), so it accepts
+    or rejects the call as the standard ``rmtree`` would alone. With a serializer, the walk runs holding the
+    path's lock, after letting a rename of the same path that a peer announced go first."""
+    remover = checked(original) or original
+    walk = _make_walk(remover, args, kwargs, rules, use_onexc)
+    if walk is None:
+        original(*args, **kwargs)  # the standard rmtree says what is wrong (outside any except: no __context__)
+        return None
+    ignore = bool(args[1] if len(args) > 1 else kwargs.get("ignore_errors", False))
+    positional, named = list(args), dict(kwargs)
+    if not ignore:
+        if use_onexc:
+            named["onexc"] = walk.onexc
+        elif len(positional) > 2:
+            positional[2] = walk.onerror
+        else:
+            named["onerror"] = walk.onerror
+
+    top = walk.top_norm
+    tree = walk.top_st is not None and stat.S_ISDIR(walk.top_st.st_mode)  # a rename can only take a tree away
+    pending = (lambda: serializer.pending(top)) if serializer is not None and tree else None
+    # The cheap tests first: own memory is asked only for a directory, in a job with peers.
+    peer_tree = tree and yield_s > 0 and rule.should_yield(evidence.own_last_event(top), walk.top_st, rules, yield_s)
+    window = 0.0
+    if peer_tree or (pending is not None and pending()):
+        how, window = wait_for_move(top, yield_s, pending, rules.settle_s)
+        if how:
+            return rule.yielded(top, window, how, _find_renamed(top, walk.top_st))
+
+    def call() -> bool:
+        with walk.active():
+            remover(*positional, **named)
+        return True
+
+    def call_unless_announced() -> bool:
+        return False if pending is not None and pending() else call()
+
+    try:
+        if serializer is None:
+            call()
+        elif not serializer.call("rmtree", [top], call_unless_announced, (), {}):
+            # A peer announced a rename of this path while this process waited for the lock: give the lock
+            # back so that it goes first, then remove only what is still here.
+            how, waited = wait_for_move(top, 0.0, pending, rules.settle_s)
+            window += waited
+            if how:
+                return rule.yielded(top, window, how, _find_renamed(top, walk.top_st))
+            serializer.call("rmtree", [top], call, (), {})
+    except _Moved:
+        return rule.moved_mid_walk(top, walk.renamed_to, walk.removed_names, walk.waited + window)
+    except FileNotFoundError as exc:
+        # Some failures escape the handler (e.g. ``fstat`` of the top on FUSE after a peer removed it);
+        # one the handler passed on to the caller (raised, or raised by the caller's handler) stays raised.
+        if exc is walk.forwarded or ignore:
+            raise
+        name = getattr(exc, "filename", None)
+        if name is not None and evidence.norm(name) != top:
+            raise
+        gone, waited = rule.escaped_gone(top, rules)
+        walk.waited += waited
+        if not gone:
+            raise
+        walk.top_gone = "after"
+        walk.first_error = walk.first_error or exc
+    found = walk.verdict()
+    if peer_tree and walk.removed_count:
+        return rule.removed_peer_tree(top, window, found)
+    return found

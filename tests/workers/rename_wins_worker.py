@@ -1,0 +1,73 @@
+"""One rank of a job committing a checkpoint by ``os.rename`` while the other ranks clean up the same staging
+directory with ``shutil.rmtree``, for ``tests/test_rename_wins.py`` (issue 12).
+
+Run as ``python rename_wins_worker.py <root> <rounds>`` with a launcher environment, every rank at once;
+``<root>/gate`` must exist. Each round: rank 0 makes ``tmp-checkpoint-<k>``; every rank calls
+``os.makedirs(staging, exist_ok=True)`` (finding it there) and writes its share of ``FILES`` files; after a
+file barrier rank 0 does ``if os.path.exists(staging): os.rename(staging, final)`` and every other rank
+``if os.path.exists(staging): shutil.rmtree(staging)``, as a Trainer's "commit on rank 0, clean up the
+staging directory elsewhere" does. Every rank prints one JSON line: its failures, and for rank 0 the outcome
+of every round: ``complete`` (the final checkpoint has every file), ``partial`` or ``missing``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+
+FILES = 300
+GATE_TIMEOUT_S = 60.0
+RANK, WORLD = int(os.environ.get("RANK", "-1")), int(os.environ.get("WORLD_SIZE", "0"))  # set by the launcher
+
+
+def barrier(root: str, name: str) -> None:
+    """Wait until every rank reached ``name``; bounded, so a dead peer fails the run instead of hanging it."""
+    gate = os.path.join(root, "gate")
+    with open(os.path.join(gate, f"{name}.{RANK}"), "w"):
+        pass
+    pending = [os.path.join(gate, f"{name}.{r}") for r in range(WORLD)]
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    while pending:
+        pending = [p for p in pending if not os.path.exists(p)]
+        if time.monotonic() > deadline:
+            raise SystemExit(f"rank {RANK}: gate {name!r} timed out waiting for {pending}")
+        time.sleep(0.0001)
+
+
+def main() -> None:
+    root, rounds = os.path.abspath(sys.argv[1]), int(sys.argv[2])
+    failures: list[dict[str, object]] = []
+    outcomes: list[str] = []
+    for k in range(rounds):
+        staging, final = os.path.join(root, f"tmp-checkpoint-{k}"), os.path.join(root, f"checkpoint-{k}")
+        if RANK == 0:
+            os.makedirs(staging)
+        barrier(root, f"made-{k}")
+        os.makedirs(staging, exist_ok=True)  # every rank, as a save_model does: found there, not made
+        for i in range(RANK, FILES, WORLD):
+            with open(os.path.join(staging, f"shard-{i}.bin"), "w") as f:
+                f.write(f"round {k} shard {i}\n")
+        barrier(root, f"written-{k}")
+        try:
+            if RANK == 0:
+                if os.path.exists(staging):
+                    os.rename(staging, final)
+            elif os.path.exists(staging):
+                shutil.rmtree(staging)
+        except OSError as error:
+            failures.append({"round": k, "type": type(error).__name__, "errno": error.errno})
+        barrier(root, f"done-{k}")
+        if RANK == 0:
+            try:
+                n = len(os.listdir(final))
+            except FileNotFoundError:
+                n = -1
+            outcomes.append("missing" if n < 0 else "complete" if n == FILES else "partial")
+    print(json.dumps({"rank": RANK, "failures": failures, "outcomes": outcomes}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -59,9 +59,11 @@ def load_policy() -> None:
     """Import the rules and the evidence now rather than at the first failure: for a process about to lose
     access to its own site-packages (dropping privileges to a user that cannot read them, ``chroot``).
     Without it such a process still runs: a rule that cannot be imported re-raises the original error."""
-    for rule in [*_DECIDE.values(), _Rule("rmtree", "run")]:
+    for rule in _DECIDE.values():
         if isinstance(rule, _Rule):
             rule.load()
+    from . import records, rmwalk, runtime  # noqa: F401 - loaded now, used at the first failure
+
     _rules()
 
 

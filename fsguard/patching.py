@@ -130,7 +130,27 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
             verdict = _DECIDE[op](error, args, kwargs, _rules())
     except Exception:  # noqa: BLE001 - a broken rule must not change what the caller sees
         return False
+    if verdict.absorb and not (op == "makedirs" and _exist_ok(args, kwargs)):
+        verdict = _defer_to_caller(verdict, error)
     return _settle(verdict, op, args, kwargs, error)
+
+
+def _exist_ok(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """makedirs(exist_ok=True) absorbs only a stale lookup's ``FileExistsError`` for a directory that is there:
+    absorbing keeps the meaning a handler waits for ("exists and is not a directory")."""
+    return bool(args[2] if len(args) > 2 else kwargs.get("exist_ok", False))
+
+
+def _defer_to_caller(verdict: Verdict, error: BaseException) -> Verdict:
+    """The same verdict, or, when the calling code handles ``error`` itself, a ``deferred`` one: re-raised to
+    that handler, recorded with the evidence that would have absorbed it (fsguard.handlers)."""
+    from . import handlers  # the failure path only
+
+    with runtime.Busy():
+        found = handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
+    if found is None:
+        return verdict
+    return Verdict(False, "deferred", verdict.evidence, verdict.waited_s, {**verdict.detail, **found})
 
 
 _SERIALIZED = object()  # passed as ``instance``: this call already holds the serializer's locks
@@ -194,7 +214,11 @@ def _rmtree_wrapper() -> Callable[..., Any]:
         verdict = rmtree_rule.run(wrapped, args, kwargs, _rules(), use_onexc)
         remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
         if verdict is not None:
-            _settle(verdict, "rmtree", args, kwargs, verdict.detail.pop("error", None))
+            error = verdict.detail.pop("error", None)
+            if verdict.absorb and verdict.detail.get("top_gone") and isinstance(error, OSError):
+                verdict = _defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
+            if not _settle(verdict, "rmtree", args, kwargs, error) and isinstance(error, OSError):
+                raise error
         return None
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

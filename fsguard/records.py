@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 SCHEMA = 1
-DECISIONS = ("absorbed", "hazard", "conflict", "unserialized", "waited")
+DECISIONS = ("absorbed", "hazard", "conflict", "unserialized", "waited", "deferred")
 _MARKER = " :: {"
 _LINE = re.compile(r"fsguard: (?P<decision>[a-z]+) ")
 

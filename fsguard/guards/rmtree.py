@@ -199,6 +199,7 @@ class _Walk:
             "entries_gone": self.entries_gone[:50],
             "retried": self.retried[:50],
             "error": self.first_error,
+            "top_gone": self.top_gone,  # the top's error escapes the standard rmtree: a caller's handler decides
         }
         if self.top_gone == "after":
             if self.renamed_to:

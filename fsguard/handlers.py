@@ -196,11 +196,7 @@ def _attribute(owner: Any, name: str) -> Any:
 def _resolve(expression: Any, frame: Any, call: bool = False) -> Any:
     """The value of a clause's class expression in ``frame`` (``_MISSING`` if unknown); with ``call``, the
     classes passed to ``contextlib.suppress`` (None when the call is not one of ``suppress``)."""
-    if isinstance(expression, list):
-        value = _run(expression, frame, call)
-    else:
-        value = _evaluate(expression, frame, call)
-    return value
+    return _run(expression, frame, call) if isinstance(expression, list) else _evaluate(expression, frame, call)
 
 
 _LOADS = {
@@ -278,7 +274,7 @@ def _exception_table(code: Any) -> list[tuple[int, int, int]]:
 
     def varint() -> int:
         nonlocal i
-        b = data[i]
+        b: int = data[i]
         i += 1
         value = b & 63
         while b & 64:
@@ -325,7 +321,7 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
             return layers
         n = index.get(target)
         if n is None or n + 1 >= len(instructions):
-            return layers + [("unknown", "handler outside the code")]
+            return [*layers, ("unknown", "handler outside the code")]
         first, second = instructions[n], instructions[n + 1]
         if first.opname == "COPY" and second.opname == "POP_EXCEPT":  # cleanup after a handler: passes it on
             at = next_reraise(n, 3)
@@ -340,7 +336,7 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
                 if ins.opname not in _CLEANUP_OPS:
                     break
             if at is None:
-                return layers + [("unknown", f"handler starting with {first.opname}")]
+                return [*layers, ("unknown", f"handler starting with {first.opname}")]
         elif second.opname == "WITH_EXCEPT_START":
             run, label = _with_call(instructions, index, table, target)
             layers.append(("suppress", run, label))
@@ -353,13 +349,13 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
             if clauses is None:
                 at = next_reraise(n + 1)  # no clause: a finally block, which re-raises at its end
             elif clauses == "unknown":
-                return layers + [("unknown", "an except clause fsguard cannot read")]
+                return [*layers, ("unknown", "an except clause fsguard cannot read")]
             else:
                 layers.append(("except", clauses))
                 if bare:
                     layers.append(("bare", "except"))
                     return layers
-    return layers + [("unknown", "too deep")]
+    return [*layers, ("unknown", "too deep")]
 
 
 _CLEANUP_OPS = frozenset(
@@ -493,7 +489,7 @@ def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
         if not (body[0].lineno <= line <= (body[-1].end_lineno or 0)):
             continue  # in a handler, else or finally, or a with statement's header: not protected by it
         if isinstance(block, ast.Try):
-            clauses = []
+            clauses: list[tuple[Any, str]] = []
             for clause in block.handlers:
                 if clause.type is None:
                     if clauses:
@@ -505,7 +501,7 @@ def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
                 layers.append(("except", clauses))
         else:
             if line == block.lineno or line <= max(i.context_expr.end_lineno or 0 for i in block.items):
-                return layers + [("unknown", "with statement and its body on one line")]
+                return [*layers, ("unknown", "with statement and its body on one line")]
             for item in reversed(block.items):
                 layers.append(("suppress", item.context_expr, "with " + ast.unparse(item.context_expr)))
     return layers

@@ -91,3 +91,41 @@ def outcomes(fsguard_python: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.mark.parametrize("name", list(rows.ROWS))
 def test_handler_row(outcomes: Outcomes, name: str) -> None:
     check_row(outcomes, name)
+
+
+CLAIM_LOOP = """
+    import os, tempfile
+    root = tempfile.mkdtemp()
+    os.mkdir(os.path.join(root, "run-0"))  # a peer's, moments ago (os.mkdir is not remembered as this rank's)
+    i = 0
+    while True:
+        try:
+            os.makedirs(os.path.join(root, f"run-{i}"))
+            break
+        except FileExistsError:
+            i += 1
+    print(i)
+"""
+
+
+def test_report_groups_deferred_records_and_status_is_unchanged(fsguard_python: Path, tmp_path: Path) -> None:
+    """A deferred record reads back with the one parser, ``fsguard report`` groups it like the others, and
+    ``fsguard status`` is the same as before (no new setting)."""
+    from tests.conftest import run_python
+    from tests.test_report import fsguard, report_json
+
+    logs = tmp_path / "logs"
+    done = run_python(fsguard_python, CLAIM_LOOP, {**TORCHRUN_ENV, "FSGUARD": "1", "FSGUARD_LOG": str(logs)})
+    assert done.returncode == 0 and done.stdout.split() == ["1"], done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("fsguard: deferred makedirs rank=1/4 "), line
+    record = parse_line(line)
+    assert record is not None and record.detail["handler"] == "except FileExistsError"
+    assert record.site is not None and record.site["file"] == "<string>"
+    status, doc, err = report_json(fsguard_python, str(logs))
+    assert status == 1, err
+    (group,) = doc["groups"]
+    assert (group["decision"], group["op"], group["count"], group["attention"]) == ("deferred", "makedirs", 1, False)
+    table = fsguard(fsguard_python, "report", str(logs))
+    assert "deferred" in table.stdout, table.stdout
+    assert "deferred" not in fsguard(fsguard_python, "status").stdout

@@ -85,7 +85,7 @@ def make_rundir(path: str) -> str:
         current_rundir = os.path.join(path, "000")
         if prev_rundirs:
             x = sorted([int(os.path.basename(x)) for x in prev_rundirs])[-1]
-            current_rundir = os.path.join(path, "{0:03}".format(x + 1))
+            current_rundir = os.path.join(path, f"{x + 1:03}")
         os.makedirs(current_rundir)
         logger.debug("Parsl run initializing in rundir: %s", current_rundir)
         return os.path.abspath(current_rundir)
@@ -114,7 +114,7 @@ def make_rundir_retry(path: str, *, max_tries: int = 3) -> str:
     while True:
         prev_rundirs = glob.glob(os.path.join(path, "[0-9]*[0-9]"))
         next = max([int(os.path.basename(x)) for x in prev_rundirs] + [-1]) + 1
-        current_rundir = os.path.join(path, "{0:03}".format(next))
+        current_rundir = os.path.join(path, f"{next:03}")
         try:
             os.makedirs(current_rundir)
             return os.path.abspath(current_rundir)
@@ -198,7 +198,7 @@ def main() -> None:
         barrier(root, f"round-{k}")
         try:
             claims.append(IDIOMS[idiom](os.path.join(root, f"round-{k}")))
-        except Exception as error:  # noqa: BLE001 - reported: the test compares crashes with and without fsguard
+        except Exception as error:  # reported: the test compares crashes with and without fsguard
             claims.append(None)
             crashes.append(type(error).__name__)
     print(json.dumps({"rank": RANK, "pid": os.getpid(), "claims": claims, "crashes": crashes, "lost": lost}))

@@ -142,7 +142,11 @@ def _in_frame(error: BaseException, frame: Any, immediate: bool) -> dict[str, An
         if kind == "suppress":
             classes = _resolve(layer[1], frame, call=True) if layer[1] is not None else None
             if classes is not None and _matches(error, classes, immediate):
-                return {"handler": layer[2]}
+                label = layer[2]
+                if "(" not in label:  # ``with cm:``: say what it expects
+                    names = classes if isinstance(classes, tuple) else (classes,)
+                    label += " (expecting " + ", ".join(getattr(c, "__name__", "?") for c in names) + ")"
+                return {"handler": label}
             # otherwise a with block (a lock, an open file): its __exit__ re-raises, not a handler
     return None
 
@@ -185,11 +189,15 @@ def _lookup(frame: Any, name: str, scopes: str) -> Any:
 
 
 def _attribute(owner: Any, name: str) -> Any:
-    """``owner.name`` of a module or class only: no property or ``__getattr__`` of an arbitrary object runs."""
+    """``owner.name`` of a module or class only (no property or ``__getattr__`` of an arbitrary object runs);
+    of a ``unittest.TestCase``, the class's function (``self.assertRaises``)."""
     import types
 
     if isinstance(owner, (types.ModuleType, type)):
         return getattr(owner, name, _MISSING)
+    unittest = sys.modules.get("unittest.case")
+    if unittest is not None and isinstance(owner, unittest.TestCase):
+        return getattr(type(owner), name, _MISSING)
     return _MISSING
 
 
@@ -233,15 +241,33 @@ def _run(instructions: list[Any], frame: Any, call: bool) -> Any:
         else:
             return None if call else _MISSING
     if call:
-        return None
+        return _suppressing(stack[-1]) if len(stack) == 1 else None
     return stack[-1] if len(stack) == 1 else _MISSING
 
 
 def _suppressed(callee: Any, args: tuple[Any, ...]) -> Any:
-    import contextlib
-
-    if isinstance(callee, type) and issubclass(callee, contextlib.suppress):
+    """The classes a ``with`` of ``callee(*args)`` suppresses: ``contextlib.suppress``, and the tests'
+    ``assertRaises``/``assertRaisesRegex`` (unittest) and ``pytest.raises``, which expect the error; else None."""
+    contextlib = sys.modules.get("contextlib")
+    if contextlib is not None and isinstance(callee, type) and issubclass(callee, contextlib.suppress):
         return args
+    unittest = sys.modules.get("unittest.case")
+    if unittest is not None and callee in (unittest.TestCase.assertRaises, unittest.TestCase.assertRaisesRegex):
+        return args[:1] if args else None
+    if getattr(callee, "__name__", None) == "raises" and str(getattr(callee, "__module__", "")).startswith("_pytest"):
+        return args[:1] if args else None
+    return None
+
+
+def _suppressing(value: Any) -> Any:
+    """The classes a context manager object suppresses (``with cm:``), for the kinds ``_suppressed`` knows."""
+    contextlib = sys.modules.get("contextlib")
+    if contextlib is not None and isinstance(value, contextlib.suppress):
+        return getattr(value, "_exceptions", None)
+    unittest = sys.modules.get("unittest.case")
+    context = getattr(unittest, "_AssertRaisesContext", None)
+    if context is not None and isinstance(value, context):
+        return getattr(value, "expected", None)
     return None
 
 
@@ -249,6 +275,8 @@ def _evaluate(node: Any, frame: Any, call: bool) -> Any:
     import ast
 
     if call:
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            return _suppressing(_evaluate(node, frame, False))
         if not isinstance(node, ast.Call) or node.keywords:
             return None
         callee = _evaluate(node.func, frame, False)
@@ -420,9 +448,12 @@ def _with_call(
     and a label; None where they are not a plain call of plain names."""
     starts = [start for start, _, t in table if t == target]
     n = index.get(min(starts)) if starts else None
-    if n is None or n < 2 or instructions[n - 1].opname != "BEFORE_WITH" or instructions[n - 2].opname != "CALL":
+    if n is None or n < 2 or instructions[n - 1].opname != "BEFORE_WITH":
         return None, "with"
     m = first = n - 2
+    called = instructions[m].opname == "CALL"
+    if not called:
+        first = m + 1  # ``with cm:``: the load chain of a context manager object
     while first > 0:
         op = instructions[first - 1].opname
         if op in _LOADS or op.startswith("LOAD_FAST") or op in ("LOAD_ATTR", "LOAD_METHOD", "PUSH_NULL", "PRECALL"):
@@ -430,6 +461,8 @@ def _with_call(
         else:
             break
     run = instructions[first : m + 1]
+    if not called:
+        return (run, f"with {_label(run)}") if run else (None, "with")
     words = _label(run[:-1]).split(" ")
     arity = instructions[m].arg or 0
     if len(run) < 2 or len(words) < arity + 1:

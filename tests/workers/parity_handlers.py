@@ -23,6 +23,7 @@ import shutil
 import sys
 import threading
 import traceback
+import unittest
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
@@ -206,6 +207,27 @@ def shutil_move_in_a_handler(d: str, out: Outcome) -> None:
         shutil.move(src, dst)  # <- call
     except FileNotFoundError as error:
         seen(out, "move", error)
+
+
+class _Case(unittest.TestCase):
+    def runTest(self) -> None:
+        pass
+
+
+@row("deferred", "with tc.assertRaises(FileExistsError)")
+def unittest_assert_raises_context(d: str, out: Outcome) -> None:
+    path = peer_made(d)
+    tc = _Case()
+    with tc.assertRaises(FileExistsError) as raised:
+        os.makedirs(path)  # <- call
+    seen(out, "assertRaises", raised.exception)
+
+
+@row("deferred", "with self (expecting FileNotFoundError)")
+def unittest_assert_raises_callable(d: str, out: Outcome) -> None:
+    top = peer_removed(d)  # the caller is unittest's own frame: ``with self:`` around the call
+    _Case().assertRaises(FileNotFoundError, shutil.rmtree, top)
+    out["handled"] = "assertRaises"
 
 
 # --- not a handler of this call: absorbed ----------------------------------------------------------------

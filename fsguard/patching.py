@@ -150,6 +150,8 @@ def _defer_to_caller(verdict: Verdict, error: BaseException) -> Verdict:
         found = handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
     if found is None:
         return verdict
+    if verdict.decision != "absorbed":  # a hazard stays visible in the audit
+        found["instead_of"] = verdict.decision
     return Verdict(False, "deferred", verdict.evidence, verdict.waited_s, {**verdict.detail, **found})
 
 

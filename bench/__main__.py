@@ -57,7 +57,7 @@ def summary_rows(results: dict[str, Any]) -> list[list[str]]:
             logged = c["decisions"]["jsonl/empty"][op]["median_ms"]
             rows.append(
                 [
-                    f"decide: {op} absorbed, local (logged+jsonl / memory full)",
+                    f"decide: {op}{'' if op.endswith('deferred') else ' absorbed'}, local (logged+jsonl / memory full)",
                     f"{r['median_ms']:.3f} ms ({logged:.3f} / {full:.3f})",
                     "<= 1 ms",
                 ]

@@ -167,6 +167,8 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
     except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
         _rule_failed(op, failure)
         return False
+    if verdict.absorb and not (op == "makedirs" and _exist_ok(args, kwargs)):
+        verdict = _defer_to_caller(verdict, error)
     return _settle(verdict, op, args, kwargs, error)
 
 
@@ -183,6 +185,27 @@ def _rule_failed(op: str, failure: Exception) -> None:
             f"the {op} rule failed ({type(failure).__name__}: {failure}); the original error is re-raised "
             "unchanged (said once per operation)"
         )
+
+
+def _exist_ok(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """makedirs(exist_ok=True) absorbs only a stale lookup's ``FileExistsError`` for a directory that is there:
+    absorbing keeps the meaning a handler waits for ("exists and is not a directory")."""
+    return bool(args[2] if len(args) > 2 else kwargs.get("exist_ok", False))
+
+
+def _defer_to_caller(verdict: Verdict, error: BaseException) -> Verdict:
+    """The same verdict, or, when the calling code handles ``error`` itself, a ``deferred`` one: re-raised to
+    that handler, recorded with the evidence that would have absorbed it (fsguard.handlers)."""
+    from . import handlers  # the failure path only
+    from .guards import Verdict
+
+    with Busy():
+        found = handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
+    if found is None:
+        return verdict
+    if verdict.decision != "absorbed":  # a hazard stays visible in the audit
+        found["instead_of"] = verdict.decision
+    return Verdict(False, "deferred", verdict.evidence, verdict.waited_s, {**verdict.detail, **found})
 
 
 _SERIALIZED = object()  # passed as ``instance``: this call already holds the serializer's locks
@@ -294,7 +317,11 @@ def _rmtree_wrapper() -> Callable[..., Any]:
         verdict = rmwalk.run(wrapped, args, kwargs, rules, use_onexc, yield_s, state.serializer)
         remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
         if verdict is not None:
-            _settle(verdict, "rmtree", args, kwargs, verdict.detail.pop("error", None))
+            error = verdict.detail.pop("error", None)
+            if verdict.absorb and verdict.detail.get("top_gone") and isinstance(error, OSError):
+                verdict = _defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
+            if not _settle(verdict, "rmtree", args, kwargs, error) and isinstance(error, OSError):
+                raise error
         return None
 
     return wrapper

@@ -1,4 +1,4 @@
-"""The record of an absorbed race, hazard or conflict: one type, one writer, one parser.
+"""The record of an absorbed race, hazard, conflict or deferral: one type, one writer, one parser.
 
 A record is written as one line on stderr (through the ``fsguard`` logger) and, with ``FSGUARD_LOG=<dir>``,
 as one JSON line in a per-process file. The stderr line reads::
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 SCHEMA = 1
-DECISIONS = ("absorbed", "hazard", "conflict", "unserialized", "waited", "yielded")
+DECISIONS = ("absorbed", "hazard", "conflict", "unserialized", "waited", "yielded", "deferred")
 _MARKER = " :: {"
 _LINE = re.compile(r"fsguard: (?P<decision>[a-z]+) ")
 

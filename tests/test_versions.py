@@ -7,6 +7,8 @@ if pip cannot install wrapt (no index), the version's tests skip with pip's reas
 
 * the whole bad-input parity table of ``tests/test_parity.py`` runs (``tests/parity_support.py``): on
   3.12+ the ``shutil.rmtree(onexc=...)`` rows really run;
+* the caller's-handler rows of ``tests/test_handlers.py`` (each version's bytecode differs; 3.10 reads the
+  source's ``ast``), and two claim idioms of ``tests/test_claims.py`` (4 ranks x 20 rounds);
 * activation: the ``.pth`` patches all four functions with ``FSGUARD=1`` under a torchrun environment, and
   nothing with ``FSGUARD`` unset, where ``-X importtime`` shows no fsguard or wrapt import;
 * the four races of ``tests/test_races.py`` (4 ranks, its worker and its checks): they happen without
@@ -37,6 +39,8 @@ from pathlib import Path
 import pytest
 
 from tests import parity_support as parity
+from tests import test_claims as claims
+from tests import test_handlers as handlers
 from tests import test_races as races
 from tests.conftest import TORCHRUN_ENV, run_python
 from tests.support import venvs
@@ -153,6 +157,22 @@ def test_parity_ran_every_row_on_this_version(venv: Venv, outcomes: parity.Outco
 @pytest.mark.parametrize("name", parity.row_params())
 def test_parity_row(venv: Venv, outcomes: parity.Outcomes, name: str) -> None:
     parity.check_row(outcomes, name)
+
+
+@pytest.fixture(scope="module")
+def handler_outcomes(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> handlers.Outcomes:
+    return handlers.collect(venv.python, tmp_path_factory.mktemp(f"handlers{venv.version}-"))
+
+
+@pytest.mark.parametrize("name", list(handlers.rows.ROWS))
+def test_handler_row(venv: Venv, handler_outcomes: handlers.Outcomes, name: str) -> None:
+    assert handler_outcomes["force"]["meta"]["python"] == [int(n) for n in venv.version.split(".")]
+    handlers.check_row(handler_outcomes, name)
+
+
+@pytest.mark.parametrize("idiom", ["sequential", "helper"])
+def test_claim_idiom(venv: Venv, tmp_path: Path, idiom: str) -> None:
+    claims.test_claim_idiom_keeps_working_with_fsguard(venv.python, tmp_path, idiom)
 
 
 STATE = """

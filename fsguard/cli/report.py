@@ -30,7 +30,7 @@ from ..audit import inputs, patterns, tables
 from ..records import DECISIONS, Record, parse_line
 
 # Worst first: the decision that names a group, and the order of groups.
-SEVERITY = ("conflict", "hazard", "unserialized", "waited", "absorbed")
+SEVERITY = ("conflict", "hazard", "unserialized", "waited", "deferred", "absorbed")
 ATTENTION = ("conflict", "hazard")
 MAX_PATTERNS = 50  # per group: bounded memory on a job that touched millions of distinct paths
 _ANNOUNCED = re.compile("fsguard: (?:" + "|".join(DECISIONS) + ") ")

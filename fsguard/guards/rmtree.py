@@ -145,7 +145,12 @@ def walk_verdict(
             f"{len(retried)} director{'y' if len(retried) == 1 else 'ies'} "
             f"gained entries mid-walk and were removed again"
         )
-    detail: dict[str, Any] = {"entries_gone": entries_gone[:50], "retried": retried[:50], "error": error}
+    detail: dict[str, Any] = {
+        "entries_gone": entries_gone[:50],
+        "retried": retried[:50],
+        "error": error,
+        "top_gone": top_gone,  # the top's error escapes the standard rmtree: a caller's handler decides
+    }
     if top_gone == "after":
         if renamed_to:
             detail["renamed_to"] = renamed_to

@@ -3,7 +3,10 @@
 Run as ``python race_worker.py <op> <root> <iterations>`` with a launcher environment (``RANK``,
 ``WORLD_SIZE``, ...), every rank started at once; ``<root>/gate`` must exist. Rank 0 prepares every
 iteration's inputs, then each iteration starts from a barrier on files in ``<root>/gate``, so all ranks
-make the racing call together. A failed call is reported, not raised: the worker prints one JSON line
+make the racing call together. A failed call is reported, not raised: the racing call itself is not inside a
+``try`` (a program that handles the error in the calling frame gets it: fsguard defers to its handler), its
+failure is caught one frame up, in ``main`` (a broad handler there is error reporting), and the worker prints one
+JSON line
 ``{"rank", "pid", "failures": [{"iteration", "call", "type", "errno", "filename"}]}`` and exits 0, so
 the test can count how often the race happened. The racing calls are marked ``# guarded call: <op>``:
 the test finds the call site that fsguard's records must name by that marker.
@@ -82,20 +85,14 @@ def race_makedirs(root: str, k: int) -> list[tuple[str, OSError]]:
         os.makedirs(os.path.join(root, f"shared-{k}", "a", "b"), exist_ok=True)
     except OSError as error:
         failures.append(("makedirs_exist_ok", error))
-    try:
-        os.makedirs(os.path.join(root, f"made-{k}"))  # guarded call: makedirs
-    except OSError as error:
-        failures.append(("makedirs", error))
+    os.makedirs(os.path.join(root, f"made-{k}"))  # guarded call: makedirs
     return failures
 
 
 def race_rename(root: str, k: int) -> list[tuple[str, OSError]]:
     """Every rank commits the one staged checkpoint: only the first rename finds its source."""
     staging, final = os.path.join(root, f"tmp-checkpoint-{k}"), os.path.join(root, f"checkpoint-{k}")
-    try:
-        os.rename(staging, final)  # guarded call: rename
-    except OSError as error:
-        return [("rename", error)]
+    os.rename(staging, final)  # guarded call: rename
     return []
 
 
@@ -114,19 +111,13 @@ def race_replace(root: str, k: int) -> list[tuple[str, OSError]]:
         f.write(kernel_text(k, RANK))
     os.rename(private, target + TEMP_SUFFIX)
     barrier(root, f"published-{k}")
-    try:
-        os.replace(target + TEMP_SUFFIX, target)  # guarded call: replace
-    except OSError as error:
-        return [("replace", error)]
+    os.replace(target + TEMP_SUFFIX, target)  # guarded call: replace
     return []
 
 
 def race_rmtree(root: str, k: int) -> list[tuple[str, OSError]]:
     """Every rank cleans up the same staging tree: they unlink entries a peer already removed."""
-    try:
-        shutil.rmtree(os.path.join(root, f"staging-{k}"))  # guarded call: rmtree
-    except OSError as error:
-        return [("rmtree", error)]
+    shutil.rmtree(os.path.join(root, f"staging-{k}"))  # guarded call: rmtree
     return []
 
 
@@ -149,7 +140,11 @@ def main() -> None:
     failures = []
     for k in range(iterations):
         barrier(root, f"iteration-{k}")
-        for call, error in RACES[op](root, k):
+        try:
+            lost = RACES[op](root, k)
+        except OSError as error:
+            lost = [(op, error)]
+        for call, error in lost:
             failures.append(
                 {
                     "iteration": k,

@@ -40,26 +40,36 @@ def outcome(round_dir: str) -> str:
     return "complete" if count_files(ckpt) == FILES else "partial"
 
 
-def race(rank: int, round_dir: str, kind: str) -> str:
+def _race(rank: int, round_dir: str, kind: str) -> str:
     staging = os.path.join(round_dir, "staging")
     if kind == "free":
         time.sleep(random.uniform(0, 0.02))
-    try:
-        if rank < 2:
-            if kind == "mid":
-                deadline = time.monotonic() + 2.0
-                while time.monotonic() < deadline:
-                    try:
-                        if len(os.listdir(staging)) < FILES:
-                            break
-                    except FileNotFoundError:
+    if rank < 2:
+        if kind == "mid":
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                try:
+                    if len(os.listdir(staging)) < FILES:
                         break
-            os.rename(staging, os.path.join(round_dir, "ckpt"))
-            return "renamed"
-        shutil.rmtree(staging)
-        return "removed"
+                except FileNotFoundError:
+                    break
+        os.rename(staging, os.path.join(round_dir, "ckpt"))
+        return "renamed"
+    shutil.rmtree(staging)
+    return "removed"
+
+
+def race(rank: int, round_dir: str, kind: str) -> str:
+    # The error is caught here, one frame above the calls: a handler in the calling frame itself would get
+    # the error from fsguard (it defers to code that handles the error itself).
+    try:
+        return _race(rank, round_dir, kind)
     except OSError as error:
         return type(error).__name__
+
+
+def _call(function: Callable[..., None], args: tuple[str, ...]) -> None:
+    function(*args)
 
 
 def main() -> None:
@@ -100,7 +110,7 @@ def main() -> None:
     ]
     for function, args in calls:
         try:
-            function(*args)
+            _call(function, args)  # caught one frame up, as in race()
         except OSError as error:
             errors.append(f"{type(error).__name__}: {error}")
         dist.barrier()

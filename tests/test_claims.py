@@ -1,0 +1,121 @@
+"""Programs that claim a name by the failure of a guarded call keep working: fsguard defers to their handler.
+
+4 real ranks (fresh interpreters of the wheel's venv, a torchrun environment each, ``workers/claim_worker.py``)
+run 20 rounds of one claim idiom, meeting at a file barrier before each round. Without fsguard, no two ranks
+ever hold the same name and nothing crashes (the test's premise, with the race really happening: the ranks'
+handlers see lost claims). With ``FSGUARD=1`` the outcome must be the same: no shared name, no crash, every
+exclusive claim held by exactly one rank, and each failure fsguard's evidence would have absorbed recorded as
+``deferred``, naming the handler that got it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsguard.records import Record, parse_line
+from tests.conftest import TORCHRUN_ENV, clean_env
+from tests.workers import claim_worker as worker
+
+RANKS = 4
+ROUNDS = 20
+WORKER = Path(worker.__file__).resolve()
+JOB_TIMEOUT_S = 180
+
+# idiom -> (exclusive: one owner per round, the others None; handler label the deferred records name)
+IDIOMS: dict[str, tuple[bool, str | None]] = {
+    "sequential": (False, "except FileExistsError"),
+    "parsl": (False, "except Exception"),
+    "parsl_retry": (False, "except FileExistsError"),
+    "py2": (False, "except OSError"),
+    "mkdir_lock": (True, "except FileExistsError"),
+    "helper": (False, "except FileExistsError"),
+    "rename_lock": (True, None),  # the rename rule never absorbs a move onto a new name: nothing to defer
+}
+
+
+@dataclass
+class Job:
+    reports: list[dict[str, Any]]
+    records: list[Record]
+
+
+def run_job(python: Path, idiom: str, where: Path, guarded: bool) -> Job:
+    root = where / "root"
+    (root / "gate").mkdir(parents=True)
+    procs, outputs = [], []
+    for rank in range(RANKS):
+        env = {
+            **TORCHRUN_ENV,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(RANKS),
+            "LOCAL_WORLD_SIZE": str(RANKS),
+            "TORCHELASTIC_RUN_ID": f"claims-{idiom}",
+            "FSGUARD": "1" if guarded else "0",
+        }
+        out, err = (where / f"rank{rank}.out").open("w"), (where / f"rank{rank}.err").open("w")
+        outputs.append((out, err))
+        command = [str(python), str(WORKER), idiom, str(root), str(ROUNDS)]
+        procs.append(subprocess.Popen(command, env=clean_env(env), stdout=out, stderr=err))
+    try:
+        codes = [p.wait(timeout=JOB_TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for out, err in outputs:
+            out.close()
+            err.close()
+    stderr = [(where / f"rank{r}.err").read_text() for r in range(RANKS)]
+    assert codes == [0] * RANKS, stderr
+    lines = [line for text in stderr for line in text.splitlines()]
+    assert all(line.startswith("fsguard: ") for line in lines), lines
+    records = [parse_line(line) for line in lines]
+    assert all(isinstance(r, Record) for r in records), lines
+    reports = [json.loads((where / f"rank{r}.out").read_text()) for r in range(RANKS)]
+    return Job(reports, [r for r in records if r is not None])
+
+
+def check_claims(job: Job, idiom: str) -> None:
+    """No crash, no name held by two ranks in a round, and an exclusive claim held by exactly one rank."""
+    exclusive = IDIOMS[idiom][0]
+    assert [r["crashes"] for r in job.reports] == [[]] * RANKS, job.reports
+    for k in range(ROUNDS):
+        held = [r["claims"][k] for r in job.reports if r["claims"][k] is not None]
+        assert len(held) == len(set(held)), f"round {k}: two ranks hold one name: {held}"
+        assert len(held) == (1 if exclusive else RANKS), f"round {k}: {held}"
+
+
+@pytest.mark.parametrize("idiom", IDIOMS)
+def test_claim_idiom_keeps_working_with_fsguard(fsguard_python: Path, tmp_path: Path, idiom: str) -> None:
+    without = run_job(fsguard_python, idiom, tmp_path / "without", guarded=False)
+    check_claims(without, idiom)
+    lost_without = sum(r["lost"] for r in without.reports)
+    assert lost_without, f"{idiom}: no claim was ever lost in {ROUNDS} rounds: the race never happened"
+    assert without.records == []
+
+    guarded = run_job(fsguard_python, idiom, tmp_path / "with", guarded=True)
+    check_claims(guarded, idiom)
+    lost = sum(r["lost"] for r in guarded.reports)
+    print(f"{idiom}: lost claims without fsguard {lost_without}, with {lost}; records {len(guarded.records)}")
+    handler = IDIOMS[idiom][1]
+    decisions = Counter(r.decision for r in guarded.records)
+    if handler is None:
+        assert guarded.records == [], [r.to_line() for r in guarded.records]
+        return
+    # Every lost claim was one fsguard would have absorbed (a peer's fresh directory), and went to the handler.
+    assert dict(decisions) == ({"deferred": lost} if lost else {}), decisions
+    for record in guarded.records:
+        assert record.op == "makedirs" and record.error and record.error["type"] == "FileExistsError"
+        assert record.detail["handler"] == handler, record.detail
+        assert record.detail["frame"].startswith(str(WORKER) + ":"), record.detail
+        assert "peer" in record.evidence
+        if idiom == "helper":
+            assert record.detail["frames_up"] == 2

@@ -37,6 +37,16 @@ def barrier(root: str, name: str) -> None:
         time.sleep(0.0001)
 
 
+def commit_or_clean(staging: str, final: str) -> None:
+    """Rank 0 commits, the others clean up: the calls' own frame has no handler (a broad ``except OSError``
+    around the call itself would be the program handling the error: fsguard would leave it to it)."""
+    if RANK == 0:
+        if os.path.exists(staging):
+            os.rename(staging, final)
+    elif os.path.exists(staging):
+        shutil.rmtree(staging)
+
+
 def main() -> None:
     root, rounds = os.path.abspath(sys.argv[1]), int(sys.argv[2])
     failures: list[dict[str, object]] = []
@@ -52,11 +62,7 @@ def main() -> None:
                 f.write(f"round {k} shard {i}\n")
         barrier(root, f"written-{k}")
         try:
-            if RANK == 0:
-                if os.path.exists(staging):
-                    os.rename(staging, final)
-            elif os.path.exists(staging):
-                shutil.rmtree(staging)
+            commit_or_clean(staging, final)
         except OSError as error:
             failures.append({"round": k, "type": type(error).__name__, "errno": error.errno})
         barrier(root, f"done-{k}")

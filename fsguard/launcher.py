@@ -70,7 +70,8 @@ def _int(env: Mapping[str, str], *names: str) -> int | None:
 
 
 def _slurm_size(env: Mapping[str, str]) -> int | None:
-    return _int(env, "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS")
+    # The step's own count first: ``srun -n 1`` inside an allocation of many is one task.
+    return _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
 
 
 def hostname(env: Mapping[str, str]) -> str:
@@ -113,10 +114,9 @@ def detect(env: Mapping[str, str]) -> Launch | None:
         return Launch("pmix", rank, _int(env, "PMIX_LOCAL_RANK") or 0, _int(env, "PMIX_SIZE", "PMI_SIZE"), host)
     rank = _int(env, "SLURM_PROCID")
     if rank is not None:
-        size = _slurm_size(env)
-        if size is None and "SLURM_STEP_ID" not in env:
-            return None  # a batch script, not a task of a step
-        return Launch("slurm", rank, _int(env, "SLURM_LOCALID") or 0, size, host)
+        if "SLURM_STEP_ID" not in env and "SLURM_STEPID" not in env:
+            return None  # a batch script or salloc's shell (SLURM_PROCID=0, SLURM_NTASKS of the allocation)
+        return Launch("slurm", rank, _int(env, "SLURM_LOCALID") or 0, _slurm_size(env), host)
     return None
 
 

@@ -82,7 +82,7 @@ def _add_coverage_startup(purelib: Path) -> None:
     (purelib / "00-fsguard-coverage.pth").write_text("import _fsguard_coverage_start\n")
 
 
-STRICT_SKIPS = ("simulated cluster:", "FUSE unavailable", "openmpi-bin")
+STRICT_SKIPS = ("simulated cluster:", "FUSE unavailable", "openmpi-bin", "slurm-wlm", "cannot be installed")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -75,7 +75,7 @@ LAUNCHERS = [
         1,
         8,
     ),
-    ("slurm", {"SLURM_PROCID": "1", "SLURM_NPROCS": "2"}, 1, 0, 2),
+    ("slurm", {"SLURM_PROCID": "1", "SLURM_NPROCS": "2", "SLURM_STEPID": "0"}, 1, 0, 2),
     ("openmpi", {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, 3, 3, 4),
     ("mpich", {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}, 1, 1, 2),
     ("pmix", {"PMIX_RANK": "2"}, 2, 0, None),
@@ -104,6 +104,9 @@ def test_enabled_with_launcher_patches(
     [
         {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},  # one task
         {"SLURM_PROCID": "0", "SLURM_JOB_ID": "12"},  # a batch script, not a step's task
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NPROCS": "4"},  # sbatch -n 4: the script itself
+        # srun -n 1 inside an allocation of 4 (SLURM_NTASKS as srun 22.05 sets it, the step's count wins)
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"},
         {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"},  # single-process torchrun
         {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
     ],

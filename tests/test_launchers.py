@@ -1,0 +1,195 @@
+"""The launchers people type, for real: srun on a real SLURM, sbatch, srun + torchrun, accelerate, deepspeed.
+
+Every job runs ``tests/workers/launcher_job.py`` on every rank: it reports what fsguard sees inside the
+rank (``fsguard status``'s launcher, rank, world size; the operations patched; the job start), then all
+ranks race ``makedirs``/``rename``/``replace``/``rmtree`` on one directory. Without fsguard the job
+fails; with ``FSGUARD=1`` it passes, with records naming the right rank and host. The probe
+(``tests/cluster/probe``) shows which processes of the job were patched: launcher agents never are, nor a
+single task. SLURM: one cluster per session (``tests/slurm.py``), two ``slurmd`` on this host.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fsguard.records import Record, parse_line
+from tests import slurm as slurm_cluster
+from tests.cluster.fixtures import job_env
+from tests.cluster.harness import free_port
+from tests.conftest import ROOT, clean_env
+
+pytestmark = pytest.mark.launchers
+
+JOB = ROOT / "tests" / "workers" / "launcher_job.py"
+OPS = ["makedirs", "rename", "replace", "rmtree"]
+AGENTS = ("torchrun", "torch.distributed.run", "accelerate", "deepspeed", "deepspeed.launcher")
+
+
+@dataclass
+class Job:
+    done: subprocess.CompletedProcess[str]
+    ranks: dict[int, dict[str, object]]
+    records: list[Record]
+    probes: list[dict[str, object]]
+
+    def text(self) -> str:
+        return f"exit {self.done.returncode}\nstdout:\n{self.done.stdout[-3000:]}\nstderr:\n{self.done.stderr[-5000:]}"
+
+
+def run_job(argv: Sequence[str], root: Path, guarded: bool, timeout: float = 120, **extra: str) -> Job:
+    """Run one job (the launcher command ``argv``) with ``root`` as its shared directory."""
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "gate").mkdir(parents=True)
+    probe = root / "probe"
+    env = job_env(clean_env({"FSGUARD": "1", "FSGUARD_LOG": str(root / "records")} if guarded else {}), probe, **extra)
+    done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout, cwd=root, check=False)
+    ranks = {
+        int(p.stem): json.loads(p.read_text()) for p in (root / "ranks").glob("*.json") if (root / "ranks").exists()
+    }
+    records = []
+    if (root / "records").exists():
+        for path in (root / "records").iterdir():
+            records += [r for r in map(parse_line, path.read_text().splitlines()) if r is not None]
+    probes = [json.loads(p.read_text()) for p in probe.glob("*.json")]
+    return Job(
+        subprocess.CompletedProcess(done.args, done.returncode, done.stdout, done.stderr), ranks, records, probes
+    )
+
+
+def check_fails_without(job: Job, world: int) -> None:
+    assert job.done.returncode != 0, job.text()
+    failed = {r: rep["failures"] for r, rep in job.ranks.items() if rep["failures"]}
+    makedirs = [r for r, fails in failed.items() if any(f["call"] == "makedirs" for f in fails)]  # type: ignore[union-attr]
+    assert len(makedirs) == world - 1, job.text()
+    assert all(not rep["patched"] for rep in job.ranks.values())
+
+
+def check_guarded(job: Job, launcher: str, world: int, hosts: set[str] | None = None) -> None:
+    """Passes; every rank patched and named right by ``fsguard status``; records name the right rank and host."""
+    assert job.done.returncode == 0, job.text()
+    assert sorted(job.ranks) == list(range(world)), job.text()
+    by_pid = {}
+    for rank, rep in job.ranks.items():
+        status = rep["status"]
+        assert isinstance(status, dict)
+        assert status["would_patch"] is True, rep
+        launch = status["launch"]
+        assert (launch["launcher"], launch["rank"], launch["world_size"]) == (launcher, rank, world), rep
+        assert rep["patched"] == OPS, rep
+        assert rep["failures"] == [], rep
+        by_pid[rep["pid"]] = rep
+    if hosts is not None:
+        assert {rep["host"] for rep in job.ranks.values()} == hosts
+    absorbed = {op: [r for r in job.records if r.op == op and r.decision == "absorbed"] for op in OPS}
+    assert len(absorbed["makedirs"]) == world - 1, [r.to_line() for r in job.records]
+    assert len(absorbed["rename"]) == world - 1, [r.to_line() for r in job.records]
+    for record in job.records:
+        rep = by_pid[record.pid]
+        assert (record.launcher, record.rank, record.world_size) == (launcher, rep["rank"], world), record.to_line()
+        assert record.host == rep["host"], record.to_line()
+        assert record.site_text().startswith(str(JOB)), record.to_line()
+    agents = [p for p in job.probes if any(str(a).endswith(AGENTS) for a in p["argv"][:4])]  # type: ignore[index]
+    assert all(p["patched"] == [] for p in agents), agents
+
+
+# --- SLURM ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_cluster.Slurm]:
+    reason = slurm_cluster.missing()
+    if reason:
+        pytest.skip(reason)
+    cluster = slurm_cluster.Slurm(tmp_path_factory.mktemp("slurm"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def srun(slurm: slurm_cluster.Slurm, *args: str) -> list[str]:
+    return ["srun", "--kill-on-bad-exit=0", "--wait=60", *args]
+
+
+@pytest.mark.timeout(240)
+def test_srun_four_tasks_on_two_nodes(slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path: Path) -> None:
+    """``srun -N 2 -n 4 python job.py``: each task a rank; parent slurmstepd; host is the node's name."""
+    argv = srun(slurm, "-N", "2", "-n", "4", str(fsguard_python), str(JOB), str(tmp_path / "job"))
+    check_fails_without(run_job(argv, tmp_path / "job", False, **slurm.env), 4)
+    job = run_job(argv, tmp_path / "job", True, **slurm.env)
+    check_guarded(job, "slurm", 4, hosts={"fsgn0", "fsgn1"})
+    for rep in job.ranks.values():
+        assert rep["parent"] == "slurmstepd", rep
+        # freshness: the job's start is the step daemon's start (SLURM 22.05 sets no SLURM_JOB_START_TIME)
+        assert rep["job_start"] == min(rep["own_start"], rep["parent_start"]), rep  # type: ignore[type-var]
+
+
+@pytest.mark.timeout(120)
+def test_srun_job_start_time_wins(slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path: Path) -> None:
+    """``SLURM_JOB_START_TIME`` (set by SLURM 23.02+; exported by hand here) is the job's start when earlier."""
+    start = str(int(time.time()) - 3600)
+    argv = srun(slurm, "-n", "2", f"--export=ALL,SLURM_JOB_START_TIME={start}", str(fsguard_python), str(JOB))
+    job = run_job([*argv, str(tmp_path / "job")], tmp_path / "job", True, **slurm.env)
+    check_guarded(job, "slurm", 2)
+    assert {rep["job_start"] for rep in job.ranks.values()} == {float(start)}
+
+
+@pytest.mark.timeout(240)
+def test_srun_torchrun_only_workers_are_ranks(slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path: Path) -> None:
+    """``srun -n 2 torchrun --nproc-per-node 2``: the two torchrun agents are tasks, their four workers ranks."""
+    torchrun = Path(fsguard_python).parent / "torchrun"
+    if not torchrun.exists():
+        torchrun = Path(shutil.which("torchrun") or ROOT / ".venv" / "bin" / "torchrun")
+    port = free_port()
+    inner = (
+        f"exec {fsguard_python} -m torch.distributed.run --nnodes 2 --node-rank $SLURM_PROCID --nproc-per-node 2 "
+        f"--master-addr 127.0.0.1 --master-port {port} {JOB} {tmp_path / 'job'}"
+    )
+    argv = srun(slurm, "-N", "2", "-n", "2", "bash", "-c", inner)
+    check_fails_without(run_job(argv, tmp_path / "job", False, **slurm.env), 4)
+    job = run_job(argv, tmp_path / "job", True, **slurm.env)
+    check_guarded(job, "torchrun", 4, hosts={"fsgn0", "fsgn1"})
+    agents = [p for p in job.probes if "torch.distributed.run" in p["argv"]]  # type: ignore[operator]
+    assert len(agents) == 2 and all(p["patched"] == [] for p in agents), job.probes
+
+
+@pytest.mark.timeout(240)
+def test_sbatch_wait(slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path: Path) -> None:
+    """``sbatch --wait`` of a script that runs python itself (not a task: unpatched), then ``srun -n 4``."""
+    root = tmp_path / "job"
+    script = tmp_path / "job.sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"{fsguard_python} -c 'import os; print(\"batch script python\", os.rename.__module__)'\n"
+        f"srun --kill-on-bad-exit=0 -n 4 {fsguard_python} {JOB} {root}\n"
+    )
+    argv = ["sbatch", "--wait", "-N", "2", "-n", "4", "-o", str(tmp_path / "sbatch.out"), str(script)]
+    check_fails_without(run_job(argv, root, False, **slurm.env), 4)
+    job = run_job(argv, root, True, **slurm.env)
+    check_guarded(job, "slurm", 4)
+    batch = [p for p in job.probes if "-c" in p["argv"]]  # type: ignore[operator]
+    assert len(batch) == 1 and batch[0]["patched"] == [], job.probes
+
+
+@pytest.mark.timeout(120)
+def test_srun_single_task_inside_an_allocation_of_four(
+    slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path: Path
+) -> None:
+    """``srun -n 1`` in an ``sbatch -n 4`` allocation: one task, not patched (SLURM_NTASKS may say 4)."""
+    root = tmp_path / "job"
+    script = tmp_path / "one.sbatch"
+    script.write_text(f"#!/bin/bash\nsrun -n 1 {fsguard_python} {JOB} {root}\n")
+    job = run_job(["sbatch", "--wait", "-n", "4", "-o", str(tmp_path / "out"), str(script)], root, True, **slurm.env)
+    assert job.done.returncode == 0, job.text() + (tmp_path / "out").read_text()
+    (rep,) = job.ranks.values()
+    assert rep["patched"] == [] and rep["status"]["would_patch"] is False, rep  # type: ignore[index]
+    assert job.records == []

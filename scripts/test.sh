@@ -24,7 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv || exit 1
-.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt || exit 1
+DS_BUILD_OPS=0 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt || exit 1
 
 status=0
 if [ -f scripts/lint.sh ]; then

@@ -193,3 +193,66 @@ def test_srun_single_task_inside_an_allocation_of_four(
     (rep,) = job.ranks.values()
     assert rep["patched"] == [] and rep["status"]["would_patch"] is False, rep  # type: ignore[index]
     assert job.records == []
+
+
+# --- accelerate and deepspeed (CPU, one node, 4 ranks) ----------------------------------------------------
+
+
+def _needs(module: str) -> None:
+    """Skip (failing under FSGUARD_TESTS_STRICT=1) when the launcher package is not in the test venv."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} cannot be installed here (not in the test venv: requirements-test.txt)")
+
+
+@pytest.mark.timeout(200)
+def test_accelerate_launch(fsguard_python: Path, tmp_path: Path) -> None:
+    """``accelerate launch --multi_gpu --num_processes 4`` on CPU: accelerate ends in torch's launcher."""
+    _needs("accelerate")
+    argv = [
+        str(fsguard_python),
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "4",
+        "--num_machines",
+        "1",
+        "--main_process_port",
+        str(free_port()),
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(JOB),
+        str(tmp_path / "job"),
+    ]
+    check_fails_without(run_job(argv, tmp_path / "job", False), 4)
+    job = run_job(argv, tmp_path / "job", True)
+    check_guarded(job, "accelerate", 4)
+    agents = [p for p in job.probes if "accelerate.commands.launch" in p["argv"]]  # type: ignore[operator]
+    assert len(agents) == 1 and agents[0]["patched"] == [], job.probes
+
+
+@pytest.mark.timeout(200)
+def test_deepspeed_launcher(fsguard_python: Path, tmp_path: Path) -> None:
+    """``deepspeed --num_gpus 4`` on CPU: the runner starts ``deepspeed.launcher.launch``, which starts the ranks."""
+    _needs("deepspeed")
+    argv = [
+        str(fsguard_python),
+        "-m",
+        "deepspeed.launcher.runner",
+        "--num_gpus",
+        "4",
+        "--master_port",
+        str(free_port()),
+        "--no_local_rank",
+        str(JOB),
+        str(tmp_path / "job"),
+    ]
+    check_fails_without(run_job(argv, tmp_path / "job", False), 4)
+    job = run_job(argv, tmp_path / "job", True)
+    check_guarded(job, "deepspeed", 4)
+    agents = [p for p in job.probes if any(str(a).startswith("deepspeed.launcher") for a in p["argv"])]  # type: ignore[union-attr]
+    assert len(agents) == 2 and all(p["patched"] == [] for p in agents), job.probes

@@ -8,13 +8,16 @@ fails; with ``FSGUARD=1`` it passes, with records naming the right rank and host
 single task. SLURM: one cluster per session (``tests/slurm.py``), two ``slurmd`` on this host.
 """
 
+# ruff: noqa: F811  (pytest fixtures are imported, then named as parameters)
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +25,9 @@ import pytest
 
 from fsguard.records import Record, parse_line
 from tests import slurm as slurm_cluster
-from tests.cluster.fixtures import job_env
-from tests.cluster.harness import free_port
+from tests.cluster import rsh
+from tests.cluster.fixtures import PROBE, job_env, make_cluster, needs_cluster  # noqa: F401 (fixture)
+from tests.cluster.harness import Cluster, free_port
 from tests.conftest import ROOT, clean_env
 
 pytestmark = pytest.mark.launchers
@@ -256,3 +260,62 @@ def test_deepspeed_launcher(fsguard_python: Path, tmp_path: Path) -> None:
     check_guarded(job, "deepspeed", 4)
     agents = [p for p in job.probes if any(str(a).startswith("deepspeed.launcher") for a in p["argv"])]  # type: ignore[union-attr]
     assert len(agents) == 2 and all(p["patched"] == [] for p in agents), job.probes
+
+
+# --- mpirun across two simulated nodes --------------------------------------------------------------------
+
+
+def mpirun_two_nodes(made: Cluster, python: Path, guarded: bool, name: str) -> tuple[Job, str]:
+    """``mpirun --host node0:2,node1:2`` on node0; its daemon reaches node1 through ``tests/cluster/rsh.py``."""
+    root = made.shared / name
+    done_flag = made.root / f"{name}.done"
+    server = rsh.Server(f"fsguard-rsh-{os.getpid()}-{name}", str(made.logs / name) + "/")
+    probe = made.root / f"{name}-probe"
+    extra = {"FSGUARD": "1", "FSGUARD_LOG": str(made.shared / f"{name}-records")} if guarded else {}
+    env = job_env(
+        clean_env(extra),
+        probe,
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        FSG_RSH_SOCKET=server.name,
+        PYTHONPATH=f"{PROBE}:{ROOT}",
+    )
+    mpirun = (
+        f"mkdir -p {root}/gate && mpirun --oversubscribe --bind-to none --host node0:2,node1:2 -np 4 "
+        f"--mca plm_rsh_agent '{sys.executable} {ROOT / 'tests' / 'cluster' / 'rsh.py'}' "
+        f"--mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include lo --mca btl self,tcp "
+        f"--mca btl_tcp_if_include lo {python} {JOB} {root}; rc=$?; touch {done_flag}; exit $rc"
+    )
+    wait = f"for i in $(seq 1 1500); do [ -e {done_flag} ] && exit 0; sleep 0.1; done; exit 1"
+    try:
+        result = made.run(lambda node: ["bash", "-c", mpirun if node == 0 else wait], env=env, timeout=150, name=name)
+    finally:
+        server.close()
+    backing = made.backing / name
+    ranks = {int(p.stem): json.loads(p.read_text()) for p in (backing / "ranks").glob("*.json")}
+    records = []
+    for path in (made.backing / f"{name}-records").glob("*"):
+        records += [r for r in map(parse_line, path.read_text().splitlines()) if r is not None]
+    probes = [json.loads(p.read_text()) for p in probe.glob("*.json")]
+    code = result.nodes[0].returncode
+    done = subprocess.CompletedProcess(
+        ["mpirun"], -1 if code is None else code, result.nodes[0].stdout, result.output()
+    )
+    return Job(done, ranks, records, probes), str(server.requests)
+
+
+@pytest.mark.cluster
+@pytest.mark.fuse
+@needs_cluster
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin (mpirun) is not installed")
+@pytest.mark.timeout(400)
+def test_mpirun_across_two_nodes(make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
+    """2 x 2 ranks: the remote ranks are started by Open MPI's daemon on node1, via the rsh agent."""
+    made = make_cluster(nodes=2)
+    failed, _ = mpirun_two_nodes(made, fsguard_python, False, "unguarded")
+    check_fails_without(failed, 4)
+    job, requests = mpirun_two_nodes(made, fsguard_python, True, "guarded")
+    check_guarded(job, "openmpi", 4, hosts={"node0", "node1"})
+    assert "orted" in requests, requests  # node1's ranks came from the daemon the agent started there
+    daemons = [p for p in job.probes if "orted" in " ".join(map(str, p["argv"]))]  # type: ignore[call-overload]
+    assert all(p["patched"] == [] for p in daemons)

@@ -319,3 +319,19 @@ def test_mpirun_across_two_nodes(make_cluster: Callable[..., Cluster], fsguard_p
     assert "orted" in requests, requests  # node1's ranks came from the daemon the agent started there
     daemons = [p for p in job.probes if "orted" in " ".join(map(str, p["argv"]))]  # type: ignore[call-overload]
     assert all(p["patched"] == [] for p in daemons)
+
+
+@pytest.mark.timeout(120)
+def test_fsguard_status_inside_srun_tasks(slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path: Path) -> None:
+    """``srun -N 2 -n 2 fsguard status --json``: each task's own answer names slurm, its rank, 2 and its node."""
+    out = tmp_path / "status-%t.json"
+    argv = srun(
+        slurm, "-N", "2", "-n", "2", f"--output={out}", str(fsguard_python), "-m", "fsguard", "status", "--json"
+    )
+    env = job_env(clean_env({"FSGUARD": "1"}), **slurm.env)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    for rank, node in ((0, "fsgn0"), (1, "fsgn1")):
+        info = json.loads((tmp_path / f"status-{rank}.json").read_text())
+        assert info["would_patch"] is True, info
+        assert info["launch"] == {"launcher": "slurm", "rank": rank, "local_rank": 0, "world_size": 2, "host": node}

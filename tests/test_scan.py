@@ -449,3 +449,20 @@ def test_fsguard_and_wrapt_frames_never_name_the_operation() -> None:
     ]
     op, site = operation(frames)
     assert (op, site.text() if site else None) == ("makedirs", "/job/train.py:12 in main")
+
+
+def test_subcommands_are_imported_only_when_they_run(fsguard_python: Path) -> None:
+    code = (
+        "import sys; from fsguard.cli.__main__ import main; main(sys.argv[1:]); "
+        "print(sorted(m for m in sys.modules if m.startswith(('fsguard.cli.', 'fsguard.audit'))), file=sys.stderr)"
+    )
+
+    def loaded(*args: str) -> str:
+        done = subprocess.run(
+            [str(fsguard_python), "-c", code, *args], env=clean_env(), capture_output=True, text=True, check=False
+        )
+        return done.stderr.strip().splitlines()[-1]
+
+    assert loaded("status") == "['fsguard.cli.__main__', 'fsguard.cli.status']"
+    scan = loaded("scan", str(UNGUARDED / "makedirs.log"))
+    assert "fsguard.cli.scan" in scan and "fsguard.cli.report" not in scan and "fsguard.cli.demo" not in scan

@@ -86,6 +86,7 @@ def _keep_last(path: str, keep: int) -> str:
     """``path`` with its first component, ``...`` and its last ``keep`` components (whole when that is all)."""
     parts = path.split("/")
     first = 2 if parts[0] == "" else 1  # "/tmp" or "relative"
-    if len(parts) - first - keep < 2:  # "..." would hide one component or none: no shorter
+    if len(parts) - first <= keep:
         return path
-    return "/".join(parts[:first]) + "/.../" + "/".join(parts[-keep:])
+    text = "/".join(parts[:first]) + "/.../" + "/".join(parts[-keep:])
+    return text if len(text) < len(path) else path  # "..." for one short component saves nothing

@@ -275,7 +275,7 @@ class Findings:
     def __init__(self) -> None:
         self.groups: dict[tuple[str, str, str, str | None], Finding] = {}
         self._seen: set[tuple[Any, ...]] = set()
-        self._moved: set[str] = set()  # paths whose rename or removal failed: a peer had moved them
+        self._moved: set[str] = set()  # paths whose rename or removal found them gone
         self._finished = False
 
     def add(self, tb: Traceback) -> None:
@@ -293,8 +293,8 @@ class Findings:
             dirs = [d for d in dirs if ordering.staging_like(d)][:1]
             if not dirs:
                 return
-        elif op in _MOVES and paths and len(self._moved) < MAX_SEEN_KEYS:
-            self._moved.add(paths[0])
+        elif op in _MOVES and errno_name == "ENOENT" and paths and len(self._moved) < MAX_SEEN_KEYS:
+            self._moved.add(paths[0])  # its source was gone: a peer had moved or removed it
         site_text = site.text() if site else "?"
         key = (op, site_text, error_type, errno_name)
         finding = self.groups.get(key)

@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-DAEMONS = ("slurmctld", "slurmd", "srun", "sbatch", "sinfo", "scancel")
+DAEMONS = ("slurmctld", "slurmd", "srun", "sbatch", "salloc", "sinfo", "scancel")
 NODES = ("fsgn0", "fsgn1")
 CPUS = 4  # per node, whatever the machine has (config_overrides): four tasks fit on one node
 

@@ -105,7 +105,7 @@ def test_enabled_with_launcher_patches(
         {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},  # one task
         {"SLURM_PROCID": "0", "SLURM_JOB_ID": "12"},  # a batch script, not a step's task
         {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NPROCS": "4"},  # sbatch -n 4: the script itself
-        # srun -n 1 inside an allocation of 4 (SLURM_NTASKS as srun 22.05 sets it, the step's count wins)
+        # srun -n 1 inside an allocation of 4, where SLURM_NTASKS still says 4: the step's own count wins
         {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"},
         {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"},  # single-process torchrun
         {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},

@@ -188,14 +188,14 @@ def test_sbatch_wait(slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path:
 def test_srun_single_task_inside_an_allocation_of_four(
     slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path: Path
 ) -> None:
-    """``srun -n 1`` in an ``sbatch -n 4`` allocation: one task, not patched (SLURM_NTASKS may say 4)."""
+    """``salloc -n 4 srun -n 1``: one task of an allocation of four, not patched."""
     root = tmp_path / "job"
-    script = tmp_path / "one.sbatch"
-    script.write_text(f"#!/bin/bash\nsrun -n 1 {fsguard_python} {JOB} {root}\n")
-    job = run_job(["sbatch", "--wait", "-n", "4", "-o", str(tmp_path / "out"), str(script)], root, True, **slurm.env)
-    assert job.done.returncode == 0, job.text() + (tmp_path / "out").read_text()
+    argv = ["salloc", "-n", "4", "srun", "-n", "1", str(fsguard_python), str(JOB), str(root)]
+    job = run_job(argv, root, True, **slurm.env)
+    assert job.done.returncode == 0, job.text()
     (rep,) = job.ranks.values()
     assert rep["patched"] == [] and rep["status"]["would_patch"] is False, rep  # type: ignore[index]
+    assert rep["status"]["launch"]["world_size"] == 1, rep  # type: ignore[index]
     assert job.records == []
 
 

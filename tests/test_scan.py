@@ -466,3 +466,31 @@ def test_subcommands_are_imported_only_when_they_run(fsguard_python: Path) -> No
     assert loaded("status") == "['fsguard.cli.__main__', 'fsguard.cli.status']"
     scan = loaded("scan", str(UNGUARDED / "makedirs.log"))
     assert "fsguard.cli.scan" in scan and "fsguard.cli.report" not in scan and "fsguard.cli.demo" not in scan
+
+
+def test_disk_full_and_permission_errors_in_a_staging_dir_are_not_races(fsguard_python: Path, tmp_path: Path) -> None:
+    """Several ranks failing in one staging directory, but with ENOSPC or EACCES: genuine errors, not listed."""
+
+    def traceback(rank: int, call: str, error: str) -> list[str]:
+        return [
+            f"[rank{rank}]: Traceback (most recent call last):",
+            f'[rank{rank}]:   File "/job/train.py", line 30, in save',
+            f"[rank{rank}]:     {call}",
+            f"[rank{rank}]: {error}",
+        ]
+
+    lines: list[str] = []
+    for rank in (1, 2):
+        lines += traceback(
+            rank,
+            f"open(os.path.join(staging, 'rank{rank}.pt'), 'wb')",
+            f"OSError: [Errno 28] No space left on device: '/shared/run/tmp-checkpoint-1/rank{rank}.pt'",
+        )
+        lines += traceback(
+            rank + 2,
+            "os.listdir(staging)",
+            "PermissionError: [Errno 13] Permission denied: '/shared/run/tmp-checkpoint-1'",
+        )
+    (tmp_path / "job.log").write_text("\n".join(lines) + "\n")
+    done = fsguard(fsguard_python, "scan", str(tmp_path / "job.log"))
+    assert (done.returncode, done.stdout) == (0, "fsguard scan: no filesystem-race tracebacks in 1 input\n")

@@ -131,12 +131,30 @@ _LAUNCHER_MODULES = (
 )
 
 
+_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
 def is_launcher_process(argv: Sequence[str]) -> bool:
-    """True for the launcher's own agent (e.g. torchrun under ``srun``), which must not be patched."""
+    """True for the launcher's own agent (e.g. torchrun under ``srun``), which must not be patched.
+
+    Only the program itself counts: ``argv[0]`` (a ``torchrun`` entry point), or the script or ``-m`` module
+    the interpreter runs; never the program's own arguments (``train.py --out runs/torchrun`` is a rank).
+    """
     args = list(argv)
-    for i, arg in enumerate(args[:4]):
-        if os.path.basename(arg) in _LAUNCHER_SCRIPTS:
-            return True
-        if arg == "-m" and i + 1 < len(args) and args[i + 1] in _LAUNCHER_MODULES:
-            return True
+    if not args:
+        return False
+    if os.path.basename(args[0]) in _LAUNCHER_SCRIPTS:
+        return True
+    i = 1
+    while i < len(args):
+        arg = args[i]
+        if arg == "-m":
+            return i + 1 < len(args) and args[i + 1] in _LAUNCHER_MODULES
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:] in _LAUNCHER_MODULES
+        if arg in ("-c", "-"):
+            return False
+        if not arg.startswith("-"):
+            return os.path.basename(arg) in _LAUNCHER_SCRIPTS  # the script the interpreter runs
+        i += 2 if arg in _OPTIONS_WITH_VALUE else 1
     return False

@@ -129,6 +129,21 @@ def test_launcher_agent_is_not_patched(fsguard_python: Path, tmp_path: Path) -> 
     assert json.loads(out.stdout)["patched"] == ["makedirs", "rename", "replace", "rmtree"]
 
 
+@pytest.mark.parametrize("args", [("/shared/job/torchrun",), ("--out", "runs/deepspeed"), ("srun",)])
+def test_a_rank_whose_arguments_name_a_launcher_is_patched(
+    fsguard_python: Path, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Only the program itself can be a launcher agent, never its arguments (found under sbatch: a rank given
+    ``.../job/torchrun`` as its output directory was taken for a torchrun agent and left unpatched)."""
+    worker = tmp_path / "train.py"
+    worker.write_text(STATE)
+    env = clean_env({"FSGUARD": "1", **TORCHRUN_ENV})
+    done = subprocess.run(
+        [str(fsguard_python), "-u", str(worker), *args], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout)["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+
+
 def test_force_patches_without_launcher(fsguard_python: Path) -> None:
     info, err = state(fsguard_python, {"FSGUARD": "force"})
     assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]

@@ -55,17 +55,17 @@ def run_job(argv: Sequence[str], root: Path, guarded: bool, timeout: float = 120
     probe = root / "probe"
     env = job_env(clean_env({"FSGUARD": "1", "FSGUARD_LOG": str(root / "records")} if guarded else {}), probe, **extra)
     done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout, cwd=root, check=False)
-    ranks = {
-        int(p.stem): json.loads(p.read_text()) for p in (root / "ranks").glob("*.json") if (root / "ranks").exists()
-    }
+    return read_job(subprocess.CompletedProcess(done.args, done.returncode, done.stdout, done.stderr), root, probe)
+
+
+def read_job(done: subprocess.CompletedProcess[str], root: Path, probe: Path) -> Job:
+    """What the ranks of a job under ``root`` wrote: their reports, fsguard's records, the probes."""
+    ranks = {int(p.stem): json.loads(p.read_text()) for p in (root / "ranks").glob("*.json")}
     records = []
-    if (root / "records").exists():
-        for path in (root / "records").iterdir():
-            records += [r for r in map(parse_line, path.read_text().splitlines()) if r is not None]
+    for path in (root / "records").glob("*"):
+        records += [r for r in map(parse_line, path.read_text().splitlines()) if r is not None]
     probes = [json.loads(p.read_text()) for p in probe.glob("*.json")]
-    return Job(
-        subprocess.CompletedProcess(done.args, done.returncode, done.stdout, done.stderr), ranks, records, probes
-    )
+    return Job(done, ranks, records, probes)
 
 
 def check_fails_without(job: Job, world: int) -> None:
@@ -166,20 +166,32 @@ def test_srun_torchrun_only_workers_are_ranks(slurm: slurm_cluster.Slurm, fsguar
     assert len(agents) == 2 and all(p["patched"] == [] for p in agents), job.probes
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_sbatch_wait(slurm: slurm_cluster.Slurm, fsguard_python: Path, tmp_path: Path) -> None:
-    """``sbatch --wait`` of a script that runs python itself (not a task: unpatched), then ``srun -n 4``."""
-    root = tmp_path / "job"
+    """``sbatch --wait`` of a script that runs python itself (not a task: unpatched), then the same two jobs
+    as above as its steps: ``srun -n 4 python`` and ``srun -n 2 torchrun --nproc-per-node 2``."""
+    root, second = tmp_path / "job", tmp_path / "job" / "torchrun"
     script = tmp_path / "job.sbatch"
+    torchrun = (
+        f"exec {fsguard_python} -m torch.distributed.run --nnodes 2 --node-rank $SLURM_PROCID --nproc-per-node 2 "
+        f"--master-addr 127.0.0.1 --master-port {free_port()} {JOB} {second}"
+    )
     script.write_text(
         "#!/bin/bash\n"
         f"{fsguard_python} -c 'import os; print(\"batch script python\", os.rename.__module__)'\n"
-        f"srun --kill-on-bad-exit=0 -n 4 {fsguard_python} {JOB} {root}\n"
+        f"srun --kill-on-bad-exit=0 -n 4 {fsguard_python} {JOB} {root}; first=$?\n"
+        f"mkdir -p {second}/gate\n"
+        f'[ -n "$FSGUARD_LOG" ] && export FSGUARD_LOG={second}/records\n'
+        f"srun --kill-on-bad-exit=0 -N 2 -n 2 bash -c '{torchrun}'; second=$?\n"
+        "exit $((first | second))\n"
     )
     argv = ["sbatch", "--wait", "-N", "2", "-n", "4", "-o", str(tmp_path / "sbatch.out"), str(script)]
-    check_fails_without(run_job(argv, root, False, **slurm.env), 4)
+    failed = run_job(argv, root, False, **slurm.env)
+    check_fails_without(failed, 4)
+    check_fails_without(read_job(failed.done, second, root / "probe"), 4)
     job = run_job(argv, root, True, **slurm.env)
     check_guarded(job, "slurm", 4)
+    check_guarded(read_job(job.done, second, root / "probe"), "torchrun", 4, hosts={"fsgn0", "fsgn1"})
     batch = [p for p in job.probes if "-c" in p["argv"]]  # type: ignore[operator]
     assert len(batch) == 1 and batch[0]["patched"] == [], job.probes
 

@@ -70,7 +70,8 @@ def _int(env: Mapping[str, str], *names: str) -> int | None:
 
 
 def _slurm_size(env: Mapping[str, str]) -> int | None:
-    return _int(env, "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS")
+    # The step's own count first: ``srun -n 1`` inside an allocation of many is one task.
+    return _int(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
 
 
 def hostname(env: Mapping[str, str]) -> str:
@@ -113,10 +114,9 @@ def detect(env: Mapping[str, str]) -> Launch | None:
         return Launch("pmix", rank, _int(env, "PMIX_LOCAL_RANK") or 0, _int(env, "PMIX_SIZE", "PMI_SIZE"), host)
     rank = _int(env, "SLURM_PROCID")
     if rank is not None:
-        size = _slurm_size(env)
-        if size is None and "SLURM_STEP_ID" not in env:
-            return None  # a batch script, not a task of a step
-        return Launch("slurm", rank, _int(env, "SLURM_LOCALID") or 0, size, host)
+        if "SLURM_STEP_ID" not in env and "SLURM_STEPID" not in env:
+            return None  # a batch script or salloc's shell (SLURM_PROCID=0, SLURM_NTASKS of the allocation)
+        return Launch("slurm", rank, _int(env, "SLURM_LOCALID") or 0, _slurm_size(env), host)
     return None
 
 
@@ -131,14 +131,32 @@ _LAUNCHER_MODULES = (
 )
 
 
+_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
 def is_launcher_process(argv: Sequence[str]) -> bool:
-    """True for the launcher's own agent (e.g. torchrun under ``srun``), which must not be patched."""
+    """True for the launcher's own agent (e.g. torchrun under ``srun``), which must not be patched.
+
+    Only the program itself counts: ``argv[0]`` (a ``torchrun`` entry point), or the script or ``-m`` module
+    the interpreter runs; never the program's own arguments (``train.py --out runs/torchrun`` is a rank).
+    """
     args = list(argv)
-    for i, arg in enumerate(args[:4]):
-        if os.path.basename(arg) in _LAUNCHER_SCRIPTS:
-            return True
-        if arg == "-m" and i + 1 < len(args) and args[i + 1] in _LAUNCHER_MODULES:
-            return True
+    if not args:
+        return False
+    if os.path.basename(args[0]) in _LAUNCHER_SCRIPTS:
+        return True
+    i = 1
+    while i < len(args):
+        arg = args[i]
+        if arg == "-m":
+            return i + 1 < len(args) and args[i + 1] in _LAUNCHER_MODULES
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:] in _LAUNCHER_MODULES
+        if arg in ("-c", "-"):
+            return False
+        if not arg.startswith("-"):
+            return os.path.basename(arg) in _LAUNCHER_SCRIPTS  # the script the interpreter runs
+        i += 2 if arg in _OPTIONS_WITH_VALUE else 1
     return False
 
 

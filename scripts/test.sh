@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command (README and .ci/run): installs what the tests need, then runs every check.
-# Debian packages (bindfs, fuse3, openmpi-bin) are installed when missing and we are root; the Python
+# Debian packages (bindfs, fuse3, openmpi-bin, slurmctld/slurmd/slurm-client) are installed when missing and we are root; the Python
 # test dependencies go into .venv (torch pinned to the CPU build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,10 @@ missing=()
 command -v bindfs >/dev/null || missing+=(bindfs)
 command -v fusermount3 >/dev/null || missing+=(fuse3)  # the tests mount with FUSE 3
 command -v mpirun >/dev/null || missing+=(openmpi-bin)
+command -v slurmctld >/dev/null || missing+=(slurmctld)  # tests/test_launchers.py: a real SLURM
+command -v slurmd >/dev/null || missing+=(slurmd)
+command -v srun >/dev/null || missing+=(slurm-client)
+command -v nsenter >/dev/null || missing+=(util-linux)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "scripts/test.sh: installing Debian packages: ${missing[*]}"
@@ -20,7 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv || exit 1
-.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt || exit 1
+DS_BUILD_OPS=0 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt || exit 1
 
 status=0
 if [ -f scripts/lint.sh ]; then

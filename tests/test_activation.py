@@ -75,7 +75,7 @@ LAUNCHERS = [
         1,
         8,
     ),
-    ("slurm", {"SLURM_PROCID": "1", "SLURM_NPROCS": "2"}, 1, 0, 2),
+    ("slurm", {"SLURM_PROCID": "1", "SLURM_NPROCS": "2", "SLURM_STEPID": "0"}, 1, 0, 2),
     ("openmpi", {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, 3, 3, 4),
     ("mpich", {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}, 1, 1, 2),
     ("pmix", {"PMIX_RANK": "2"}, 2, 0, None),
@@ -104,6 +104,9 @@ def test_enabled_with_launcher_patches(
     [
         {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"},  # one task
         {"SLURM_PROCID": "0", "SLURM_JOB_ID": "12"},  # a batch script, not a step's task
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NPROCS": "4"},  # sbatch -n 4: the script itself
+        # srun -n 1 inside an allocation of 4, where SLURM_NTASKS still says 4: the step's own count wins
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"},
         {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"},  # single-process torchrun
         {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
     ],
@@ -124,6 +127,21 @@ def test_launcher_agent_is_not_patched(fsguard_python: Path, tmp_path: Path) -> 
     worker.write_text(STATE)
     out = subprocess.run([str(fsguard_python), str(worker)], env=env, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+
+
+@pytest.mark.parametrize("args", [("/shared/job/torchrun",), ("--out", "runs/deepspeed"), ("srun",)])
+def test_a_rank_whose_arguments_name_a_launcher_is_patched(
+    fsguard_python: Path, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Only the program itself can be a launcher agent, never its arguments (found under sbatch: a rank given
+    ``.../job/torchrun`` as its output directory was taken for a torchrun agent and left unpatched)."""
+    worker = tmp_path / "train.py"
+    worker.write_text(STATE)
+    env = clean_env({"FSGUARD": "1", **TORCHRUN_ENV})
+    done = subprocess.run(
+        [str(fsguard_python), "-u", str(worker), *args], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout)["patched"] == ["makedirs", "rename", "replace", "rmtree"]
 
 
 def test_force_patches_without_launcher(fsguard_python: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +65,26 @@ def test_demo_before_and_after(which: str, launcher: str, request: pytest.Fixtur
     assert "races absorbed" in out and "ranks crashed" in out
     assert "guarded run: succeeded" in out
     assert "train.py:" in out  # records name the call site in the job's script (report or plain count)
+    check_report_paths(out, tmp_path / "demo" / "with-fsguard" / "records")
+
+
+def check_report_paths(out: str, records_dir: Path) -> None:
+    """The report keeps names readable: every path's final component whole, no ``<n>`` inside a word."""
+    from fsguard.audit import patterns
+    from fsguard.records import parse_line
+
+    report = out[out.index("$ fsguard report") :]
+    assert not re.search(r"[A-Za-z]<n>[A-Za-z0-9]", report), report
+    assert "fsguard-demo-" not in report or "<n>" not in report.split("fsguard-demo-")[1][:9]
+    finals = set()
+    for name in os.listdir(records_dir):
+        for line in (records_dir / name).read_text().splitlines():
+            record = parse_line(line)
+            if record is not None:
+                finals |= {patterns.fold_component(str(a).rstrip("/").rsplit("/", 1)[-1]) for a in record.args}
+    assert finals
+    for final in finals:
+        assert re.search(rf"/{re.escape(final)}(?: |$)", report, re.MULTILINE), (final, report)
 
 
 @pytest.mark.timeout(120)

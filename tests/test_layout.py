@@ -16,10 +16,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fsguard"
 # Lowest first. A module (or a package, for everything in it) may import only from lower layers.
 LAYERS: list[tuple[str, ...]] = [
     ("fsguard._values", "fsguard._version", "fsguard._warn"),  # leaves: import nothing of fsguard
-    ("fsguard.audit", "fsguard.demo"),  # standard library only, besides the leaves
+    ("fsguard.demo",),  # standard library only, besides the leaves
     ("fsguard.config", "fsguard.launcher"),
     ("fsguard.state",),  # the one process state and the one at-fork hook
     ("fsguard.memory", "fsguard.records"),
+    ("fsguard.audit",),  # report and scan: reads records with their one parser
     ("fsguard.evidence", "fsguard.runtime"),
     ("fsguard.guards",),  # policy: pure decisions returning a Verdict
     ("fsguard.locks", "fsguard.handlers", "fsguard.rmwalk"),  # mechanism below patching

@@ -149,8 +149,10 @@ def test_human_table_fits_80_columns(fsguard_python: Path) -> None:
     )
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
     assert re.search(r"^!! conflict +rename +3 +0-2 ", done.stdout, re.MULTILINE)
-    # long paths lose their beginning, not their end
-    assert "     path  .../g_rename/tmp-checkpoint-<n> -> /tmp/races/g_rename/checkpoint-<n>\n" in done.stdout
+    # long paths are cut in the middle: their first component and their whole last one stay
+    assert "     path  /tmp/.../tmp-checkpoint-<n> -> /tmp/.../checkpoint-<n>\n" in done.stdout
+    wide = fsguard(fsguard_python, "report", "--wide", str(GUARDED))
+    assert "     path  /tmp/races/g_rename/tmp-checkpoint-<n> -> /tmp/races/g_rename/checkpoint-<n>\n" in wide.stdout
 
 
 def test_markdown(fsguard_python: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, clean_env
 from tests.support.cli import run_cli
 
 DATA = ROOT / "tests" / "data" / "audit"
@@ -202,8 +202,8 @@ def test_many_logs_human_table(fsguard_python: Path) -> None:
         "fsguard scan: 7 call sites with filesystem errors in 6 inputs: 3 absorbed by",
         "default, 2 need serialization, 2 not fixable",
         "",
-        "   VERDICT      OP        ERROR                           N  RANKS       HOSTS",
-        "!! serialize    rename    OSError ENOTEMPTY               3  0,2-3           ?",
+        "   VERDICT      OP          ERROR                         N  RANKS       HOSTS",
+        "!! serialize    rename      OSError ENOTEMPTY             3  0,2-3           ?",
     ]
     assert lines[5:10] == [
         "     at    /tmp/races/notempty_race.py:11 in publish",
@@ -213,8 +213,8 @@ def test_many_logs_human_table(fsguard_python: Path) -> None:
         "           removing and renaming it; FSGUARD_SERIALIZE=1 runs those calls one",
     ]
     assert lines[7].startswith("     seen  ") and lines[7].endswith("/unguarded/notempty.log:5")
-    assert "   absorbed     makedirs  FileExistsError EEXIST          3  1-3             ?" in lines
-    assert "   not fixable  mkdir     FileNotFoundError ENOENT        1  0               ?" in lines
+    assert "   absorbed     makedirs    FileExistsError EEXIST        3  1-3             ?" in lines
+    assert "   not fixable  mkdir       FileNotFoundError ENOENT      1  0               ?" in lines
     assert lines[-2:] == [
         "absorbed: fsguard's default mode (FSGUARD=1) absorbs it; serialize: it needs",
         "FSGUARD=1 FSGUARD_SERIALIZE=1; not fixable: fsguard rightly re-raises it.",
@@ -317,8 +317,182 @@ def test_staging_rmtree_names_the_rename_race(fsguard_python: Path) -> None:
     ],
 )
 def test_verdict_rules(op: str, errno_name: str, expected: str) -> None:
-    from fsguard.cli.scan import verdict
+    from fsguard.audit.scan import verdict
 
     decided, why = verdict(op, errno_name)
     assert decided == expected
     assert why.endswith(".") and why.count(". ") == 0  # one sentence
+
+
+# Ordering races outside the guarded calls (real torchrun logs, scripts/staging_race.py): rank 0 renamed the
+# staging directory while ranks 1-3 still listed or wrote into it.
+ORDERING = {
+    "staging-listdir.log": ("listdir", "FileNotFoundError", "ENOENT", "/tmp/races/staging_race.py:7 in write_shard"),
+    "staging-torch-save.log": ("torch.save", "RuntimeError", None, "/tmp/races/staging_race.py:10 in write_shard"),
+    "staging-safetensors.log": ("save_file", "SafetensorError", None, "/tmp/races/staging_race.py:13 in write_shard"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORDERING))
+def test_ordering_races_outside_guarded_calls(fsguard_python: Path, name: str) -> None:
+    status, doc = scan_json(fsguard_python, str(UNGUARDED / name))
+    assert status == 1
+    (finding,) = doc["findings"]
+    op, error_type, errno_name, site = ORDERING[name]
+    assert (finding["verdict"], finding["op"], finding["site_text"]) == ("not fixable", op, site)
+    assert (finding["error"]["type"], finding["error"]["errno"]) == (error_type, errno_name)
+    assert (finding["race"], finding["ordering"], finding["ranks"]) == (True, True, [1, 2, 3])
+    assert finding["paths"][0]["pattern"].endswith("/tmp-checkpoint-<n>")
+    assert finding["why"].startswith("an ordering bug") and "tmp-checkpoint-<n>" in finding["why"]
+    assert "barrier" in finding["why"]
+    human = fsguard(fsguard_python, "scan", str(UNGUARDED / name))
+    assert human.returncode == 1
+    assert re.search(rf"^!! not fixable  {re.escape(op)} ", human.stdout, re.MULTILINE), human.stdout
+    assert "(ordering races: 1)" in human.stdout.replace("\n", " ")
+
+
+def test_missing_input_is_not_a_race(fsguard_python: Path) -> None:
+    """All four ranks fail to open data/train.csv, never created: not a staging directory, nothing listed."""
+    done = fsguard(fsguard_python, "scan", str(UNGUARDED / "missing-input.log"))
+    assert "FileNotFoundError: [Errno 2]" in (UNGUARDED / "missing-input.log").read_text()
+    assert (done.returncode, done.stdout) == (0, "fsguard scan: no filesystem-race tracebacks in 1 input\n")
+
+
+def test_one_rank_missing_a_staging_dir_is_listed_not_counted(fsguard_python: Path, tmp_path: Path) -> None:
+    """Only rank 1's traceback: no other rank failed on the directory, no rename of it printed: not proven."""
+    lines = (UNGUARDED / "staging-listdir.log").read_text().splitlines()
+    (tmp_path / "rank1.log").write_text("\n".join(line for line in lines if line.startswith("[rank1]")) + "\n")
+    status, doc = scan_json(fsguard_python, str(tmp_path / "rank1.log"))
+    assert status == 0
+    (finding,) = doc["findings"]
+    assert (finding["verdict"], finding["race"], finding["ranks"]) == ("not fixable", False, [1])
+    assert "nothing in the inputs shows another rank moving or removing it" in finding["why"]
+
+
+def test_one_rank_missing_a_staging_dir_a_peer_renamed(fsguard_python: Path, tmp_path: Path) -> None:
+    """Rank 1's listdir failure plus another rank's failed rename of the same directory: proven."""
+    lines = (UNGUARDED / "staging-listdir.log").read_text().splitlines()
+    rank1 = [line for line in lines if line.startswith("[rank1]")]
+    rename = [
+        "[rank2]: Traceback (most recent call last):",
+        '[rank2]:   File "/tmp/races/staging_race.py", line 24, in checkpoint',
+        "[rank2]:     os.rename(staging, final)",
+        "[rank2]: FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/tmp/races/w_listdir/tmp-checkpoint-1' -> '/tmp/races/w_listdir/checkpoint-1'",
+    ]
+    (tmp_path / "job.log").write_text("\n".join(rank1 + rename) + "\n")
+    status, doc = scan_json(fsguard_python, str(tmp_path / "job.log"))
+    assert status == 1
+    ordering = [f for f in doc["findings"] if f["ordering"]]
+    assert [(f["op"], f["race"], f["ranks"]) for f in ordering] == [("listdir", True, [1])]
+
+
+@pytest.mark.parametrize(
+    ("directory", "staging"),
+    [
+        ("/shared/run/tmp-checkpoint-1", True),
+        ("/shared/run/checkpoint-1.tmp", True),
+        ("/shared/run/.staging", True),
+        ("/shared/run/step_100_partial", True),
+        ("/tmp/tmpa8f_3kq1", True),
+        ("/tmp", False),
+        ("/var/tmp", False),
+        ("/tmp/races/w_input/data", False),
+        ("/shared/run/checkpoint-1", False),
+        ("/shared/template", False),
+    ],
+)
+def test_staging_directories(directory: str, staging: bool) -> None:
+    from fsguard.audit.ordering import staging_like
+
+    assert staging_like(directory) is staging
+
+
+@pytest.mark.parametrize(
+    ("path", "pattern"),
+    [
+        ("/tmp/fsguard-demo-h7gtusfl/job/checkpoint-49", "/tmp/fsguard-demo-h7gtusfl/job/checkpoint-<n>"),
+        ("/runs/exp12/rank3.tmp.81234", "/runs/exp<n>/rank<n>.tmp*"),
+        ("/c/0123abcd9f8e7d6c/x", "/c/<hex>/x"),
+        ("/c/123e4567-e89b-12d3-a456-426614174000.json", "/c/<uuid>.json"),
+        ("/data/2026/12/03/shard-0007.bin", "/data/<n>/<n>/<n>/shard-<n>.bin"),
+        ("/a/h7g/b3x9k", "/a/h7g/b3x9k"),
+    ],
+)
+def test_patterns_keep_words_readable(path: str, pattern: str) -> None:
+    from fsguard.audit.patterns import fold
+
+    assert fold(path) == pattern
+
+
+def test_patterns_shorten_in_the_middle() -> None:
+    from fsguard.audit.patterns import shorten
+
+    long = "/tmp/fsguard-demo-h7gtusfl/with-fsguard/job/checkpoints/step-<n>"
+    assert shorten(long, 40) == "/tmp/.../job/checkpoints/step-<n>"
+    assert shorten(long, 20) == "/tmp/.../step-<n>"
+    assert shorten(long, 10) == "/tmp/.../step-<n>"  # the final component stays whole
+    pair = "/alpha/beta/gamma/delta/tmp-checkpoint-<n> -> /alpha/beta/gamma/delta/checkpoint-<n>"
+    assert shorten(pair, 70) == "/alpha/.../delta/tmp-checkpoint-<n> -> /alpha/.../delta/checkpoint-<n>"
+    assert shorten(pair, 60) == "/alpha/.../tmp-checkpoint-<n> -> /alpha/.../checkpoint-<n>"
+    assert shorten(pair, 200) == pair
+
+
+def test_fsguard_and_wrapt_frames_never_name_the_operation() -> None:
+    """A guarded job's traceback passes through fsguard's and wrapt's frames; their names are not operations."""
+    from fsguard.audit.scan import operation
+    from fsguard.audit.tracebacks import Frame
+
+    frames = [
+        Frame("/job/train.py", 12, "main", "os.makedirs(out)"),
+        Frame("/venv/lib/python3.11/site-packages/wrapt/patches.py", 40, "move"),
+        Frame("/venv/lib/python3.11/site-packages/fsguard/patching.py", 90, "rename"),
+        Frame("/usr/lib/python3.11/os.py", 225, "makedirs"),
+    ]
+    op, site = operation(frames)
+    assert (op, site.text() if site else None) == ("makedirs", "/job/train.py:12 in main")
+
+
+def test_subcommands_are_imported_only_when_they_run(fsguard_python: Path) -> None:
+    code = (
+        "import sys; from fsguard.cli.__main__ import main; main(sys.argv[1:]); "
+        "print(sorted(m for m in sys.modules if m.startswith(('fsguard.cli.', 'fsguard.audit'))), file=sys.stderr)"
+    )
+
+    def loaded(*args: str) -> str:
+        done = subprocess.run(
+            [str(fsguard_python), "-c", code, *args], env=clean_env(), capture_output=True, text=True, check=False
+        )
+        return done.stderr.strip().splitlines()[-1]
+
+    assert loaded("status") == "['fsguard.cli.__main__', 'fsguard.cli.status']"
+    scan = loaded("scan", str(UNGUARDED / "makedirs.log"))
+    assert "fsguard.cli.scan" in scan and "fsguard.cli.report" not in scan and "fsguard.cli.demo" not in scan
+
+
+def test_disk_full_and_permission_errors_in_a_staging_dir_are_not_races(fsguard_python: Path, tmp_path: Path) -> None:
+    """Several ranks failing in one staging directory, but with ENOSPC or EACCES: genuine errors, not listed."""
+
+    def traceback(rank: int, call: str, error: str) -> list[str]:
+        return [
+            f"[rank{rank}]: Traceback (most recent call last):",
+            f'[rank{rank}]:   File "/job/train.py", line 30, in save',
+            f"[rank{rank}]:     {call}",
+            f"[rank{rank}]: {error}",
+        ]
+
+    lines: list[str] = []
+    for rank in (1, 2):
+        lines += traceback(
+            rank,
+            f"open(os.path.join(staging, 'rank{rank}.pt'), 'wb')",
+            f"OSError: [Errno 28] No space left on device: '/shared/run/tmp-checkpoint-1/rank{rank}.pt'",
+        )
+        lines += traceback(
+            rank + 2,
+            "os.listdir(staging)",
+            "PermissionError: [Errno 13] Permission denied: '/shared/run/tmp-checkpoint-1'",
+        )
+    (tmp_path / "job.log").write_text("\n".join(lines) + "\n")
+    done = fsguard(fsguard_python, "scan", str(tmp_path / "job.log"))
+    assert (done.returncode, done.stdout) == (0, "fsguard scan: no filesystem-race tracebacks in 1 input\n")

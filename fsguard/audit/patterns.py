@@ -1,16 +1,18 @@
 """Path patterns: the paths of one call site, folded so that one line stands for all of them.
 
-Each path component is folded on its own, in this order (the first rules protect their text from the last):
+Each path component is folded on its own, and only what is a *number or a random run as a whole* changes,
+so that names stay readable (``fsguard-demo-h7gtusfl`` stays as it is):
 
 * ``tempfile`` names: ``tmpa8f_3kq1`` becomes ``tmp*``;
 * NFS silly-rename files: ``.nfs00000000012f0000001a`` becomes ``.nfs*``;
 * UUIDs become ``<uuid>``; runs of 8 or more hex digits with a digit and a letter (hashes) ``<hex>``;
 * whatever follows a temp suffix: ``model.pt.tmp.12345`` becomes ``model.pt.tmp*``;
-* every run of digits: ``checkpoint-49`` becomes ``checkpoint-<n>``.
+* a word between separators (``-_.~+=,@``) that is all digits: ``checkpoint-49`` becomes ``checkpoint-<n>``;
+  a word of letters ending in digits, a counter: ``rank3`` becomes ``rank<n>``. Digits *inside* a word
+  (``h7gtusfl``, ``x86``... with a letter after them) are kept.
 
-So ``checkpoint-49`` and ``checkpoint-50`` become ``checkpoint-<n>``, ``rank3.tmp.81234`` and
-``rank0.tmp.77`` become ``rank<n>.tmp*``. A ``tmp-`` *prefix* is kept (``tmp-checkpoint-<n>``): it says
-what the path is for, where a random suffix says nothing.
+A ``tmp-`` *prefix* is kept (``tmp-checkpoint-<n>``): it says what the path is for, where a random suffix
+says nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,18 @@ _HEX = re.compile(r"(?<![0-9A-Za-z])(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0
 _TEMP_SUFFIX = re.compile(
     r"(?i)([.~_-](?:tmp|temp|partial|part|incomplete))(?:[.~_-][A-Za-z0-9_]+|(?<=tmp)[A-Za-z0-9]+)$"
 )
-_DIGITS = re.compile(r"\d+")
+_WORD = re.compile(r"[^-_.~+=,@ ]+")
+_COUNTER = re.compile(r"^(?P<word>[A-Za-z]*)\d+$")
+
+
+def _fold_word(match: re.Match[str]) -> str:
+    word = match.group(0)
+    if word.startswith("<") and word.endswith(">"):
+        return word
+    counter = _COUNTER.match(word)
+    return counter["word"] + "<n>" if counter else word
+
+
 # A staging or temporary tree: what a job commits with a rename (``tmp-checkpoint-5``, ``ckpt.tmp``, ``staging``).
 _STAGING = re.compile(r"(?i)(?:^|[-_.~])(?:tmp|temp|staging|partial|incomplete)(?:[-_.~]|$)|^tmp[a-z0-9_]{6,12}$")
 
@@ -52,7 +65,7 @@ def fold_component(name: str) -> str:
     if match:
         suffix = match.group(1) + "*"
         name = name[: match.start()]
-    return _DIGITS.sub("<n>", name) + suffix
+    return _WORD.sub(_fold_word, name) + suffix
 
 
 def is_staging(path: str) -> bool:
@@ -78,3 +91,31 @@ def fold(path: str) -> str:
 def fold_args(args: list[str]) -> str:
     """The pattern of an operation's path arguments: ``src -> dst`` for a rename."""
     return " -> ".join(fold(arg) for arg in args)
+
+
+def shorten(pattern: str, width: int) -> str:
+    """``pattern`` in about ``width`` characters, cut in the *middle* of each path (``/tmp/.../run/ckpt-<n>``).
+
+    Each path keeps its first component and as many of its last ones as fit (the same number on both sides
+    of a rename); the last component is always whole, even where it alone is wider: the name is what a
+    person looks for.
+    """
+    if len(pattern) <= width:
+        return pattern
+    paths = pattern.split(" -> ")
+    most = max(len(p.split("/")) for p in paths)
+    for keep in range(most - 1, 0, -1):
+        text = " -> ".join(_keep_last(p, keep) for p in paths)
+        if len(text) <= width:
+            return text
+    return " -> ".join(_keep_last(p, 1) for p in paths)
+
+
+def _keep_last(path: str, keep: int) -> str:
+    """``path`` with its first component, ``...`` and its last ``keep`` components (whole when that is all)."""
+    parts = path.split("/")
+    first = 2 if parts[0] == "" else 1  # "/tmp" or "relative"
+    if len(parts) - first <= keep:
+        return path
+    text = "/".join(parts[:first]) + "/.../" + "/".join(parts[-keep:])
+    return text if len(text) < len(path) else path  # "..." for one short component saves nothing

@@ -2,8 +2,8 @@
 
 The human form is one row of short columns per group, then indented detail lines (call site, path
 pattern, a sentence of why), so that it reads at a glance in an 80-column terminal without wrapping.
-Long paths lose their *beginning* (``.../runs/checkpoint-<n>``): the end of a path says the most.
-Sentences are wrapped, never cut.
+Long paths are cut in the *middle* (``/tmp/.../runs/checkpoint-<n>``), keeping the first component and
+the last ones, which say the most; ``--wide`` prints them whole. Sentences are wrapped, never cut.
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import inputs
+from . import inputs, patterns
 
 WIDTH = 80
 INDENT = "     "
 LABEL = 6  # "path  ", "why   "
+# How a detail line's text is fitted: wrapped (sentences), shortened in the middle (paths), cut at the start.
+WRAP, PATH, CUT = "wrap", "path", "cut"
+Detail = tuple[str, str, str]  # (label, text, how)
 
 
 @dataclass(frozen=True)
@@ -37,11 +40,11 @@ class Column:
 
 @dataclass
 class Row:
-    """One group: a mark (``!!`` for what needs attention), its cells, and ``(label, text, wrap)`` details."""
+    """One group: a mark (``!!`` for what needs attention), its cells, and ``(label, text, how)`` details."""
 
     mark: str
     cells: list[str]
-    details: list[tuple[str, str, bool]] = field(default_factory=list)
+    details: list[Detail] = field(default_factory=list)
 
 
 def elide(text: str, width: int) -> str:
@@ -67,16 +70,26 @@ def ranks_text(ranks: Iterable[int]) -> str:
     return ",".join(parts) or "?"
 
 
-def human(columns: Sequence[Column], rows: Sequence[Row], width: int = WIDTH) -> list[str]:
-    """The table's lines: header, then each row with its details."""
+def _fit(text: str, how: str, room: int, wide: bool) -> list[str]:
+    if how == WRAP:
+        return textwrap.wrap(text, room, break_on_hyphens=False)
+    if wide:
+        return [text]
+    if how == PATH:
+        return [patterns.shorten(text, room)]
+    return [elide(text, room)]
+
+
+def human(columns: Sequence[Column], rows: Sequence[Row], width: int = WIDTH, wide: bool = False) -> list[str]:
+    """The table's lines: header, then each row with its details (paths whole when ``wide``)."""
     lines = ["   " + "  ".join(c.cell(c.title) for c in columns).rstrip()]
     room = max(width - len(INDENT) - LABEL, 20)
     for row in rows:
         lines.append(
             f"{row.mark:<2} " + "  ".join(c.cell(v) for c, v in zip(columns, row.cells, strict=False)).rstrip()
         )
-        for label, text, wrap in row.details:
-            pieces = textwrap.wrap(text, room, break_on_hyphens=False) if wrap else [elide(text, room)]
+        for label, text, how in row.details:
+            pieces = _fit(text, how, room, wide)
             for n, piece in enumerate(pieces or [""]):
                 lines.append(f"{INDENT}{(label if n == 0 else ''):<{LABEL}}{piece}".rstrip())
     return lines
@@ -103,7 +116,7 @@ def to_json(document: dict[str, Any]) -> str:
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
-    """``--json`` / ``--markdown`` (default: the human table) and ``--width``."""
+    """``--json`` / ``--markdown`` (default: the human table), ``--width`` and ``--wide``."""
     form = parser.add_mutually_exclusive_group()
     form.add_argument(
         "--json", dest="format", action="store_const", const="json", help="one JSON document on stdout, for tools"
@@ -119,6 +132,7 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--width", type=int, default=WIDTH, metavar="COLUMNS", help=f"width of the human table (default {WIDTH})"
     )
+    parser.add_argument("--wide", action="store_true", help="print paths and call sites whole, never shortened")
 
 
 def clock(epoch: float) -> str:

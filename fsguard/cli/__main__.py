@@ -1,6 +1,7 @@
 """``fsguard`` / ``python -m fsguard``: one sub-command per module of this package.
 
-Each sub-command module exposes ``configure(parser)`` and ``run(args) -> int``; it is imported only when used.
+Each sub-command module exposes ``configure(parser)`` and ``run(args) -> int``; it is imported only when that
+sub-command runs (``fsguard status`` never imports the audit code, ``fsguard --help`` imports none of them).
 """
 
 from __future__ import annotations
@@ -20,12 +21,23 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen(argv: Sequence[str]) -> str | None:
+    """The sub-command named on the command line (the first word that is not an option), if any."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported, to add its arguments."""
     parser = argparse.ArgumentParser(prog="fsguard", description="Guard distributed jobs against filesystem races.")
     parser.add_argument("--version", action="version", version=f"fsguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name != command:
+            continue
         try:
             module = importlib.import_module(f"fsguard.cli.{name}")
         except ImportError:
@@ -36,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(chosen(argv))
     args = parser.parse_args(argv)
     module = getattr(args, "_module", None)
     if module is None:

@@ -1,0 +1,305 @@
+"""What ``fsguard report PATH...`` finds: what fsguard absorbed in a job, where, how often, and whether
+anything was at risk.
+
+Inputs: per-process JSON-lines files (``FSGUARD_LOG``), directories of them, and job logs in which the
+records are stderr lines among everything else (any launcher prefix), gzip/bzip2/xz compressed, ``-``
+for standard input. Records are read with ``fsguard.records.parse_line``, the one parser, so this
+command reads exactly what fsguard writes.
+
+Records are grouped by operation and call site; within a group the paths are folded into patterns
+(``checkpoint-<n>``). A group that holds a hazard or a conflict is listed first and marked ``!!``.
+The same record read twice (a job's log *and* its JSON-lines files) counts once.
+
+A line that announces a record (``fsguard: <decision> ...`` or a JSON object with a ``decision``) but does
+not parse is a damaged or truncated record: named with its line number, and the exit status is 2.
+
+Exit status: 0 no records, 1 records found, 2 usage or read errors (which win: a damaged input may hide
+more).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..records import DECISIONS, Record, parse_line
+from . import inputs, patterns, tables
+
+# Worst first: the decision that names a group, and the order of groups.
+SEVERITY = ("conflict", "hazard", "unserialized", "waited", "deferred", "yielded", "absorbed")
+ATTENTION = ("conflict", "hazard")
+MAX_PATTERNS = 50  # per group: bounded memory on a job that touched millions of distinct paths
+_ANNOUNCED = re.compile("fsguard: (?:" + "|".join(DECISIONS) + ") ")
+
+
+def _severity(decision: str) -> int:
+    return SEVERITY.index(decision) if decision in SEVERITY else len(SEVERITY)
+
+
+@dataclass
+class Group:
+    """The records of one operation at one call site."""
+
+    op: str
+    site: dict[str, Any] | None
+    site_text: str
+    count: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    paths: Counter[str] = field(default_factory=Counter)
+    other_paths: int = 0
+    longest_wait: float = 0.0
+    first: float = float("inf")
+    last: float = float("-inf")
+    evidence: str = ""
+    evidence_severity: int = len(SEVERITY) + 1
+
+    def add(self, record: Record) -> None:
+        self.count += 1
+        self.decisions[record.decision] += 1
+        if record.rank is not None:
+            self.ranks.add(record.rank)
+        if record.host:
+            self.hosts.add(record.host)
+        pattern = patterns.fold_args([str(a) for a in record.args])
+        if pattern in self.paths or len(self.paths) < MAX_PATTERNS:
+            self.paths[pattern] += 1
+        else:
+            self.other_paths += 1
+        self.longest_wait = max(self.longest_wait, float(record.waited_s or 0.0))
+        self.first = min(self.first, record.time)
+        self.last = max(self.last, record.time)
+        severity = _severity(record.decision)
+        if severity < self.evidence_severity:  # the first record of the worst decision explains the group
+            self.evidence, self.evidence_severity = record.evidence, severity
+
+    @property
+    def decision(self) -> str:
+        return min(self.decisions, key=_severity)
+
+    @property
+    def attention(self) -> bool:
+        return any(d in self.decisions for d in ATTENTION)
+
+    def sort_key(self) -> tuple[int, int, str, str]:
+        return (_severity(self.decision), -self.count, self.op, self.site_text)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "site": self.site,
+            "site_text": self.site_text,
+            "attention": self.attention,
+            "decision": self.decision,
+            "decisions": dict(sorted(self.decisions.items(), key=lambda kv: _severity(kv[0]))),
+            "count": self.count,
+            "ranks": sorted(self.ranks),
+            "hosts": sorted(self.hosts),
+            "paths": [{"pattern": p, "count": n} for p, n in self.paths.most_common()],
+            "other_paths": self.other_paths,
+            "longest_wait_s": round(self.longest_wait, 6),
+            "first": tables.iso(self.first),
+            "last": tables.iso(self.last),
+            "first_epoch": self.first,
+            "last_epoch": self.last,
+            "evidence": self.evidence,
+        }
+
+
+class Collector:
+    """The ``inputs.Sink`` of this command: records from any line that holds one."""
+
+    markers: tuple[bytes, ...] = (b"fsguard: ", b'"decision"')
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, str], Group] = {}
+        self.records = 0
+        self.duplicates = 0
+        self._seen: set[int] = set()
+        self._damaged: list[int] = []
+
+    def begin(self, source: str) -> None:
+        self._damaged = []
+
+    def busy(self) -> bool:
+        return False
+
+    def feed(self, line: bytes, lineno: int) -> None:
+        text = line.decode("utf-8", "replace")
+        record = parse_line(text)
+        if record is None:
+            stripped = text.strip()
+            if _ANNOUNCED.search(text) or (stripped.startswith("{") and '"decision"' in stripped):
+                self._damaged.append(lineno)
+            return
+        self.add(record)
+
+    def add(self, record: Record) -> None:
+        identity = hash(
+            (record.host, record.pid, record.time, record.op, record.decision, tuple(str(a) for a in record.args))
+        )
+        if identity in self._seen:
+            self.duplicates += 1
+            return
+        self._seen.add(identity)
+        self.records += 1
+        site_text = record.site_text()
+        key = (record.op, site_text)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = Group(record.op, record.site, site_text)
+        group.add(record)
+
+    def end(self) -> list[str]:
+        if not self._damaged:
+            return []
+        lines = ", ".join(str(n) for n in self._damaged[:5])
+        more = f" and {len(self._damaged) - 5} more" if len(self._damaged) > 5 else ""
+        plural = "s" if len(self._damaged) > 1 else ""
+        return [f"line{plural} {lines}{more}: damaged or truncated fsguard record{plural}, skipped"]
+
+    def sorted_groups(self) -> list[Group]:
+        return sorted(self.groups.values(), key=Group.sort_key)
+
+
+COLUMNS = (
+    tables.Column("DECISION", 12),
+    tables.Column("OP", 8),
+    tables.Column("N", 5, right=True),
+    tables.Column("RANKS", 10),
+    tables.Column("HOSTS", 5, right=True),
+    tables.Column("WAIT", 7, right=True),
+    tables.Column("FIRST", 8),
+    tables.Column("LAST", 8),
+)
+
+
+def _mix(group: Group) -> str:
+    return ", ".join(f"{n} {d}" for d, n in sorted(group.decisions.items(), key=lambda kv: _severity(kv[0])))
+
+
+def _path_details(group: Group) -> list[tables.Detail]:
+    shown = group.paths.most_common(3)
+    details = [("path" if i == 0 else "", pattern, tables.PATH) for i, (pattern, _) in enumerate(shown)]
+    hidden = len(group.paths) - len(shown) + (1 if group.other_paths else 0)
+    if hidden > 0:
+        details.append(("", f"(and {hidden} more path pattern{'s' if hidden > 1 else ''})", tables.CUT))
+    return details
+
+
+def _summary(collector: Collector, read: int) -> str:
+    groups = collector.sorted_groups()
+    attention = sum(1 for g in groups if g.attention)
+    head = (
+        f"{collector.records} record{'s' if collector.records != 1 else ''} at {len(groups)} "
+        f"call site{'s' if len(groups) != 1 else ''} in {read} input{'s' if read != 1 else ''}"
+    )
+    if attention:
+        head += f"; {attention} with hazards or conflicts (!!)"
+    if collector.duplicates:
+        head += f"; {collector.duplicates} duplicate{'s' if collector.duplicates != 1 else ''} ignored"
+    return head
+
+
+def render_human(collector: Collector, read: int, width: int, wide: bool = False) -> str:
+    groups = collector.sorted_groups()
+    if not groups:
+        return f"fsguard report: no fsguard records in {read} input{'s' if read != 1 else ''}"
+    lines = textwrap.wrap(f"fsguard report: {_summary(collector, read)}", width, break_on_hyphens=False)
+    if groups:
+        first = min(g.first for g in groups)
+        last = max(g.last for g in groups)
+        lines.append(f"from {tables.stamp(first)} to {tables.stamp(last)} (local time)")
+    lines.append("")
+    rows = []
+    for g in groups:
+        details: list[tables.Detail] = [("at", g.site_text, tables.PATH)]
+        details += _path_details(g)
+        if len(g.decisions) > 1:
+            details.append(("mix", _mix(g), tables.WRAP))
+        if g.hosts:
+            details.append(("hosts", ", ".join(sorted(g.hosts)), tables.WRAP))
+        if g.evidence:
+            details.append(("why", g.evidence, tables.WRAP))
+        rows.append(
+            tables.Row(
+                "!!" if g.attention else "",
+                [
+                    g.decision,
+                    g.op,
+                    str(g.count),
+                    tables.ranks_text(g.ranks),
+                    str(len(g.hosts) or "?"),
+                    f"{g.longest_wait:.2f}s",
+                    tables.clock(g.first),
+                    tables.clock(g.last),
+                ],
+                details,
+            )
+        )
+    lines += tables.human(COLUMNS, rows, width, wide)
+    return "\n".join(lines)
+
+
+def render_markdown(collector: Collector, read: int) -> str:
+    groups = collector.sorted_groups()
+    if not groups:
+        return f"**fsguard report**: no fsguard records in {read} input{'s' if read != 1 else ''}."
+    headers = [
+        "",
+        "Decision",
+        "Op",
+        "Call site",
+        "Paths",
+        "N",
+        "Ranks",
+        "Hosts",
+        "Longest wait",
+        "First",
+        "Last",
+        "Evidence",
+    ]
+    rows = []
+    for g in groups:
+        decision = _mix(g) if len(g.decisions) > 1 else g.decision
+        rows.append(
+            [
+                "⚠️" if g.attention else "",
+                f"**{decision}**" if g.attention else decision,
+                g.op,
+                tables.code(g.site_text),
+                "<br>".join(tables.code(p) for p, _ in g.paths.most_common(3)),
+                str(g.count),
+                tables.ranks_text(g.ranks),
+                ", ".join(sorted(g.hosts)),
+                f"{g.longest_wait:.2f} s",
+                tables.stamp(g.first),
+                tables.stamp(g.last),
+                g.evidence,
+            ]
+        )
+    return "\n".join([f"**fsguard report**: {_summary(collector, read)}.", "", *tables.markdown(headers, rows)])
+
+
+def collect(paths: list[str], problems: tables.Problems) -> tuple[Collector, int]:
+    """The records of every input, and how many inputs were read."""
+    collector = Collector()
+    return collector, inputs.process(paths, collector, problems)
+
+
+def document(collector: Collector, read: int, problems: tables.Problems, status: int, version: str) -> dict[str, Any]:
+    """The ``--json`` form."""
+    return {
+        "command": "report",
+        "version": version,
+        "inputs_read": read,
+        "records": collector.records,
+        "duplicates": collector.duplicates,
+        "groups": [g.as_json() for g in collector.sorted_groups()],
+        "problems": problems.as_json(),
+        "exit_status": status,
+    }

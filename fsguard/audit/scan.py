@@ -1,0 +1,469 @@
+"""What ``fsguard scan LOG...`` finds: in logs of jobs that ran *without* fsguard, the filesystem races that
+crashed them, and whether fsguard would have saved the job.
+
+A traceback counts when its exception is an ``OSError`` (or subclass) raised from ``os.makedirs``,
+``os.mkdir``, ``os.rename``, ``os.replace``, ``shutil.rmtree`` or ``shutil.move`` (``pathlib``'s methods
+of the same names too). The operation is read from the standard library's frames (``makedirs`` in
+``os``, ``rmtree`` in ``shutil``); for C functions, which have no frame, from the call in the source line
+of the innermost frame of the program (the one under the carets, where Python prints them). That frame
+is the call site; findings are grouped by call site, operation and error.
+
+Ordering races outside those calls count too (``ordering.py``): a staging directory that a peer moved or
+removed while this rank still listed or wrote into it (``os.listdir``, ``open``, ``torch.save``'s
+"Parent directory ... does not exist", safetensors' "os error 2"). No patch of ``os.*`` can fix those;
+they are reported ``not fixable`` *and* make the exit status 1, with what would fix them in the program.
+
+Verdicts, one per (operation, error) - the rules fsguard's guards apply, read backwards:
+
+=========================  ==============================  ===========================================
+operation                  error                           verdict
+=========================  ==============================  ===========================================
+makedirs                   EEXIST                          absorbed: a peer created it
+rename, replace, move      ENOENT                          absorbed: a peer already did the same move
+rmtree                     ENOENT                          absorbed: a peer removed it first
+rmtree of a staging tree   ENOENT, EBUSY                   serialize: may race a rename (data loss)
+rmtree                     EBUSY                           absorbed: the removal is retried, bounded
+rename, replace, move      ENOTEMPTY, EEXIST               serialize: rename onto a non-empty directory
+rmtree                     ENOTEMPTY, EEXIST               serialize: entries appeared during removal
+any                        ESTALE                          serialize: a peer replaced it (NFS)
+mkdir                      EEXIST                          not fixable: ``os.mkdir`` is not guarded
+makedirs                   ENOENT                          not fixable: a parent removed meanwhile
+mkdir                      ENOENT                          not fixable: missing parent
+any                        EACCES, EPERM, EROFS, EXDEV,    not fixable: a genuine error
+                           ENOTDIR, EISDIR, ENOSPC, ...
+=========================  ==============================  ===========================================
+
+"absorbed" means fsguard's default mode (``FSGUARD=1``) turns the crash into a record; "serialize" means
+it takes ``FSGUARD_SERIALIZE=1`` (the calls on one path run one rank at a time); "not fixable" means
+fsguard re-raises it, rightly: a genuine error, or an ordering bug of the application. Errno numbers in
+a log are read with this machine's table (logs from Linux, read on Linux).
+
+The same traceback printed twice (by the rank, then again in torchrun's failure summary) counts once per
+rank. Exit status: 0 no races found, 1 races found that fsguard absorbs, that need serialization, or
+ordering races no patch can fix (a CI gate), 2 usage or read errors (a truncated, binary or unreadable
+input, or one that ends inside a traceback). Genuine errors are listed but do not make the status 1: they
+are not races.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import textwrap
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import inputs, ordering, patterns, tables
+from .tracebacks import Frame, Reader, Traceback
+
+ABSORBED, SERIALIZE, NOT_FIXABLE = "absorbed", "serialize", "not fixable"
+VERDICT_ORDER = (SERIALIZE, ABSORBED, NOT_FIXABLE)
+MAX_PATTERNS = 50
+MAX_SEEN_KEYS = 1_000_000  # dedupe memory bound; beyond it duplicates are counted, not dropped
+
+OS_ERRORS = {
+    "OSError": None,
+    "IOError": None,
+    "EnvironmentError": None,
+    "FileExistsError": "EEXIST",
+    "FileNotFoundError": "ENOENT",
+    "PermissionError": "EACCES",
+    "IsADirectoryError": "EISDIR",
+    "NotADirectoryError": "ENOTDIR",
+}
+# Functions of the standard library whose frame names the operation (outermost wins: shutil.move over
+# the os.rename inside it).
+_STDLIB_OPS = {
+    "makedirs": "makedirs",
+    "mkdir": "mkdir",
+    "rename": "rename",
+    "replace": "replace",
+    "rmtree": "rmtree",
+    "_rmtree_safe_fd": "rmtree",
+    "_rmtree_safe_fd_step": "rmtree",
+    "_rmtree_unsafe": "rmtree",
+    "move": "move",
+}
+_CALL = re.compile(r"(?P<qual>\b(?:os|shutil)\.)?\b(?P<op>makedirs|mkdir|rename|replace|rmtree|move)\s*\(")
+_INTERNAL = re.compile(
+    r"^<frozen |[/\\][Ll]ib[/\\]python\d[\d.]*[/\\](?!site-packages|dist-packages)[^/\\]+"
+    r"(?:[/\\][^/\\]+)?\.py$|[/\\](?:fsguard|wrapt)[/\\][^/\\]+\.py$"
+)
+# fsguard's own wrappers and wrapt's (a log of a guarded job): their frames are named after no operation.
+_WRAPPER = re.compile(r"[/\\](?:fsguard|wrapt)[/\\][^/\\]+\.py$")
+_ERRNO = re.compile(
+    r"\[Errno (?P<num>\d+)\] (?P<text>.*?)(?:: (?P<a>'[^']*'|\"[^\"]*\")"
+    r"(?: -> (?P<b>'[^']*'|\"[^\"]*\"))?)?$"
+)
+_GENUINE = {
+    "EACCES": "permission denied: a genuine error, not a race between ranks.",
+    "EPERM": "operation not permitted: a genuine error, not a race between ranks.",
+    "EROFS": "read-only filesystem: a genuine error, not a race between ranks.",
+    "ENOSPC": "no space left on the device: a genuine error, not a race between ranks.",
+    "EDQUOT": "disk quota exceeded: a genuine error, not a race between ranks.",
+    "EXDEV": "source and destination are on different filesystems, which a rename cannot cross "
+    "(shutil.move can): a genuine error.",
+    "ENOTDIR": "a file stands where a directory is expected: a genuine error (or ranks writing different "
+    "kinds of object at one path).",
+    "EISDIR": "a directory stands where a file is expected: a genuine error (or ranks writing different "
+    "kinds of object at one path).",
+    "ENAMETOOLONG": "the path is too long: a genuine error.",
+}
+
+
+def verdict(op: str, errno_name: str | None) -> tuple[str, str]:
+    """The verdict for one operation and error, with one sentence of why (see the module docstring)."""
+    moves = ("rename", "replace", "move")
+    if errno_name == "ESTALE":
+        return SERIALIZE, (
+            "stale NFS file handle: a peer replaced or removed the path while this rank used "
+            "it; FSGUARD_SERIALIZE=1 runs the calls on it one rank at a time (check the NFS "
+            "attribute caching too)."
+        )
+    if op == "makedirs" and errno_name == "EEXIST":
+        return ABSORBED, "a peer created the directory first; the default mode treats it as done."
+    if op in moves and errno_name == "ENOENT":
+        return ABSORBED, (
+            "the source was gone because a peer already made the same move; the default mode "
+            "absorbs it when the destination is there."
+        )
+    if op == "rmtree" and errno_name == "ENOENT":
+        return ABSORBED, "a peer removed the entry (or the whole tree) first; the default mode finishes the removal."
+    if op == "rmtree" and errno_name == "EBUSY":
+        return ABSORBED, (
+            "a directory was busy (often NFS .nfsXXXX files); the default mode retries its "
+            "removal for up to FSGUARD_SETTLE_S."
+        )
+    if op in moves and errno_name in ("ENOTEMPTY", "EEXIST"):
+        return SERIALIZE, (
+            "a directory was renamed onto a non-empty one: ranks interleaved removing and "
+            "renaming it; FSGUARD_SERIALIZE=1 runs those calls one rank at a time."
+        )
+    if op == "rmtree" and errno_name in ("ENOTEMPTY", "EEXIST"):
+        return SERIALIZE, (
+            "entries appeared in the tree while it was being removed (a peer wrote or renamed "
+            "into it); FSGUARD_SERIALIZE=1 orders the removal against the peer's calls."
+        )
+    if op == "mkdir" and errno_name == "EEXIST":
+        return NOT_FIXABLE, (
+            "fsguard does not guard os.mkdir (nor pathlib's mkdir); the application should "
+            "use os.makedirs(path, exist_ok=True)."
+        )
+    if op == "makedirs" and errno_name == "ENOENT":
+        return NOT_FIXABLE, (
+            "makedirs creates missing parents, so a parent was removed while it ran: an "
+            "ordering bug between this creation and another rank's removal."
+        )
+    if op == "mkdir" and errno_name == "ENOENT":
+        return NOT_FIXABLE, (
+            "the parent directory does not exist and os.mkdir does not create it: a genuine "
+            "error, or this rank ran before the one that creates the parent."
+        )
+    if errno_name in _GENUINE:
+        return NOT_FIXABLE, _GENUINE[errno_name]
+    return NOT_FIXABLE, f"fsguard does not absorb {errno_name or 'this error'} from {op}: not a race it can prove."
+
+
+def _internal(frame: Frame) -> bool:
+    return bool(_INTERNAL.search(frame.file))
+
+
+def operation(frames: list[Frame]) -> tuple[str | None, Frame | None]:
+    """The filesystem operation that raised, and the program's frame that called it (the call site)."""
+    site_at = next((i for i in range(len(frames) - 1, -1, -1) if not _internal(frames[i])), None)
+    site = frames[site_at] if site_at is not None else None
+    below = frames[site_at + 1 :] if site_at is not None else frames
+    for frame in below:  # outermost library frame first
+        if frame.function in _STDLIB_OPS and not _WRAPPER.search(frame.file):
+            return _STDLIB_OPS[frame.function], site
+    if site is None or not site.source:
+        return None, site
+    calls = list(_CALL.finditer(site.source))
+    if site.caret >= 0:
+        calls = [c for c in calls if c.start() >= site.caret] or calls
+    else:
+        calls = [c for c in calls if c.group("qual")] or calls
+    return (calls[0].group("op") if calls else None), site
+
+
+def _unquote(text: str | None) -> str | None:
+    return text[1:-1] if text else None
+
+
+def parse_error(exception: str, message: str) -> tuple[str, str | None, list[str]] | None:
+    """``(type, errno name, paths)`` of an OSError's exception line, or None for any other exception."""
+    name = exception.rsplit(".", 1)[-1]
+    if name not in OS_ERRORS:
+        return None
+    match = _ERRNO.match(message)
+    if match is None:
+        return name, OS_ERRORS[name], []
+    errno_name = errno.errorcode.get(int(match["num"]), OS_ERRORS[name])
+    paths = [p for p in (_unquote(match["a"]), _unquote(match["b"])) if p is not None]
+    return name, errno_name, paths
+
+
+@dataclass
+class Finding:
+    """The tracebacks of one call site, operation and error."""
+
+    op: str
+    site: Frame | None
+    error_type: str
+    errno_name: str | None
+    message: str
+    verdict: str
+    why: str
+    first_source: str
+    first_line: int
+    count: int = 0
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    paths: Counter[str] = field(default_factory=Counter)
+    sources: set[str] = field(default_factory=set)
+    ordering: bool = False  # a missing staging directory (``ordering.py``): decided once all inputs are read
+    race: bool = False  # an ordering race that the inputs prove: counts for the exit status
+    dirs: dict[str, set[int | None]] = field(default_factory=dict)  # ordering: missing directory -> ranks
+
+    @property
+    def site_text(self) -> str:
+        return self.site.text() if self.site else "?"
+
+    @property
+    def error_text(self) -> str:
+        return f"{self.error_type} {self.errno_name}" if self.errno_name else self.error_type
+
+    @property
+    def counts(self) -> bool:
+        """Does it make the exit status 1: a race fsguard absorbs or serializes, or a proven ordering race."""
+        return self.verdict != NOT_FIXABLE or self.race
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        return (VERDICT_ORDER.index(self.verdict), not self.race, -self.count, self.site_text)
+
+    def as_json(self) -> dict[str, Any]:
+        site = (
+            None
+            if self.site is None
+            else {"file": self.site.file, "line": self.site.line, "function": self.site.function}
+        )
+        return {
+            "op": self.op,
+            "site": site,
+            "site_text": self.site_text,
+            "error": {"type": self.error_type, "errno": self.errno_name, "message": self.message},
+            "verdict": self.verdict,
+            "why": self.why,
+            "race": self.counts,
+            "ordering": self.ordering,
+            "count": self.count,
+            "ranks": sorted(self.ranks),
+            "hosts": sorted(self.hosts),
+            "paths": [{"pattern": p, "count": n} for p, n in self.paths.most_common()],
+            "first_seen": {"source": self.first_source, "line": self.first_line},
+            "sources": len(self.sources),
+        }
+
+
+_MOVES = ("rename", "replace", "move", "rmtree")
+
+
+class Findings:
+    """Tracebacks of filesystem operations, grouped; the same rank's traceback read twice counts once."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, str, str, str | None], Finding] = {}
+        self._seen: set[tuple[Any, ...]] = set()
+        self._moved: set[str] = set()  # paths whose rename or removal found them gone
+        self._finished = False
+
+    def add(self, tb: Traceback) -> None:
+        error = parse_error(tb.exception, tb.message)
+        if error is not None:
+            error_type, errno_name, paths = error
+            op, site = operation(tb.frames)
+        else:
+            error_type, errno_name, paths, op, site = tb.exception.rsplit(".", 1)[-1], None, [], None, None
+        dirs: list[str] = []
+        if op is None:
+            site = ordering.program_site(tb.frames)
+            op = ordering.call_name(site)
+            dirs = ordering.missing(tb.exception, tb.message, errno_name, paths, op)
+            dirs = [d for d in dirs if ordering.staging_like(d)][:1]
+            if not dirs:
+                return
+        elif op in _MOVES and errno_name == "ENOENT" and paths and len(self._moved) < MAX_SEEN_KEYS:
+            self._moved.add(paths[0])  # its source was gone: a peer had moved or removed it
+        site_text = site.text() if site else "?"
+        key = (op, site_text, error_type, errno_name)
+        finding = self.groups.get(key)
+        if finding is None:
+            why = ("", "") if dirs else verdict(op, errno_name)
+            finding = self.groups[key] = Finding(
+                op, site, error_type, errno_name, tb.message, why[0] or NOT_FIXABLE, why[1], tb.source, tb.lineno
+            )
+            finding.ordering = bool(dirs)
+        staging = any(patterns.is_staging(p) for p in paths) or patterns.mentions_staging(site.source if site else "")
+        if op == "rmtree" and finding.verdict == ABSORBED and staging:
+            finding.verdict, finding.why = SERIALIZE, patterns.STAGING_RMTREE_WHY  # may race a rename: data loss
+        if tb.host:  # the summary's copy of a rank's traceback still tells its host
+            finding.hosts.add(tb.host)
+        if tb.rank is not None:
+            seen = (tb.source, tb.rank, key, tb.message)
+            if seen in self._seen:
+                return
+            if len(self._seen) < MAX_SEEN_KEYS:
+                self._seen.add(seen)
+            finding.ranks.add(tb.rank)
+        finding.count += 1
+        if dirs and (dirs[0] in finding.dirs or len(finding.dirs) < MAX_PATTERNS):
+            finding.dirs.setdefault(dirs[0], set()).add(tb.rank)
+        shown = paths or dirs
+        if shown:
+            pattern = patterns.fold_args(shown)
+            if pattern in finding.paths or len(finding.paths) < MAX_PATTERNS:
+                finding.paths[pattern] += 1
+        if len(finding.sources) < MAX_PATTERNS:
+            finding.sources.add(tb.source)
+
+    def finish(self) -> None:
+        """Decide the ordering findings, now that every input is read (their evidence is in other tracebacks)."""
+        if self._finished:
+            return
+        self._finished = True
+        failing: dict[str, set[int | None]] = {}
+        for f in self.groups.values():
+            for directory, ranks in f.dirs.items():
+                failing.setdefault(directory, set()).update(ranks)
+        for f in self.groups.values():
+            if not f.ordering:
+                continue
+            proven = [
+                d
+                for d in f.dirs
+                if len(failing[d] - {None}) >= 2 or any(ordering.related(d, moved) for moved in self._moved)
+            ]
+            f.race = bool(proven)
+            directory = patterns.fold_component(os.path.basename((proven or list(f.dirs))[0].rstrip("/")))
+            f.why = (ordering.WHY if f.race else ordering.WHY_UNPROVEN).format(dir=directory, verb=ordering.verb(f.op))
+
+    def sorted(self) -> list[Finding]:
+        self.finish()
+        return sorted(self.groups.values(), key=Finding.sort_key)
+
+    @property
+    def races(self) -> int:
+        self.finish()
+        return sum(1 for f in self.groups.values() if f.counts)
+
+
+def collect(paths: list[str], problems: tables.Problems) -> tuple[Findings, int]:
+    """The findings of every input, and how many inputs were read."""
+    findings = Findings()
+    read = inputs.process(paths, Reader(findings.add), problems)
+    findings.finish()
+    return findings, read
+
+
+def document(findings: Findings, read: int, problems: tables.Problems, status: int, version: str) -> dict[str, Any]:
+    """The ``--json`` form."""
+    return {
+        "command": "scan",
+        "version": version,
+        "inputs_read": read,
+        "findings": [f.as_json() for f in findings.sorted()],
+        "problems": problems.as_json(),
+        "exit_status": status,
+    }
+
+
+COLUMNS = (
+    tables.Column("VERDICT", 11),
+    tables.Column("OP", 10),
+    tables.Column("ERROR", 24),
+    tables.Column("N", 5, right=True),
+    tables.Column("RANKS", 10),
+    tables.Column("HOSTS", 5, right=True),
+)
+LEGEND = (
+    "absorbed: fsguard's default mode (FSGUARD=1) absorbs it; serialize: it needs FSGUARD=1 "
+    "FSGUARD_SERIALIZE=1; not fixable: fsguard rightly re-raises it."
+)
+LEGEND_ORDERING = " !! not fixable: an ordering race that only a change to the program fixes."
+
+
+def _summary(findings: Findings, read: int) -> str:
+    found = findings.sorted()
+    counts = Counter(f.verdict for f in found)
+    ordering_races = sum(1 for f in found if f.race)
+    parts = [
+        f"{counts[ABSORBED]} absorbed by default",
+        f"{counts[SERIALIZE]} need serialization",
+        f"{counts[NOT_FIXABLE]} not fixable" + (f" (ordering races: {ordering_races})" if ordering_races else ""),
+    ]
+    return (
+        f"{len(found)} call site{'s' if len(found) != 1 else ''} with filesystem errors in {read} "
+        f"input{'s' if read != 1 else ''}: " + ", ".join(parts)
+    )
+
+
+def _seen_text(f: Finding) -> str:
+    more = len(f.sources) - 1
+    return f"{f.first_source}:{f.first_line}" + (f" (and {more} more input{'s' if more > 1 else ''})" if more else "")
+
+
+def render_human(findings: Findings, read: int, width: int, wide: bool = False) -> str:
+    found = findings.sorted()
+    if not found:
+        return f"fsguard scan: no filesystem-race tracebacks in {read} input{'s' if read != 1 else ''}"
+    rows = []
+    for f in found:
+        details: list[tables.Detail] = [("at", f.site_text, tables.PATH)]
+        details += [("path" if i == 0 else "", p, tables.PATH) for i, (p, _) in enumerate(f.paths.most_common(3))]
+        if f.hosts:
+            details.append(("hosts", ", ".join(sorted(f.hosts)), tables.WRAP))
+        details += [("seen", _seen_text(f), tables.PATH), ("why", f.why, tables.WRAP)]
+        rows.append(
+            tables.Row(
+                "!!" if f.verdict == SERIALIZE or f.race else "",
+                [f.verdict, f.op, f.error_text, str(f.count), tables.ranks_text(f.ranks), str(len(f.hosts) or "?")],
+                details,
+            )
+        )
+    lines = [*textwrap.wrap(f"fsguard scan: {_summary(findings, read)}", width, break_on_hyphens=False), ""]
+    lines += tables.human(COLUMNS, rows, width, wide)
+    legend = LEGEND + (LEGEND_ORDERING if any(f.race for f in found) else "")
+    lines += ["", *textwrap.wrap(legend, width)]
+    return "\n".join(lines)
+
+
+def render_markdown(findings: Findings, read: int) -> str:
+    found = findings.sorted()
+    if not found:
+        return f"**fsguard scan**: no filesystem-race tracebacks in {read} input{'s' if read != 1 else ''}."
+    headers = ["Verdict", "Op", "Error", "Call site", "Paths", "N", "Ranks", "Hosts", "Why"]
+    rows = [
+        [
+            f"**{f.verdict}**" if f.verdict == SERIALIZE or f.race else f.verdict,
+            f.op,
+            f.error_text,
+            tables.code(f.site_text),
+            "<br>".join(tables.code(p) for p, _ in f.paths.most_common(3)),
+            str(f.count),
+            tables.ranks_text(f.ranks),
+            ", ".join(sorted(f.hosts)),
+            f.why,
+        ]
+        for f in found
+    ]
+    return "\n".join(
+        [
+            f"**fsguard scan**: {_summary(findings, read)}.",
+            "",
+            *tables.markdown(headers, rows),
+            "",
+            f"_{LEGEND}{LEGEND_ORDERING if any(f.race for f in found) else ''}_",
+        ]
+    )

@@ -1,4 +1,4 @@
-"""Mechanism: wrap the four functions in place with wrapt, and hand every failure to its guard.
+"""Mechanism: wrap the guarded functions in place with wrapt, and hand every failure to its guard.
 
 The happy path of a wrapped call is: call the original, remember the call (one deque append), return.
 Only a failing call reaches a guard's ``decide``; only an absorbed (or conflicting) failure makes a record.
@@ -16,9 +16,13 @@ import wrapt
 
 from . import config, evidence, launcher, runtime
 from .guards import Rules, Verdict
+from .guards import link as link_rule
 from .guards import makedirs as makedirs_rule
+from .guards import mkdir as mkdir_rule
+from .guards import remove as remove_rule
 from .guards import rename as rename_rule
 from .guards import rmtree as rmtree_rule
+from .guards import symlink as symlink_rule
 from .memory import resolve_fds
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
@@ -33,13 +37,29 @@ TARGETS: dict[str, tuple[ModuleType, str, str]] = {
     "rename": (os, "rename", "os:rename"),
     "replace": (os, "replace", "os:replace"),
     "rmtree": (shutil, "rmtree", "shutil:rmtree"),
+    "remove": (os, "remove", "os:remove"),
+    "unlink": (os, "unlink", "os:unlink"),  # not an operation name: guarded with "remove", as "remove"
+    "mkdir": (os, "mkdir", "os:mkdir"),
+    "symlink": (os, "symlink", "os:symlink"),
+    "link": (os, "link", "os:link"),
 }
+_ALSO = {"remove": ("unlink",)}  # operation -> further attributes guarded under its name
 
 _DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], Verdict]] = {
     "makedirs": makedirs_rule.decide,
     "rename": rename_rule.decide,
     "replace": rename_rule.decide,
+    "remove": remove_rule.decide,
+    "mkdir": mkdir_rule.decide,
+    "symlink": symlink_rule.decide,
+    "link": link_rule.decide,
 }
+# Operations whose calls with directory descriptors pass straight through (neither decided nor remembered:
+# the standard rmtree makes one ``unlink(name, dir_fd=...)`` per file), and whose failures inside the standard
+# library's own code are left to that code (os.makedirs's mkdir, shutil's walks, tempfile's name claims).
+_FAMILY = frozenset(("remove", "mkdir", "symlink", "link"))
+_FD_KEYWORDS = ("dir_fd", "src_dir_fd", "dst_dir_fd")
+_STDLIB_CALLERS = frozenset(("os", "shutil", "tempfile"))
 
 _lock = threading.RLock()
 _originals: dict[str, Any] = {}
@@ -96,7 +116,7 @@ def _settle(
 ) -> bool:
     """Record a verdict that needs one; True when the failure is absorbed."""
     if verdict.decision is not None:
-        shown = list(args[:2] if op in ("rename", "replace") else args[:1])
+        shown = list(args[:2] if op in ("rename", "replace", "symlink", "link") else args[:1])
         if not shown:
             shown = [kwargs.get(k) for k in ("src", "dst", "name", "path") if k in kwargs]
         runtime.record(op, verdict.decision, verdict.evidence, shown, error, verdict.waited_s, verdict.detail)
@@ -121,9 +141,24 @@ def _inside_makedirs() -> bool:
     return False
 
 
+def _from_stdlib() -> bool:
+    """Whether the failing call was made by ``os``, ``shutil`` or ``tempfile`` code (the first frame outside
+    fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and decides itself (one decision, not two), shutil's
+    tree walks hand errors to their own handlers, ``tempfile`` claims names by ``mkdir``."""
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not (module == "wrapt" or module.startswith(("wrapt.", "fsguard."))) or module.startswith(
+            ("fsguard.demo", "fsguard.cli")
+        ):
+            return module in _STDLIB_CALLERS
+        frame = frame.f_back
+    return False
+
+
 def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True to absorb. Any failure inside fsguard's own decision means: re-raise the original."""
-    if runtime.busy() or (op == "makedirs" and _inside_makedirs()):
+    if runtime.busy() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _from_stdlib()):
         return False
     try:
         with runtime.Busy():
@@ -140,11 +175,14 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     remember = evidence.MEMORY.append
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
-    now = time.time if op in ("rename", "replace") else None
+    now = time.time if op in ("rename", "replace", "symlink", "link") else None
     takes_fds = op != "makedirs"  # makedirs has no directory descriptor arguments; its exist_ok costs nothing
+    passes_fds = op in _FAMILY
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
+        if kwargs and passes_fds and any(kwargs.get(k) is not None for k in _FD_KEYWORDS):
+            return wrapped(*args, **kwargs)
         if _serializer is not None and instance is not _SERIALIZED and not runtime.busy():
             return _serializer.run(op, wrapped, args, kwargs, serialized_call)
         try:
@@ -214,20 +252,21 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
             _enable_serializer()
         wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in TARGETS]
         for op in wanted:
-            if op in _originals:
-                continue
-            module, attribute, qualified = TARGETS[op]
-            original = getattr(module, attribute)
-            wrapper = _rmtree_wrapper() if op == "rmtree" else _path_wrapper(op)
-            _originals[op] = original
-            setattr(module, attribute, GuardedFunction(original, wrapper, qualified))
+            for target in (op, *_ALSO.get(op, ())):
+                if target in _originals:
+                    continue
+                module, attribute, qualified = TARGETS[target]
+                original = getattr(module, attribute)
+                wrapper = _rmtree_wrapper() if op == "rmtree" else _path_wrapper(op)
+                _originals[target] = original
+                setattr(module, attribute, GuardedFunction(original, wrapper, qualified))
         return installed()
 
 
 def uninstall(ops: Iterable[str] | None = None) -> None:
     """Put back the exact original objects of the named operations (default: all)."""
     with _lock:
-        for op in list(_originals) if ops is None else list(ops):
+        for op in list(_originals) if ops is None else [t for op in ops for t in (op, *_ALSO.get(op, ()))]:
             original = _originals.pop(op, None)
             if original is not None:
                 module, attribute, _ = TARGETS[op]

@@ -266,7 +266,7 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
 def uninstall(ops: Iterable[str] | None = None) -> None:
     """Put back the exact original objects of the named operations (default: all)."""
     with _lock:
-        for op in list(_originals) if ops is None else [t for op in ops for t in (op, *_ALSO.get(op, ()))]:
+        for op in list(_originals) if ops is None else [t for name in ops for t in (name, *_ALSO.get(name, ()))]:
             original = _originals.pop(op, None)
             if original is not None:
                 module, attribute, _ = TARGETS[op]

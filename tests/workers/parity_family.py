@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import parity_cases as base  # noqa: E402 - the shared harness, next to this file
+import parity_cases as base  # the shared harness, next to this file
 
 Calls = base.Calls
 Row = base.Row

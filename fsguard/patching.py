@@ -60,6 +60,7 @@ _DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], V
 _FAMILY = frozenset(("remove", "mkdir", "symlink", "link"))
 _FD_KEYWORDS = ("dir_fd", "src_dir_fd", "dst_dir_fd")
 _STDLIB_CALLERS = frozenset(("os", "shutil", "tempfile"))
+_PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method -> its "that is fine" flag
 
 _lock = threading.RLock()
 _originals: dict[str, Any] = {}
@@ -141,16 +142,23 @@ def _inside_makedirs() -> bool:
     return False
 
 
-def _from_stdlib() -> bool:
-    """Whether the failing call was made by ``os``, ``shutil`` or ``tempfile`` code (the first frame outside
-    fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and decides itself (one decision, not two), shutil's
-    tree walks hand errors to their own handlers, ``tempfile`` claims names by ``mkdir``."""
+def _left_to_caller() -> bool:
+    """Whether a failing remove/mkdir/symlink/link is the standard library's own business (the first frame
+    outside fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and is decided itself (one decision, not two),
+    shutil's tree walks hand errors to their own handlers, ``tempfile`` claims names by ``mkdir`` and
+    ``FileExistsError`` means "try another"; ``Path.mkdir(exist_ok=True)`` and ``Path.unlink(missing_ok=True)``
+    settle the very error themselves (a decision there would only add a record)."""
     frame: Any = sys._getframe(2)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if not (module == "wrapt" or module.startswith(("wrapt.", "fsguard."))) or module.startswith(
             ("fsguard.demo", "fsguard.cli")
         ):
+            if module == "pathlib":
+                return (
+                    frame.f_code.co_name in _PATHLIB_OPTIONS
+                    and frame.f_locals.get(_PATHLIB_OPTIONS[frame.f_code.co_name]) is True
+                )
             return module in _STDLIB_CALLERS
         frame = frame.f_back
     return False
@@ -158,7 +166,7 @@ def _from_stdlib() -> bool:
 
 def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True to absorb. Any failure inside fsguard's own decision means: re-raise the original."""
-    if runtime.busy() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _from_stdlib()):
+    if runtime.busy() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _left_to_caller()):
         return False
     try:
         with runtime.Busy():

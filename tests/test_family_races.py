@@ -100,7 +100,8 @@ def test_workload_fails_without_fsguard(fsguard_python: Path, tmp_path: Path) ->
 
 def test_workload_absorbed_with_fsguard(fsguard_python: Path, tmp_path: Path) -> None:
     root, reports, stderr = run_job(fsguard_python, tmp_path, guarded=True)
-    assert [f for r in reports for f in r["failures"]] == [], stderr
+    lost = [f for r in reports for f in r["failures"]]
+    assert lost == [], json.dumps(lost) + "\n" + "\n".join(stderr)
 
     # End state: old files gone, directories present, latest -> the last run, best = last round's last.
     for k in range(ROUNDS):

@@ -108,7 +108,9 @@ def _rules() -> Rules:
     settings = runtime.settings
     if _rules_for is None or _rules_for[0] is not settings:
         job_start = evidence.job_start(runtime.launch is not None)
-        _rules_for = (settings, Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=job_start))
+        peers = runtime.launch is not None and runtime.launch.distributed
+        rules = Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=job_start, peers=peers)
+        _rules_for = (settings, rules)
     return _rules_for[1]
 
 

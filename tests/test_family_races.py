@@ -15,6 +15,8 @@ import json
 import os
 import re
 import subprocess
+import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -150,3 +152,55 @@ def test_fsguard_ops_narrows_the_set(fsguard_python: Path, tmp_path: Path, fsgua
     assert done.returncode == 0, done.stderr
     new = fsguard_ops.startswith("remove")
     assert json.loads(done.stdout) == [new, new, new, new, new, not new]
+
+
+REMOVE_IN_A_JOB = """
+    import json, os, sys
+    old, fresh = os.environ["OLD_DIR"], os.environ["FRESH_DIR"]
+    os.mkdir(fresh)
+    outcomes = {}
+    def attempt(name, path):
+        try:
+            os.remove(path)
+            outcomes[name] = "absorbed"
+        except OSError as error:
+            outcomes[name] = type(error).__name__
+    attempt("never existed, directory changed moments ago", os.path.join(fresh, "never"))
+    attempt("never existed, directory older than the job", os.path.join(old, "never"))
+    attempt("parent missing", os.path.join(fresh, "nope", "never"))
+    open(os.path.join(fresh, "f"), "w").close()
+    os.remove(os.path.join(fresh, "f"))
+    attempt("removed by this process", os.path.join(fresh, "f"))
+    attempt("a directory", fresh)
+    print(json.dumps(outcomes))
+"""
+
+
+def test_remove_in_a_job_absorbs_only_a_name_gone_from_a_directory_changed_moments_ago(
+    fsguard_python: Path, tmp_path: Path
+) -> None:
+    """Inside a job (peers), a missing name in a directory changed moments ago is absorbed: whether a peer
+    removed it or it never existed cannot be told (README deviation). Everything else is raised."""
+    old = tmp_path / "old"
+    old.mkdir()
+    time.sleep(1.5)  # older than the job below (FSGUARD_FRESH_S=0); /proc start times read up to ~1 s early
+    env = {
+        **TORCHRUN_ENV,
+        "FSGUARD": "1",
+        "FSGUARD_FRESH_S": "0",
+        "OLD_DIR": str(old),
+        "FRESH_DIR": str(tmp_path / "f"),
+    }
+    # Started through a shell that stays its parent: the job's start is the launcher's (the parent's), not pytest's.
+    command = ["sh", "-c", '"$0" -c "$1"; exit $?', str(fsguard_python), textwrap.dedent(REMOVE_IN_A_JOB)]
+    done = subprocess.run(command, env=clean_env(env), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "never existed, directory changed moments ago": "absorbed",
+        "never existed, directory older than the job": "FileNotFoundError",
+        "parent missing": "FileNotFoundError",
+        "removed by this process": "FileNotFoundError",
+        "a directory": "IsADirectoryError",
+    }
+    (record,) = [parse_line(line) for line in done.stderr.splitlines()]
+    assert record is not None and record.op == "remove" and record.decision == "absorbed"

@@ -1,17 +1,18 @@
 """``os.remove`` and ``os.unlink`` (and ``Path.unlink``): absorb ``FileNotFoundError`` when a peer of this job
 removed the name moments ago.
 
-A missing name leaves no trace of whether it ever existed, so the evidence is about its directory and this
-process: absorbed when the parent directory exists, changed during this job *and* within the last
-``RECENT_S`` seconds (removing a name changes its directory), and this process did not remove or move the
-name away itself. Stronger still, and absorbed as long as the parent exists: this process made the name
-itself (mkdir, symlink, link, a rename onto it) and it is gone without this process removing it.
-What is honestly absorbed with it (a documented deviation, as ``rmtree`` of a missing top): a name that
-never existed, in a directory that changed moments ago. Raised unchanged: a name this process removed
-itself, a parent that is missing or has not changed lately (or not during the job), ``IsADirectoryError``,
-``EACCES``/``EPERM``, every other error; ``dir_fd`` calls are passed through (never resolved against the
-wrong directory), and so are the standard library's own calls (``shutil``, ``tempfile``), whose callers
-handle a missing name themselves.
+A missing name leaves no trace of whether it ever existed, so the evidence is about the job and the
+directory: absorbed only where a distributed launcher says this process has peers (``FSGUARD=force`` alone,
+outside a job, never absorbs here: without peers every missing name is genuine), when the parent directory
+exists and changed during this job *and* within the last ``RECENT_S`` seconds (removing a name changes its
+directory), and this process's own guarded calls did not remove or move the name away.
+What is honestly absorbed with it, inside a job (a documented deviation, as ``rmtree`` of a missing top): a
+name that never existed, or that this process removed through a call fsguard does not see (``os.rmdir``,
+descriptors), in a directory that changed moments ago. Raised unchanged: no peers, a name this process
+removed itself, a parent that is missing or has not changed lately (or not during the job),
+``IsADirectoryError``, ``EACCES``/``EPERM``, every other error; ``dir_fd`` calls are passed through (never
+resolved against the wrong directory), and so are the standard library's own calls (``shutil``,
+``tempfile``) and ``Path.unlink(missing_ok=True)``, whose callers settle a missing name themselves.
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     own = evidence.own_last_event(path)
     if own in ("removed", "moved-away"):
         return reraise("this process removed or moved it away itself")
+    if not rules.peers:
+        return reraise("no peers: not in a distributed job")
     parent = os.path.dirname(path)
     st = evidence.lstat_or_none(parent)
     if st is None or evidence.kind_of(st) != "dir":
         return reraise("parent directory is missing")
-    if own == "made":
-        return absorb("this process made it, did not remove it, and it is gone: a peer removed it")
     changed = max(st.st_mtime, st.st_ctime)
     age = time.time() - changed
     if not rules.is_fresh(changed):

@@ -16,13 +16,9 @@ import wrapt
 
 from . import config, evidence, launcher, runtime
 from .guards import Rules, Verdict
-from .guards import link as link_rule
 from .guards import makedirs as makedirs_rule
-from .guards import mkdir as mkdir_rule
-from .guards import remove as remove_rule
 from .guards import rename as rename_rule
 from .guards import rmtree as rmtree_rule
-from .guards import symlink as symlink_rule
 from .memory import resolve_fds
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
@@ -49,11 +45,8 @@ _DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], V
     "makedirs": makedirs_rule.decide,
     "rename": rename_rule.decide,
     "replace": rename_rule.decide,
-    "remove": remove_rule.decide,
-    "mkdir": mkdir_rule.decide,
-    "symlink": symlink_rule.decide,
-    "link": link_rule.decide,
 }
+_LATER = ("remove", "mkdir", "symlink", "link")  # rules imported by their first failure, not at startup
 # Operations whose calls with directory descriptors pass straight through (neither decided nor remembered:
 # the standard rmtree makes one ``unlink(name, dir_fd=...)`` per file), and whose failures inside the standard
 # library's own code are left to that code (os.makedirs's mkdir, shutil's walks, tempfile's name claims).
@@ -172,6 +165,8 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
         return False
     try:
         with runtime.Busy():
+            if op not in _DECIDE and op in _LATER:
+                _DECIDE[op] = __import__(f"{__package__}.guards.{op}", fromlist=["decide"]).decide
             verdict = _DECIDE[op](error, args, kwargs, _rules())
     except Exception:  # noqa: BLE001 - a broken rule must not change what the caller sees
         return False

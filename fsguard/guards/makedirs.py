@@ -1,7 +1,7 @@
 """``os.makedirs``: absorb ``FileExistsError`` when a peer of this job created the directory.
 
 Absorbed:
-  * ``exist_ok=False``: the ``os.mkdir`` rule (:func:`fsguard.guards.mkdir.made_by_peer`): the path is now a
+  * ``exist_ok=False``: the rule ``os.mkdir`` shares (:func:`made_by_peer`): the path is now a
     directory, it changed during this job, and this process's own guarded calls did not make it (nor
     anything below it);
   * ``exist_ok=True``: the fresh parent listing shows a directory although the (cached) lookup said it
@@ -13,11 +13,11 @@ and every other error.
 from __future__ import annotations
 
 import errno
+import time
 from typing import Any
 
 from .. import evidence
 from . import Rules, Verdict, absorb, reraise
-from .mkdir import directory_in_listing, made_by_peer
 
 
 def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
@@ -35,3 +35,38 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if not seen:
         return reraise("not a directory in its parent's listing", waited)
     return absorb("directory present in a fresh listing of its parent (lookup cache was stale)", waited)
+
+
+def made_by_peer(path: str, rules: Rules) -> Verdict:
+    """The directory at ``path`` (which a mkdir found existing) was made by a peer during this job."""
+    if evidence.own_last_event(path, within=True) == "made":
+        return reraise("this process made it itself")
+    if not directory_in_listing(path):
+        return reraise("not a directory in its parent's listing")
+    st = evidence.lstat_or_none(path)
+    if st is None:
+        # The listing has it but a lookup does not: this node cached "missing" moments ago, so a peer
+        # created it within the cache period.
+        return absorb(
+            "directory present in a fresh listing but missing from this node's lookup cache: "
+            "a peer created it moments ago"
+        )
+    if evidence.kind_of(st) != "dir":
+        return reraise()
+    age = time.time() - st.st_ctime
+    if not rules.is_fresh(st.st_ctime):
+        return reraise(f"directory is older than the job ({age:.1f} s)")
+    return absorb(f"directory created by a peer {age:.2f} s ago, during this job")
+
+
+def directory_in_listing(path: str) -> bool | None:
+    """True: a directory; False: something else stands there (decided, nothing to wait for); None: not
+    listed (yet: a shared filesystem may not show a peer's new directory at once)."""
+    seen = evidence.look(path)
+    if not seen.present:
+        return None
+    kind = seen.kind
+    if kind is None:  # the listing does not say: ask a lookup
+        st = evidence.lstat_or_none(path)
+        kind = evidence.kind_of(st) if st is not None else None
+    return None if kind is None else kind == "dir"

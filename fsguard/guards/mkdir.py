@@ -1,5 +1,6 @@
 """``os.mkdir`` (and ``Path.mkdir``, which calls it): absorb ``FileExistsError`` when a peer of this job made
-the directory. The same rule as ``os.makedirs`` without ``exist_ok``, which uses :func:`made_by_peer` too.
+the directory. The same rule as ``os.makedirs`` without ``exist_ok``:
+:func:`fsguard.guards.makedirs.made_by_peer`.
 
 Absorbed: the path is now a directory, it changed during this job, and this process's own guarded calls
 did not make it (nor anything below it); or a fresh listing of its parent shows a directory that this
@@ -13,11 +14,11 @@ Re-raised: a file or symlink in the way, a directory older than the job, one thi
 from __future__ import annotations
 
 import errno
-import time
 from typing import Any
 
 from .. import evidence
-from . import Rules, Verdict, absorb, reraise
+from . import Rules, Verdict, reraise
+from .makedirs import made_by_peer
 
 
 def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
@@ -27,38 +28,3 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if name is None:
         return reraise()
     return made_by_peer(evidence.norm(name), rules)
-
-
-def made_by_peer(path: str, rules: Rules) -> Verdict:
-    """The directory at ``path`` (which a mkdir found existing) was made by a peer during this job."""
-    if evidence.own_last_event(path, within=True) == "made":
-        return reraise("this process made it itself")
-    if not directory_in_listing(path):
-        return reraise("not a directory in its parent's listing")
-    st = evidence.lstat_or_none(path)
-    if st is None:
-        # The listing has it but a lookup does not: this node cached "missing" moments ago, so a peer
-        # created it within the cache period.
-        return absorb(
-            "directory present in a fresh listing but missing from this node's lookup cache: "
-            "a peer created it moments ago"
-        )
-    if evidence.kind_of(st) != "dir":
-        return reraise()
-    age = time.time() - st.st_ctime
-    if not rules.is_fresh(st.st_ctime):
-        return reraise(f"directory is older than the job ({age:.1f} s)")
-    return absorb(f"directory created by a peer {age:.2f} s ago, during this job")
-
-
-def directory_in_listing(path: str) -> bool | None:
-    """True: a directory; False: something else stands there (decided, nothing to wait for); None: not
-    listed (yet: a shared filesystem may not show a peer's new directory at once)."""
-    seen = evidence.look(path)
-    if not seen.present:
-        return None
-    kind = seen.kind
-    if kind is None:  # the listing does not say: ask a lookup
-        st = evidence.lstat_or_none(path)
-        kind = evidence.kind_of(st) if st is not None else None
-    return None if kind is None else kind == "dir"

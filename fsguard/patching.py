@@ -264,7 +264,9 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
                 original = getattr(module, attribute)
                 wrapper = _rmtree_wrapper() if op == "rmtree" else _path_wrapper(op)
                 _originals[target] = original
-                setattr(module, attribute, GuardedFunction(original, wrapper, qualified))
+                guarded = GuardedFunction(original, wrapper, qualified)
+                setattr(module, attribute, guarded)
+                _swap_in_pathlib(original, guarded)
         return installed()
 
 
@@ -275,7 +277,18 @@ def uninstall(ops: Iterable[str] | None = None) -> None:
             original = _originals.pop(op, None)
             if original is not None:
                 module, attribute, _ = TARGETS[op]
+                _swap_in_pathlib(getattr(module, attribute), original)
                 setattr(module, attribute, original)
+
+
+def _swap_in_pathlib(old: Any, new: Any) -> None:
+    """Python 3.10's pathlib calls os through ``_NormalAccessor``, whose attributes it took from os on import
+    (wrapt's import brings pathlib in before fsguard patches): ``Path.mkdir`` and the others follow os."""
+    accessor = getattr(sys.modules.get("pathlib"), "_NormalAccessor", None)
+    if accessor is not None:
+        for name, value in list(vars(accessor).items()):
+            if value is old:
+                setattr(accessor, name, new)
 
 
 def installed() -> list[str]:

@@ -37,7 +37,7 @@ def test_cpython_suites_pass_with_every_operation_guarded(fsguard_python: Path, 
         cwd=tmp_path,
     )
     failed = set(re.findall(r"^(?:FAIL|ERROR): (\w+) ", done.stdout + done.stderr, re.MULTILINE))
-    assert failed <= ALLOWED, "\n".join(done.stdout.splitlines()[-60:])
+    assert failed <= ALLOWED, (sorted(failed), "\n".join(done.stdout.splitlines()[-60:]))
     patched = subprocess.run(
         [str(fsguard_python), "-c", "import os; print(type(os.symlink).__name__)"],
         env=clean_env(env),
@@ -46,4 +46,5 @@ def test_cpython_suites_pass_with_every_operation_guarded(fsguard_python: Path, 
         timeout=60,
     )
     assert patched.stdout.strip() == "GuardedFunction"
-    assert re.search(r"Total tests: run=\d{3,}", done.stdout), done.stdout[-2000:]
+    ran = sum(int(n) for n in re.findall(r"^Ran (\d+) tests? in", done.stdout, re.MULTILINE))
+    assert ran >= 500, done.stdout[-2000:]  # the four suites really ran (about 1,000 tests)

@@ -39,6 +39,7 @@ import pytest
 from tests import parity_support as parity
 from tests import test_races as races
 from tests.conftest import TORCHRUN_ENV, run_python
+from tests.workers import parity_family as family
 
 DEFAULT_VERSIONS = ("3.10", "3.12", "3.13")
 OVERRIDE = "FSGUARD_TEST_PYTHONS"
@@ -172,6 +173,19 @@ def test_parity_ran_every_row_on_this_version(venv: Venv, outcomes: parity.Outco
 @pytest.mark.parametrize("name", parity.row_params())
 def test_parity_row(venv: Venv, outcomes: parity.Outcomes, name: str) -> None:
     parity.check_row(outcomes, name)
+
+
+@pytest.fixture(scope="module")
+def family_outcomes(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[parity.Outcomes]:
+    """The remove/mkdir/symlink/link table's outcomes under this version (tests/workers/parity_family.py)."""
+    with parity.collect(venv.python, tmp_path_factory.mktemp(f"family{venv.version}-"), family) as merged:
+        yield merged
+
+
+@pytest.mark.parametrize("name", parity.row_params(family))
+def test_parity_family_row(venv: Venv, family_outcomes: parity.Outcomes, name: str) -> None:
+    parity.check_meta(family_outcomes, family)
+    parity.check_row(family_outcomes, name, family)
 
 
 STATE = """

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import ROOT, clean_env
 
-OPS = {"makedirs", "rename", "replace", "rmtree"}
+OPS = {"makedirs", "rename", "replace", "rmtree", "remove", "symlink"}
 
 
 def demo(

@@ -149,7 +149,7 @@ def _left_to_caller() -> bool:
         if not (module == "wrapt" or module.startswith(("wrapt.", "fsguard."))) or module.startswith(
             ("fsguard.demo", "fsguard.cli")
         ):
-            if module == "pathlib":
+            if module == "pathlib" or module.startswith("pathlib."):  # 3.13: pathlib._local
                 return (
                     frame.f_code.co_name in _PATHLIB_OPTIONS
                     and frame.f_locals.get(_PATHLIB_OPTIONS[frame.f_code.co_name]) is True

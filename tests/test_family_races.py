@@ -204,3 +204,40 @@ def test_remove_in_a_job_absorbs_only_a_name_gone_from_a_directory_changed_momen
     }
     (record,) = [parse_line(line) for line in done.stderr.splitlines()]
     assert record is not None and record.op == "remove" and record.decision == "absorbed"
+
+
+LEFT_TO_THE_CALLER = """
+    import os, pathlib, posix, sys, tempfile
+    d = tempfile.mkdtemp()
+    parent, child = os.path.join(d, "a"), os.path.join(d, "a", "b")
+
+    fired = []
+
+    def peer_makes_the_parent(event, args):
+        if event == "os.mkdir" and os.fsdecode(args[0]) == parent and not fired:
+            fired.append(True)
+            posix.mkdir(parent)  # a peer, just before pathlib makes the parent (after the child's ENOENT)
+
+    sys.addaudithook(peer_makes_the_parent)
+    pathlib.Path(child).mkdir(parents=True)  # the parent's EEXIST: pathlib's own (exist_ok=True) business
+    pathlib.Path(d, "never").unlink(missing_ok=True)  # pathlib settles a missing name itself
+    os.mkdir(os.path.join(d, "stamp"))
+    tempfile.mkdtemp(dir=d)  # tempfile's own mkdir
+    print(os.path.isdir(child), hasattr(os.mkdir, "__wrapped__"), bool(fired))
+"""
+
+
+def test_errors_the_standard_library_settles_itself_make_no_record(fsguard_python: Path) -> None:
+    """``Path.mkdir(parents=True)`` whose parent a peer made meanwhile, ``Path.unlink(missing_ok=True)``: the
+    caller settles the error itself, so fsguard neither decides nor records (one decision per failure)."""
+    env = {**TORCHRUN_ENV, "FSGUARD": "1"}
+    done = subprocess.run(
+        [str(fsguard_python), "-c", textwrap.dedent(LEFT_TO_THE_CALLER)],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True"]
+    assert done.stderr == ""

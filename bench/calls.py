@@ -257,6 +257,8 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
 
     fsguard = _load_fsguard()
     os.environ["FSGUARD_STDERR"] = "0" if mode == "off" else "1"
+    # A rank of a 2-process job: a missing name is a peer's removal only where there are peers (guards/remove.py).
+    os.environ.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", TORCHELASTIC_RUN_ID="bench")
     from fsguard import evidence
 
     results: dict[str, Any] = {}

@@ -255,7 +255,7 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
             runtime.configure(settings or config.load(os.environ), launcher.detect(os.environ))
         if runtime.settings.serialize and _serializer is None:
             _enable_serializer()
-        wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in TARGETS]
+        wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in config.ALL_OPS]
         for op in wanted:
             for target in (op, *_ALSO.get(op, ())):
                 if target in _originals:

@@ -137,13 +137,14 @@ def _inside_makedirs() -> bool:
     return False
 
 
-def _left_to_caller() -> bool:
+def _left_to_caller(depth: int = 2) -> bool:
     """Whether a failing remove/mkdir/symlink/link is the standard library's own business (the first frame
     outside fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and is decided itself (one decision, not two),
     shutil's tree walks hand errors to their own handlers, ``tempfile`` claims names by ``mkdir`` and
     ``FileExistsError`` means "try another"; ``Path.mkdir(exist_ok=True)`` and ``Path.unlink(missing_ok=True)``
-    settle the very error themselves (a decision there would only add a record)."""
-    frame: Any = sys._getframe(2)
+    settle the very error themselves (a decision there would only add a record). Such calls are not serialized
+    either: ``os.makedirs`` already holds the lock on its path, and would wait for itself."""
+    frame: Any = sys._getframe(depth)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if not (module == "wrapt" or module.startswith(("wrapt.", "fsguard."))) or module.startswith(
@@ -188,7 +189,12 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
         # One Python frame on the happy path: the call, one append, return.
         if kwargs and passes_fds and any(kwargs.get(k) is not None for k in _FD_KEYWORDS):
             return wrapped(*args, **kwargs)
-        if _serializer is not None and instance is not _SERIALIZED and not runtime.busy():
+        if (
+            _serializer is not None
+            and instance is not _SERIALIZED
+            and not runtime.busy()
+            and not (passes_fds and _left_to_caller(1))
+        ):
             return _serializer.run(op, wrapped, args, kwargs, serialized_call)
         try:
             result = wrapped(*args, **kwargs)

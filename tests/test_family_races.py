@@ -241,3 +241,38 @@ def test_errors_the_standard_library_settles_itself_make_no_record(fsguard_pytho
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "True"]
     assert done.stderr == ""
+
+
+SERIALIZED_MAKEDIRS = """
+    import os, pathlib, tempfile
+    d = tempfile.mkdtemp()
+    os.makedirs(os.path.join(d, "a", "b", "c"))  # its inner os.mkdir calls: the standard library's own
+    pathlib.Path(d, "p", "q").mkdir(parents=True)
+    os.symlink("a", os.path.join(d, "latest"))
+    os.remove(os.path.join(d, "latest"))
+    print(hasattr(os.mkdir, "__wrapped__"))
+"""
+
+
+def test_serialized_calls_of_the_newer_operations_make_no_record(fsguard_python: Path, tmp_path: Path) -> None:
+    """Under ``FSGUARD_SERIALIZE=1`` ``os.makedirs`` holds its path's lock while the standard makedirs calls
+    ``os.mkdir``: that inner call is the standard library's own, not serialized again (with an unreachable store
+    it made one more ``unserialized`` record per parent: ``tests/test_serialize.py`` counts them)."""
+    env = {
+        **TORCHRUN_ENV,
+        "FSGUARD": "1",
+        "FSGUARD_SERIALIZE": "1",
+        "FSGUARD_LOCK": "file",
+        "FSGUARD_LOCK_TIMEOUT": "5",
+        "FSGUARD_LOG": str(tmp_path / "log"),
+    }
+    done = subprocess.run(
+        [str(fsguard_python), "-c", textwrap.dedent(SERIALIZED_MAKEDIRS)],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr
+    assert done.stderr == ""  # no "unserialized" (lock timeout) or "waited" record
+    assert not list((tmp_path / "log").glob("*.jsonl"))

@@ -33,7 +33,8 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         source = os.stat(src, follow_symlinks=bool(kwargs.get("follow_symlinks", True)))
     except OSError:
         return reraise("the source cannot be read")
-    st = evidence.lstat_or_none(path)
+    # Gone since the call failed: a peer refreshing the same name removed it; wait (bounded) for it again.
+    st, waited = evidence.settle(lambda: evidence.lstat_or_none(path), rules.settle_s)
     if st is None or (st.st_dev, st.st_ino) != (source.st_dev, source.st_ino):
         return reraise("another inode stands there")
     age = time.time() - st.st_ctime
@@ -41,4 +42,4 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise("this process made it itself (it has not changed since)")
     if not rules.is_fresh(st.st_ctime):
         return reraise(f"the same inode, linked before the job ({age:.1f} s)")
-    return absorb(f"the source's own inode, linked there by a peer {age:.2f} s ago, during this job")
+    return absorb(f"the source's own inode, linked there by a peer {age:.2f} s ago, during this job", waited)

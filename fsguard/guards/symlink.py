@@ -22,6 +22,19 @@ def _text(value: Any) -> str:
     return os.fsdecode(raw) if isinstance(raw, bytes) else raw
 
 
+def _entry(path: str) -> tuple[os.stat_result, str | None] | None:
+    """The entry at ``path`` and its target (None: not a symlink), or None while there is none."""
+    st = evidence.lstat_or_none(path)
+    if st is None:
+        return None
+    if evidence.kind_of(st) != "symlink":
+        return st, None
+    try:
+        return st, os.readlink(path)
+    except OSError:  # removed again between the two looks
+        return None
+
+
 def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
     if error.errno != errno.EEXIST or kwargs.get("dir_fd") is not None:
         return reraise()
@@ -31,13 +44,13 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise()
     path = evidence.norm(dst)
     own = evidence.own_last(path)
-    st = evidence.lstat_or_none(path)
-    if st is None or evidence.kind_of(st) != "symlink":
-        return reraise("not a symlink")
-    try:
-        target = os.readlink(path)
-    except OSError:
-        return reraise("its target cannot be read")
+    # Gone since the call failed: a peer refreshing the same name removed it; wait (bounded) for it again.
+    seen, waited = evidence.settle(lambda: _entry(path), rules.settle_s)
+    if seen is None:
+        return reraise("gone since the call failed, and not back", waited)
+    st, target = seen
+    if target is None:
+        return reraise("not a symlink", waited)
     if target != _text(src):
         return reraise("a symlink to another target")
     age = time.time() - st.st_ctime
@@ -45,4 +58,4 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise("this process made it itself (it has not changed since)")
     if not rules.is_fresh(st.st_ctime):
         return reraise(f"identical symlink older than the job ({age:.1f} s)")
-    return absorb(f"identical symlink made by a peer {age:.2f} s ago, during this job")
+    return absorb(f"identical symlink made by a peer {age:.2f} s ago, during this job", waited)

@@ -7,15 +7,18 @@ Happy path, all in this one process, rounds interleaved in random order, ``os.<o
   through, and a plain Python ``def shim(*a, **k): return f(*a, **k)`` — so the report can say which part of
   the added time is wrapt's, which the Python-level wrapper's, and which fsguard's own.
   Operations: os.replace of a file, os.rename of a directory, os.makedirs(exist_ok=True) of an existing
-  directory, shutil.rmtree of a small tree (only the rmtree call is timed), and a null function (a C builtin
-  wrapped the same way: wrapper cost without any filesystem noise). Target: <= 0.3 us added per call.
+  directory, shutil.rmtree of a small tree (only the rmtree call is timed), os.remove, os.mkdir, os.symlink
+  and os.link (each paired with an unguarded ``posix`` call that undoes it; the pair is timed, so "added"
+  is the one guarded call's), and a null function (a C builtin wrapped the same way: wrapper cost without
+  any filesystem noise). Target: <= 0.3 us added per call.
 
 Decisions (target <= 1 ms on local disk), in child processes so each logging setting starts clean:
-  makedirs(exist_ok=False) of a directory a peer just made, rename/replace with the source gone and the
-  destination present, rmtree of a tree a peer already removed, and the makedirs race inside the caller's own
-  ``except FileExistsError`` (``makedirs-deferred``: the same evidence, then the caller's frame is read and
-  the error deferred to its handler, first call in the process reading the frame's bytecode, later ones from
-  the cache); with FSGUARD_STDERR=0, with the stderr
+  makedirs(exist_ok=False) and mkdir of a directory a peer just made, rename/replace with the source gone and
+  the destination present, rmtree of a tree a peer already removed, remove of a name gone from a directory
+  changed moments ago, symlink/link of an identical entry a peer just made, and the makedirs race inside the
+  caller's own ``except FileExistsError`` (``makedirs-deferred``: the same evidence, then the caller's frame is
+  read and the error deferred to its handler, first call in the process reading the frame's bytecode, later
+  ones from the cache); with FSGUARD_STDERR=0, with the stderr
   line, and with the stderr line plus FSGUARD_LOG JSONL; each with an empty own-memory (cleared before each
   call) and with a full one (4096 remembered calls, as in any long job: the rules scan it on every decision).
 
@@ -53,6 +56,10 @@ TARGET = {
     "rename": (os, "rename"),
     "makedirs": (os, "makedirs"),
     "rmtree": (shutil, "rmtree"),
+    "remove": (os, "remove"),
+    "mkdir": (os, "mkdir"),
+    "symlink": (os, "symlink"),
+    "link": (os, "link"),
 }
 
 
@@ -139,7 +146,45 @@ def _time_op(op: str, calls: int, work: Path) -> Callable[[], float]:
             return total / n
 
         return run
+    if op in PAIRS:
+        make, undo = PAIRS[op](work)
+
+        def run() -> float:
+            t = time.perf_counter()
+            for _ in range(calls):
+                make()
+                undo()
+            return (time.perf_counter() - t) / calls
+
+        return run
     raise ValueError(op)
+
+
+def _pairs() -> dict[str, Callable[[Path], tuple[Callable[[], Any], Callable[[], Any]]]]:
+    """op -> (work -> (a call of ``os.<op>``, the unguarded ``posix`` call that undoes it))."""
+    import posix
+
+    def remove(work: Path) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        p = str(work / "l")
+        return (lambda: posix.symlink("t", p)), (lambda: os.remove(p))  # timed: the pair; guarded: remove
+
+    def mkdir(work: Path) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        d = str(work / "d")
+        return (lambda: os.mkdir(d)), (lambda: posix.rmdir(d))
+
+    def symlink(work: Path) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        p = str(work / "l")
+        return (lambda: os.symlink("t", p)), (lambda: posix.unlink(p))
+
+    def link(work: Path) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        a, b = str(work / "a"), str(work / "b")
+        Path(a).write_bytes(b"x")
+        return (lambda: os.link(a, b)), (lambda: posix.unlink(b))
+
+    return {"remove": remove, "mkdir": mkdir, "symlink": symlink, "link": link}
+
+
+PAIRS = _pairs()
 
 
 def happy_path(calls: int, rounds: int) -> dict[str, Any]:
@@ -219,8 +264,12 @@ def _claim(path: str) -> None:
 
 def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, Any]:
     """Runs in a fresh interpreter: times absorbed decisions of each operation."""
+    import posix
+
     fsguard = _load_fsguard()
     os.environ["FSGUARD_STDERR"] = "0" if mode == "off" else "1"
+    # A rank of a 2-process job: a missing name is a peer's removal only where there are peers (guards/remove.py).
+    os.environ.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", TORCHELASTIC_RUN_ID="bench")
     from fsguard import evidence
 
     results: dict[str, Any] = {}
@@ -236,6 +285,8 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
             for _ in range(evidence.MEMORY_SIZE):
                 os.makedirs(other, exist_ok=True)
         counter = iter(range(10**9))
+        source = str(Path(tmp) / "source")
+        Path(source).write_bytes(b"x")
 
         def scenario(op: str) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]]:
             """(set up as a peer would, the guarded call, clean up), on names never used before: fsguard
@@ -243,15 +294,33 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
             n = next(counter)
             src, dst, made, tree = (str(work / f"{name}{n}") for name in ("src", "dst", "made", "tree"))
             if op == "makedirs":
-                return (lambda: os.mkdir(made)), (lambda: os.makedirs(made)), (lambda: os.rmdir(made))
+                return (lambda: posix.mkdir(made)), (lambda: os.makedirs(made)), (lambda: os.rmdir(made))
+            if op == "mkdir":
+                return (lambda: posix.mkdir(made)), (lambda: os.mkdir(made)), (lambda: os.rmdir(made))
+            if op == "remove":
+                return (lambda: None), (lambda: os.remove(made)), (lambda: None)
+            if op == "symlink":
+                return (lambda: posix.symlink("t", made)), (lambda: os.symlink("t", made)), (lambda: posix.unlink(made))
+            if op == "link":
+                return (lambda: posix.link(source, made)), (lambda: os.link(source, made)), (lambda: posix.unlink(made))
             if op == "makedirs-deferred":
-                return (lambda: os.mkdir(made)), (lambda: _claim(made)), (lambda: os.rmdir(made))
+                return (lambda: posix.mkdir(made)), (lambda: _claim(made)), (lambda: os.rmdir(made))
             if op in ("rename", "replace"):
                 call = getattr(os, op)
                 return (lambda: Path(dst).write_bytes(b"x")), (lambda: call(src, dst)), (lambda: os.unlink(dst))
             return (lambda: None), (lambda: shutil.rmtree(tree)), (lambda: None)
 
-        for op in ("makedirs", "makedirs-deferred", "rename", "replace", "rmtree"):
+        for op in (
+            "makedirs",
+            "makedirs-deferred",
+            "rename",
+            "replace",
+            "rmtree",
+            "mkdir",
+            "remove",
+            "symlink",
+            "link",
+        ):
             times, failures = [], 0
             for _ in range(iterations + 1):
                 setup, call, cleanup = scenario(op)

@@ -1,9 +1,9 @@
 """What this process's own guarded calls did: a condition it caused itself is never a race with a peer.
 
-The happy path pays one ``deque.append`` of the call's own arguments (rename and replace add the wall-clock
-time, so a later decision can tell its own old move from a peer's newer one). Nothing is normalised then:
-the first failing call that asks indexes the entries appended since the last question, newest wins, so
-a decision costs a few dictionary lookups however full the memory is.
+The happy path pays one ``deque.append`` of the call's own arguments (rename, replace, symlink and link add
+the wall-clock time, so a later decision can tell its own old move or link from a peer's newer one).
+Nothing is normalised then: the first failing call that asks indexes the entries appended since the last
+question, newest wins, so a decision costs a few dictionary lookups however full the memory is.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see 
 if TYPE_CHECKING:
     from typing import Any
 
-    # (operation, args, kwargs), or for rename/replace (operation, args, kwargs, time.time() after the call)
+    # (operation, args, kwargs), or for rename/replace/symlink/link (operation, args, kwargs, time.time() after)
     Entry = tuple[Any, ...]
 
 MEMORY_SIZE = state.MEMORY_SIZE
@@ -34,7 +34,7 @@ class Event:
 
     def __init__(self, kind: str, time: float | None, seq: int) -> None:
         self.kind = kind
-        self.time = time  # wall-clock time after the call, where remembered (rename/replace)
+        self.time = time  # wall-clock time after the call, where remembered (rename/replace/symlink/link)
         self.seq = seq
 
     def __repr__(self) -> str:
@@ -50,6 +50,10 @@ def norm(path: Any, cwd: str | None = None) -> str:
     if cwd is None or os.path.isabs(text):
         return os.path.abspath(text)
     return os.path.normpath(os.path.join(cwd, text))
+
+
+# operation -> (position, keyword) of the name it makes
+_MADE_AT = {"mkdir": (0, "path"), "symlink": (1, "dst"), "link": (1, "dst")}
 
 
 def _ancestry(path: str) -> list[str]:
@@ -109,6 +113,11 @@ class _Index:
                     made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made", when)
                 elif op == "makedirs-found":  # makedirs(exist_ok=True) that found the directory there
                     made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "found", when)
+                elif op in _MADE_AT:  # mkdir, symlink, link (calls with directory descriptors are not remembered)
+                    position, keyword = _MADE_AT[op]
+                    made[norm(args[position] if len(args) > position else kwargs[keyword], cwd)] = (seq, "made", when)
+                elif op == "remove":
+                    gone[norm(args[0] if args else kwargs["path"], cwd)] = (seq, "removed", when)
                 elif op == "rmtree":
                     if kwargs.get("dir_fd") is None:
                         gone[norm(args[0] if args else kwargs["path"], cwd)] = (seq, "removed", when)
@@ -150,9 +159,9 @@ def _after_fork_in_child() -> None:
 def own_last(path: str, *, within: bool = False) -> Event | None:
     """The newest thing this process's guarded calls did to ``path`` (normalised), or None.
 
-    ``made``: makedirs made it, or something was renamed onto it (with ``within``: also anything below it);
-    ``found``: a ``makedirs(exist_ok=True)`` found it there.
-    ``moved-away``/``removed``: it, or a directory above it, was renamed away / removed by rmtree.
+    ``made``: makedirs, mkdir, symlink or link made it, or something was renamed onto it (with ``within``:
+    also anything below it); ``found``: a ``makedirs(exist_ok=True)`` found it there. ``moved-away``/``removed``:
+    it, or a directory above it, was renamed away / removed by rmtree, remove or unlink.
     """
     with _index_lock:
         _index.update()

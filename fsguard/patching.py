@@ -1,4 +1,4 @@
-"""Mechanism: wrap the four functions in place with wrapt, and hand every failure to its guard.
+"""Mechanism: wrap the guarded functions in place with wrapt, and hand every failure to its guard.
 
 The happy path of a wrapped call is: call the original, remember the call (one deque append), return.
 Only a failing call reaches a guard's ``decide``; only an absorbed (or conflicting) failure makes a record.
@@ -31,7 +31,13 @@ TARGETS: dict[str, tuple[ModuleType, str, str]] = {
     "rename": (os, "rename", "os:rename"),
     "replace": (os, "replace", "os:replace"),
     "rmtree": (shutil, "rmtree", "shutil:rmtree"),
+    "remove": (os, "remove", "os:remove"),
+    "unlink": (os, "unlink", "os:unlink"),  # not an operation name: guarded with "remove", as "remove"
+    "mkdir": (os, "mkdir", "os:mkdir"),
+    "symlink": (os, "symlink", "os:symlink"),
+    "link": (os, "link", "os:link"),
 }
+_ALSO = {"remove": ("unlink",)}  # operation -> further attributes guarded under its name
 
 
 class _Rule:
@@ -71,7 +77,18 @@ _DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], V
     "makedirs": _rule("makedirs"),
     "rename": _rule("rename"),
     "replace": _rule("rename"),
+    "remove": _rule("remove"),
+    "mkdir": _rule("mkdir"),
+    "symlink": _rule("symlink"),
+    "link": _rule("link"),
 }
+# Operations whose calls with directory descriptors pass straight through (neither decided nor remembered:
+# the standard rmtree makes one ``unlink(name, dir_fd=...)`` per file), and whose failures inside the standard
+# library's own code are left to that code (os.makedirs's mkdir, shutil's walks, tempfile's name claims).
+_FAMILY = frozenset(("remove", "mkdir", "symlink", "link"))
+_FD_KEYWORDS = ("dir_fd", "src_dir_fd", "dst_dir_fd")
+_STDLIB_CALLERS = frozenset(("os", "shutil", "tempfile"))
+_PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method -> its "that is fine" flag
 
 _originals = STATE.originals  # one dict for the life of the process (STATE.reset empties it in place)
 
@@ -117,9 +134,10 @@ def _rules() -> Rules:
         from .guards import Rules
 
         job_start = evidence.job_start(STATE.launch is not None)
+        peers = STATE.launch is not None and STATE.launch.distributed
         made = STATE.rules_for = (
             settings,
-            Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=job_start),
+            Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=job_start, peers=peers),
         )
     rules: Rules = made[1]
     return rules
@@ -130,7 +148,7 @@ def _settle(
 ) -> bool:
     """Record a verdict that needs one; True when the failure is absorbed."""
     if verdict.decision is not None:
-        shown = list(args[:2] if op in ("rename", "replace") else args[:1])
+        shown = list(args[:2] if op in ("rename", "replace", "symlink", "link") else args[:1])
         if not shown:
             shown = [kwargs.get(k) for k in ("src", "dst", "name", "path") if k in kwargs]
         from . import runtime  # records, call sites: only once there is something to write
@@ -157,9 +175,32 @@ def _inside_makedirs() -> bool:
     return False
 
 
+def _left_to_caller(depth: int = 2) -> bool:
+    """Whether a failing remove/mkdir/symlink/link is the standard library's own business (the first frame
+    outside fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and is decided itself (one decision, not two),
+    shutil's tree walks hand errors to their own handlers, ``tempfile`` claims names by ``mkdir`` and
+    ``FileExistsError`` means "try another"; ``Path.mkdir(exist_ok=True)`` and ``Path.unlink(missing_ok=True)``
+    settle the very error themselves (a decision there would only add a record). Such calls are not serialized
+    either: ``os.makedirs`` already holds the lock on its path, and would wait for itself."""
+    frame: Any = sys._getframe(depth)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not (module == "wrapt" or module.startswith(("wrapt.", "fsguard."))) or module.startswith(
+            ("fsguard.demo", "fsguard.cli")
+        ):
+            if module == "pathlib" or module.startswith("pathlib."):  # 3.13: pathlib._local
+                return (
+                    frame.f_code.co_name in _PATHLIB_OPTIONS
+                    and frame.f_locals.get(_PATHLIB_OPTIONS[frame.f_code.co_name]) is True
+                )
+            return module in _STDLIB_CALLERS
+        frame = frame.f_back
+    return False
+
+
 def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True to absorb. Any failure inside fsguard's own decision means: re-raise the original."""
-    if busy() or (op == "makedirs" and _inside_makedirs()):
+    if busy() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _left_to_caller()):
         return False
     try:
         with Busy():
@@ -216,14 +257,22 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     state = STATE
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
-    now = time.time if op in ("rename", "replace") else None
+    now = time.time if op in ("rename", "replace", "symlink", "link") else None
     takes_fds = op != "makedirs"  # makedirs has no directory descriptor arguments; its exist_ok costs nothing
     makes = op == "makedirs"
+    passes_fds = op in _FAMILY
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
+        if kwargs and passes_fds and any(kwargs.get(k) is not None for k in _FD_KEYWORDS):
+            return wrapped(*args, **kwargs)
         serializer = state.serializer
-        if serializer is not None and instance is not _SERIALIZED and not busy():
+        if (
+            serializer is not None
+            and instance is not _SERIALIZED
+            and not busy()
+            and not (passes_fds and _left_to_caller(1))
+        ):
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
         found = makes and (kwargs.get("exist_ok") or (len(args) > 2 and args[2]))
         try:
@@ -335,15 +384,18 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
             STATE.launch = launcher.detect(os.environ)
         if STATE.settings.serialize and STATE.serializer is None:
             _enable_serializer()
-        wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in TARGETS]
+        wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in config.ALL_OPS]
         for op in wanted:
-            if op in _originals:
-                continue
-            module, attribute, qualified = TARGETS[op]
-            original = getattr(module, attribute)
-            wrapper = _rmtree_wrapper() if op == "rmtree" else _path_wrapper(op)
-            _originals[op] = original
-            setattr(module, attribute, GuardedFunction(original, wrapper, qualified))
+            for target in (op, *_ALSO.get(op, ())):
+                if target in _originals:
+                    continue
+                module, attribute, qualified = TARGETS[target]
+                original = getattr(module, attribute)
+                wrapper = _rmtree_wrapper() if op == "rmtree" else _path_wrapper(op)
+                _originals[target] = original
+                guarded = GuardedFunction(original, wrapper, qualified)
+                setattr(module, attribute, guarded)
+                _swap_in_pathlib(original, guarded)
         return installed()
 
 
@@ -351,13 +403,24 @@ def uninstall(ops: Iterable[str] | None = None) -> None:
     """Put back the exact original objects of the named operations (default: all). With none left patched,
     the process state is back to "never installed" (settings, launch, serializer, rules)."""
     with STATE.lock:
-        for op in list(_originals) if ops is None else list(ops):
+        for op in list(_originals) if ops is None else [t for name in ops for t in (name, *_ALSO.get(name, ()))]:
             original = _originals.pop(op, None)
             if original is not None:
                 module, attribute, _ = TARGETS[op]
+                _swap_in_pathlib(getattr(module, attribute), original)
                 setattr(module, attribute, original)
         if not _originals:
             STATE.reset()
+
+
+def _swap_in_pathlib(old: Any, new: Any) -> None:
+    """Python 3.10's pathlib calls os through ``_NormalAccessor``, whose attributes it took from os on import
+    (wrapt's import brings pathlib in before fsguard patches): ``Path.mkdir`` and the others follow os."""
+    accessor = getattr(sys.modules.get("pathlib"), "_NormalAccessor", None)
+    if accessor is not None:
+        for name, value in list(vars(accessor).items()):
+            if value is old:
+                setattr(accessor, name, new)
 
 
 def installed() -> list[str]:

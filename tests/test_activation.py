@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fsguard.config import ALL_OPS
 from tests.conftest import TORCHRUN_ENV, clean_env, run_python
 
 STATE = """
@@ -20,7 +21,8 @@ if 'fsguard.state' in sys.modules:
     launch = l and dict(launcher=l.launcher, rank=l.rank, local_rank=l.local_rank, world_size=l.world_size, host=l.host)
 print(json.dumps(dict(
     patched=[n for n, f in (('makedirs', os.makedirs), ('rename', os.rename), ('replace', os.replace),
-                            ('rmtree', shutil.rmtree)) if hasattr(f, '__wrapped__')],
+                            ('rmtree', shutil.rmtree), ('remove', os.remove), ('mkdir', os.mkdir),
+                            ('symlink', os.symlink), ('link', os.link)) if hasattr(f, '__wrapped__')],
     modules=mods, launch=launch)))
 """
 
@@ -88,7 +90,7 @@ def test_enabled_with_launcher_patches(
     fsguard_python: Path, name: str, env: dict[str, str], rank: int, local_rank: int, world: int | None
 ) -> None:
     info, err = state(fsguard_python, {"FSGUARD": "1", **env})
-    assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert info["patched"] == list(ALL_OPS)
     assert info["launch"]["launcher"] == name
     assert (info["launch"]["rank"], info["launch"]["local_rank"], info["launch"]["world_size"]) == (
         rank,
@@ -126,7 +128,7 @@ def test_launcher_agent_is_not_patched(fsguard_python: Path, tmp_path: Path) -> 
     worker = tmp_path / "train.py"
     worker.write_text(STATE)
     out = subprocess.run([str(fsguard_python), str(worker)], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout)["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert json.loads(out.stdout)["patched"] == list(ALL_OPS)
 
 
 @pytest.mark.parametrize("args", [("/shared/job/torchrun",), ("--out", "runs/deepspeed"), ("srun",)])
@@ -141,12 +143,12 @@ def test_a_rank_whose_arguments_name_a_launcher_is_patched(
     done = subprocess.run(
         [str(fsguard_python), "-u", str(worker), *args], env=env, capture_output=True, text=True, check=True
     )
-    assert json.loads(done.stdout)["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert json.loads(done.stdout)["patched"] == list(ALL_OPS)
 
 
 def test_force_patches_without_launcher(fsguard_python: Path) -> None:
     info, err = state(fsguard_python, {"FSGUARD": "force"})
-    assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert info["patched"] == list(ALL_OPS)
     assert info["launch"] is None
     assert err == ""
 
@@ -212,11 +214,12 @@ def test_unwritable_log_dir_warns_once_and_goes_on(fsguard_python: Path, tmp_pat
         import os
         for i in range(3):
             peer = os.path.join({str(tmp_path)!r}, 'peer%d' % i)
-            os.mkdir(peer)       # unpatched: as if a peer had made it
+            os.mkdir(peer)       # unguarded (FSGUARD_OPS): as if a peer had made it
             os.makedirs(peer)    # absorbed
         print('alive')
     """
-    result = run_python(fsguard_python, code, {"FSGUARD": "force", "FSGUARD_LOG": str(blocker / "logs")})
+    env = {"FSGUARD": "force", "FSGUARD_OPS": "makedirs", "FSGUARD_LOG": str(blocker / "logs")}
+    result = run_python(fsguard_python, code, env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "alive\n"
     warnings = [line for line in result.stderr.splitlines() if "cannot write records" in line]
@@ -285,15 +288,23 @@ def test_spawn_pool_passes_patched_functions(fsguard_python: Path, tmp_path: Pat
 
 def test_install_uninstall_restore_identity(fsguard_python: Path) -> None:
     code = """
-        import os, shutil, fsguard
-        originals = (os.makedirs, os.rename, os.replace, shutil.rmtree)
-        assert fsguard.install() == ['makedirs', 'rename', 'replace', 'rmtree']
+        import os, shutil, fsguard, fsguard.patching
+        def current():
+            return (os.makedirs, os.rename, os.replace, shutil.rmtree, os.remove, os.unlink, os.mkdir, os.symlink,
+                    os.link)
+        originals = current()
+        ops = ['makedirs', 'rename', 'replace', 'rmtree', 'remove', 'mkdir', 'symlink', 'link']
+        assert fsguard.install() == ops
         assert os.rename is not originals[1] and os.rename.__wrapped__ is originals[1]
-        assert fsguard.install() == ['makedirs', 'rename', 'replace', 'rmtree']   # idempotent
+        assert all(a is not b and a.__wrapped__ is b for a, b in zip(current(), originals))
+        assert fsguard.install() == ops   # idempotent
         assert os.rename.__wrapped__ is originals[1]
         fsguard.uninstall()
-        assert (os.makedirs, os.rename, os.replace, shutil.rmtree) == originals
-        assert all(a is b for a, b in zip((os.makedirs, os.rename, os.replace, shutil.rmtree), originals))
+        assert all(a is b for a, b in zip(current(), originals))
+        fsguard.patching.install(["remove"])   # one name, both attributes
+        assert os.remove.__wrapped__ is originals[4] and os.unlink.__wrapped__ is originals[5]
+        fsguard.patching.uninstall(["remove"])
+        assert os.remove is originals[4] and os.unlink is originals[5]
         with fsguard.guarded(['rename']):
             assert os.rename is not originals[1] and os.replace is originals[2]
         assert os.rename is originals[1]
@@ -322,7 +333,7 @@ def test_status_json_reports_launcher_and_settings(fsguard_python: Path) -> None
     assert info["would_patch"] is True and info["enabled"] == "on"
     assert info["launch"]["launcher"] == "torchrun" and info["launch"]["rank"] == 1
     assert info["launch"]["world_size"] == 4
-    assert info["operations"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert info["operations"] == ["makedirs", "rename", "replace", "rmtree", "remove", "mkdir", "symlink", "link"]
     assert info["pth"] and info["pth"][0].endswith("fsguard.pth")
     settle = next(s for s in info["settings"] if s["name"] == "FSGUARD_SETTLE_S")
     assert settle == {"name": "FSGUARD_SETTLE_S", "value": "5", "default": "2.0", "help": settle["help"]}
@@ -361,7 +372,7 @@ def test_editable_install_has_the_pth(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parent.parent
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(root)], check=True)
     info, _ = state(python, {"FSGUARD": "force", "PYTHONPATH": str(Path(__import__("wrapt").__file__).parent.parent)})
-    assert info["patched"] == ["makedirs", "rename", "replace", "rmtree"]
+    assert info["patched"] == list(ALL_OPS)
 
 
 def test_a_crashing_rule_warns_once_and_reraises_the_original(fsguard_python: Path, tmp_path: Path) -> None:

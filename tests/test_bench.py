@@ -35,7 +35,17 @@ def test_startup_alone(tmp_path: Path) -> None:
 def test_calls_alone(tmp_path: Path) -> None:
     done = bench(str(ROOT / "bench" / "calls.py"), "--quick", "--json", str(tmp_path / "c.json"), cwd=tmp_path)
     result = json.loads((tmp_path / "c.json").read_text())["calls"]
-    assert set(result["happy_path"]) == {"replace", "rename", "makedirs", "rmtree", "null"}
+    assert set(result["happy_path"]) == {
+        "replace",
+        "rename",
+        "makedirs",
+        "rmtree",
+        "remove",
+        "mkdir",
+        "symlink",
+        "link",
+        "null",
+    }
     for arms in result["happy_path"].values():
         assert {"unpatched", "wrapt", "shim"} <= set(arms)
     assert set(result["decisions"]) == {f"{m}/{f}" for m in ("off", "stderr", "jsonl") for f in ("empty", "full")}

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.support.cli import run_cli
 
-OPS = {"makedirs", "rename", "replace", "rmtree"}
+OPS = {"makedirs", "rename", "replace", "rmtree", "remove", "symlink"}
 
 
 def demo(

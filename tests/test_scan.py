@@ -306,7 +306,14 @@ def test_staging_rmtree_names_the_rename_race(fsguard_python: Path) -> None:
         ("replace", "EEXIST", "serialize"),
         ("rmtree", "ENOTEMPTY", "serialize"),
         ("makedirs", "ESTALE", "serialize"),
-        ("mkdir", "EEXIST", "not fixable"),
+        ("mkdir", "EEXIST", "absorbed"),
+        ("remove", "ENOENT", "absorbed"),
+        ("symlink", "EEXIST", "absorbed"),
+        ("link", "EEXIST", "absorbed"),
+        ("remove", "EISDIR", "not fixable"),
+        ("remove", "EACCES", "not fixable"),
+        ("symlink", "ENOENT", "not fixable"),
+        ("link", "ENOENT", "not fixable"),
         ("makedirs", "ENOENT", "not fixable"),
         ("mkdir", "ENOENT", "not fixable"),
         ("makedirs", "EACCES", "not fixable"),
@@ -496,3 +503,50 @@ def test_disk_full_and_permission_errors_in_a_staging_dir_are_not_races(fsguard_
     (tmp_path / "job.log").write_text("\n".join(lines) + "\n")
     done = fsguard(fsguard_python, "scan", str(tmp_path / "job.log"))
     assert (done.returncode, done.stdout) == (0, "fsguard scan: no filesystem-race tracebacks in 1 input\n")
+
+
+FAMILY_SCRIPT = """
+import os, pathlib, sys, tempfile
+d = tempfile.mkdtemp()
+which = sys.argv[1]
+open(os.path.join(d, "last"), "w").close()
+os.symlink("one", os.path.join(d, "latest"))
+os.link(os.path.join(d, "last"), os.path.join(d, "best"))
+if which == "remove":
+    os.remove(os.path.join(d, "old-checkpoint"))
+elif which == "unlink":
+    pathlib.Path(d, "old.log").unlink()
+elif which == "mkdir":
+    pathlib.Path(d).mkdir(parents=True)
+elif which == "symlink":
+    pathlib.Path(d, "latest").symlink_to("one")
+elif which == "link":
+    os.link(os.path.join(d, "last"), os.path.join(d, "best"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("which", "op", "error"),
+    [
+        ("remove", "remove", "FileNotFoundError"),
+        ("unlink", "remove", "FileNotFoundError"),
+        ("mkdir", "mkdir", "FileExistsError"),
+        ("symlink", "symlink", "FileExistsError"),
+        ("link", "link", "FileExistsError"),
+    ],
+)
+def test_scan_recognises_remove_mkdir_symlink_link(
+    fsguard_python: Path, tmp_path: Path, which: str, op: str, error: str
+) -> None:
+    """Real tracebacks of the newer guarded operations (and their pathlib forms), without fsguard."""
+    script = tmp_path / "housekeeping.py"
+    script.write_text(FAMILY_SCRIPT)
+    done = subprocess.run([str(fsguard_python), str(script), which], env=clean_env(), capture_output=True, text=True)
+    assert done.returncode == 1 and error in done.stderr
+    log = tmp_path / "rank.log"
+    log.write_text(done.stderr)
+    code, document = scan_json(fsguard_python, str(log))
+    assert code == 1
+    (finding,) = document["findings"]
+    assert (finding["verdict"], finding["op"], finding["error"]["type"]) == ("absorbed", op, error)
+    assert finding["site_text"].startswith(f"{script}:")

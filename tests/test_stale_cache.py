@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from fsguard import config
 from fsguard.records import Record, parse_line
 from tests.cluster.fixtures import StaleViews, needs_fuse, stale_mounts  # noqa: F401 (fixture)
 from tests.conftest import TORCHRUN_ENV, clean_env
@@ -32,7 +33,7 @@ STEP = Path(__file__).resolve().parent / "workers" / "stale_step.py"
 SETTLE_S = 0.5
 FAST_S = 5.0  # a correctness bound: a decision that waited out the 30 s cache would take 30 s
 GUARDED = pytest.mark.parametrize("guarded", [False, True], ids=["without-fsguard", "with-fsguard"])
-ALL_OPS = ["makedirs", "rename", "replace", "rmtree"]
+ALL_OPS = list(config.ALL_OPS)
 
 
 class Node:

@@ -44,6 +44,7 @@ from tests import test_handlers as handlers
 from tests import test_races as races
 from tests.conftest import TORCHRUN_ENV, run_python
 from tests.support import venvs
+from tests.workers import parity_family as family
 
 DEFAULT_VERSIONS = ("3.10", "3.12", "3.13")
 OVERRIDE = "FSGUARD_TEST_PYTHONS"
@@ -173,6 +174,18 @@ def test_handler_row(venv: Venv, handler_outcomes: handlers.Outcomes, name: str)
 @pytest.mark.parametrize("idiom", ["sequential", "helper"])
 def test_claim_idiom(venv: Venv, tmp_path: Path, idiom: str) -> None:
     claims.test_claim_idiom_keeps_working_with_fsguard(venv.python, tmp_path, idiom)
+
+
+def family_outcomes(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[parity.Outcomes]:
+    """The remove/mkdir/symlink/link table's outcomes under this version (tests/workers/parity_family.py)."""
+    with parity.collect(venv.python, tmp_path_factory.mktemp(f"family{venv.version}-"), family) as merged:
+        yield merged
+
+
+@pytest.mark.parametrize("name", parity.row_params(family))
+def test_parity_family_row(venv: Venv, family_outcomes: parity.Outcomes, name: str) -> None:
+    parity.check_meta(family_outcomes, family)
+    parity.check_row(family_outcomes, name, family)
 
 
 STATE = """

@@ -2,8 +2,9 @@
 crashed them, and whether fsguard would have saved the job.
 
 A traceback counts when its exception is an ``OSError`` (or subclass) raised from ``os.makedirs``,
-``os.mkdir``, ``os.rename``, ``os.replace``, ``shutil.rmtree`` or ``shutil.move`` (``pathlib``'s methods
-of the same names too). The operation is read from the standard library's frames (``makedirs`` in
+``os.mkdir``, ``os.rename``, ``os.replace``, ``os.remove``, ``os.unlink``, ``os.symlink``, ``os.link``,
+``shutil.rmtree`` or ``shutil.move`` (``pathlib``'s ``mkdir``, ``rename``, ``replace``, ``unlink``,
+``symlink_to`` and ``hardlink_to`` too). The operation is read from the standard library's frames (``makedirs`` in
 ``os``, ``rmtree`` in ``shutil``); for C functions, which have no frame, from the call in the source line
 of the innermost frame of the program (the one under the carets, where Python prints them). That frame
 is the call site; findings are grouped by call site, operation and error.
@@ -18,7 +19,10 @@ Verdicts, one per (operation, error) - the rules fsguard's guards apply, read ba
 =========================  ==============================  ===========================================
 operation                  error                           verdict
 =========================  ==============================  ===========================================
-makedirs                   EEXIST                          absorbed: a peer created it
+makedirs, mkdir            EEXIST                          absorbed: a peer created it
+remove                     ENOENT                          absorbed: a peer removed it first (in a job)
+symlink                    EEXIST                          absorbed if a peer's link has the same target
+link                       EEXIST                          absorbed if a peer linked the same inode
 rename, replace, move      ENOENT                          absorbed: a peer already did the same move
 rmtree                     ENOENT                          absorbed: a peer removed it first
 rmtree of a staging tree   ENOENT, EBUSY                   serialize: may race a rename (data loss)
@@ -26,7 +30,6 @@ rmtree                     EBUSY                           absorbed: the removal
 rename, replace, move      ENOTEMPTY, EEXIST               serialize: rename onto a non-empty directory
 rmtree                     ENOTEMPTY, EEXIST               serialize: entries appeared during removal
 any                        ESTALE                          serialize: a peer replaced it (NFS)
-mkdir                      EEXIST                          not fixable: ``os.mkdir`` is not guarded
 makedirs                   ENOENT                          not fixable: a parent removed meanwhile
 mkdir                      ENOENT                          not fixable: missing parent
 any                        EACCES, EPERM, EROFS, EXDEV,    not fixable: a genuine error
@@ -85,8 +88,14 @@ _STDLIB_OPS = {
     "_rmtree_safe_fd_step": "rmtree",
     "_rmtree_unsafe": "rmtree",
     "move": "move",
+    "unlink": "remove",  # pathlib's Path.unlink
+    "symlink_to": "symlink",
+    "hardlink_to": "link",
 }
-_CALL = re.compile(r"(?P<qual>\b(?:os|shutil)\.)?\b(?P<op>makedirs|mkdir|rename|replace|rmtree|move)\s*\(")
+_CALL = re.compile(
+    r"(?P<qual>\b(?:os|shutil)\.)?\b(?P<op>makedirs|mkdir|rename|replace|rmtree|move|remove|unlink|symlink|link)\s*\("
+)
+_ALIASES = {"unlink": "remove"}  # one operation name for both functions, as FSGUARD_OPS has it
 _INTERNAL = re.compile(
     r"^<frozen |[/\\][Ll]ib[/\\]python\d[\d.]*[/\\](?!site-packages|dist-packages)[^/\\]+"
     r"(?:[/\\][^/\\]+)?\.py$|[/\\](?:fsguard|wrapt)[/\\][^/\\]+\.py$"
@@ -122,8 +131,23 @@ def verdict(op: str, errno_name: str | None) -> tuple[str, str]:
             "it; FSGUARD_SERIALIZE=1 runs the calls on it one rank at a time (check the NFS "
             "attribute caching too)."
         )
-    if op == "makedirs" and errno_name == "EEXIST":
+    if op in ("makedirs", "mkdir") and errno_name == "EEXIST":
         return ABSORBED, "a peer created the directory first; the default mode treats it as done."
+    if op == "remove" and errno_name == "ENOENT":
+        return ABSORBED, (
+            "a peer removed it first; inside a job the default mode absorbs it when its directory changed "
+            "moments ago (a name that never existed there cannot be told apart)."
+        )
+    if op == "symlink" and errno_name == "EEXIST":
+        return ABSORBED, (
+            "a peer made the link first; the default mode absorbs it when the existing link has the very "
+            "same target (every rank refreshing one link), and raises for a link to anything else."
+        )
+    if op == "link" and errno_name == "EEXIST":
+        return ABSORBED, (
+            "a peer made the hard link first; the default mode absorbs it when the existing name is the "
+            "source's own inode, and raises for any other file."
+        )
     if op in moves and errno_name == "ENOENT":
         return ABSORBED, (
             "the source was gone because a peer already made the same move; the default mode "
@@ -145,11 +169,6 @@ def verdict(op: str, errno_name: str | None) -> tuple[str, str]:
         return SERIALIZE, (
             "entries appeared in the tree while it was being removed (a peer wrote or renamed "
             "into it); FSGUARD_SERIALIZE=1 orders the removal against the peer's calls."
-        )
-    if op == "mkdir" and errno_name == "EEXIST":
-        return NOT_FIXABLE, (
-            "fsguard does not guard os.mkdir (nor pathlib's mkdir); the application should "
-            "use os.makedirs(path, exist_ok=True)."
         )
     if op == "makedirs" and errno_name == "ENOENT":
         return NOT_FIXABLE, (
@@ -185,7 +204,8 @@ def operation(frames: list[Frame]) -> tuple[str | None, Frame | None]:
         calls = [c for c in calls if c.start() >= site.caret] or calls
     else:
         calls = [c for c in calls if c.group("qual")] or calls
-    return (calls[0].group("op") if calls else None), site
+    op = calls[0].group("op") if calls else None
+    return _ALIASES.get(op, op) if op else None, site
 
 
 def _unquote(text: str | None) -> str | None:

@@ -246,6 +246,12 @@ def _check_files(job: Path, ranks: int, steps: int) -> list[str]:
     kernels = sorted(p.name for p in cache.iterdir()) if cache.is_dir() else []
     if kernels != [f"kernel-{k:02x}.so" for k in range(KERNELS)]:
         problems.append(f"cache/ holds {kernels or 'nothing'}")
+    latest = job / "latest"
+    target = os.readlink(latest) if latest.is_symlink() else None
+    if target != os.path.join("checkpoints", f"step-{steps}"):
+        problems.append(f"latest points to {target!r}, expected 'checkpoints/step-{steps}'")
+    if (job / "RUNNING").exists():
+        problems.append("RUNNING marker left behind")
     return problems
 
 
@@ -329,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
     _say(f"fsguard demo: {args.ranks} ranks via {launcher_text}, {args.steps} checkpoint steps")
     _say(
         "  races: results directory (makedirs), checkpoint staging and rotation (rename, rmtree), "
-        "compile cache (replace)"
+        "latest symlink (remove, symlink), compile cache (replace), cleanup (remove)"
     )
     _say(f"  files in {root}" + ("" if args.keep else " (removed at the end; --keep DIR keeps them)"))
     if not _pth_installed():

@@ -1,10 +1,12 @@
-"""The demo job: what one rank runs. Three classic races of distributed training, on a local directory.
+"""The demo job: what one rank runs. Four classic races of distributed training, on a local directory.
 
 1. results directory: every rank checks that it is missing, then creates it (``os.makedirs``);
 2. checkpoints with rotation: every rank writes its shard into a staging directory, renames the staging
-   directory to its final name (``os.rename``) and removes the previous checkpoint (``shutil.rmtree``);
+   directory to its final name (``os.rename``), removes the previous checkpoint (``shutil.rmtree``) and
+   points the ``latest`` symlink at the new one (``os.remove`` of the old link, then ``os.symlink``);
 3. compile cache: every rank compiles the same kernels and publishes each one by writing a temporary file
-   whose name is derived from the kernel (so it is the same on every rank) and ``os.replace``-ing it.
+   whose name is derived from the kernel (so it is the same on every rank) and ``os.replace``-ing it;
+4. cleanup: every rank removes the job's ``RUNNING`` marker (``os.remove``).
 
 Each rank makes these calls itself, as unmodified training code does. File-based start gates line the
 ranks up just before each call, so the race that a busy shared filesystem makes likely happens every time.
@@ -94,7 +96,13 @@ def checkpoints(r: Rank, steps: int) -> None:
         r.gate(f"step{step}-renamed")
         if exists:
             shutil.rmtree(previous)
+        latest = os.path.join(r.job, "latest")
+        linked = os.path.islink(latest)
         r.gate(f"step{step}-rotated")
+        if linked:
+            os.remove(latest)
+        os.symlink(os.path.join("checkpoints", f"step-{step}"), latest)
+        r.gate(f"step{step}-linked")
         r.event(r.phase, "ok")
 
 
@@ -113,17 +121,30 @@ def compile_cache(r: Rank) -> None:
             os.replace(temporary, final)
 
 
+def cleanup(r: Rank) -> None:
+    marker = os.path.join(r.job, "RUNNING")
+    present = os.path.exists(marker)
+    r.gate("cleanup")
+    if present:
+        os.remove(marker)
+
+
 def main(argv: list[str]) -> int:
     root, steps = argv[0], int(argv[1])
     r = Rank(root)
     r.event("start", "ok", pid=os.getpid(), fsguard_active=hasattr(os.rename, "__wrapped__"))
     try:
+        with open(os.path.join(r.job, "RUNNING"), "w") as marker:
+            marker.write("the job is running\n")
         r.phase = "results directory"
         results_directory(r)
         r.event(r.phase, "ok")
         checkpoints(r, steps)
         r.phase = "compile cache"
         compile_cache(r)
+        r.event(r.phase, "ok")
+        r.phase = "cleanup"
+        cleanup(r)
         r.event(r.phase, "ok")
     except PeerFailed:
         r.event(r.phase, "stopped")

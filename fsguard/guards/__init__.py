@@ -56,14 +56,15 @@ def conflict(evidence: str, waited_s: float = 0.0, **detail: Any) -> Verdict:
 class Rules(Frozen):
     """The numbers a rule needs from the configuration and the job."""
 
-    _fields = ("settle_s", "fresh_s", "job_start")
+    _fields = ("settle_s", "fresh_s", "job_start", "peers")
     __slots__ = _fields
     settle_s: float
     fresh_s: float
     job_start: float
+    peers: bool  # a distributed launcher says this process has peers (FSGUARD=force alone does not)
 
-    def __init__(self, settle_s: float, fresh_s: float, job_start: float) -> None:
-        super().__init__(settle_s, fresh_s, job_start)
+    def __init__(self, settle_s: float, fresh_s: float, job_start: float, peers: bool = False) -> None:
+        super().__init__(settle_s, fresh_s, job_start, peers)
 
     def is_fresh(self, ctime: float) -> bool:
         """Changed during this job (with ``fresh_s`` of slack for launch stagger and clock skew)."""

@@ -1,8 +1,9 @@
 """``os.makedirs``: absorb ``FileExistsError`` when a peer of this job created the directory.
 
 Absorbed:
-  * ``exist_ok=False``: the path is now a directory, it changed during this job, and this process's own
-    guarded calls did not make it (nor anything below it);
+  * ``exist_ok=False``: the rule ``os.mkdir`` shares (:func:`made_by_peer`): the path is now a
+    directory, it changed during this job, and this process's own guarded calls did not make it (nor
+    anything below it);
   * ``exist_ok=True``: the fresh parent listing shows a directory although the (cached) lookup said it
     was missing: a peer's ``mkdir`` that this node's lookup cache has not seen yet.
 Re-raised: a file or symlink in the way, a directory older than the job, one this process made itself,
@@ -27,34 +28,38 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise()
     exist_ok = bool(args[2] if len(args) > 2 else kwargs.get("exist_ok", False))
     path = evidence.norm(name)
+    if not exist_ok:
+        return made_by_peer(path, rules)
 
-    if not exist_ok and evidence.own_last_event(path, within=True) in ("made", "found"):
-        return reraise("this process made it (or found it there) itself")
-
-    seen, waited = evidence.settle(lambda: _directory_in_listing(path), rules.settle_s if exist_ok else 0.0)
+    seen, waited = evidence.settle(lambda: directory_in_listing(path), rules.settle_s)
     if not seen:
         return reraise("not a directory in its parent's listing", waited)
-    if exist_ok:
-        return absorb("directory present in a fresh listing of its parent (lookup cache was stale)", waited)
+    return absorb("directory present in a fresh listing of its parent (lookup cache was stale)", waited)
 
+
+def made_by_peer(path: str, rules: Rules) -> Verdict:
+    """The directory at ``path`` (which a mkdir found existing) was made by a peer during this job."""
+    if evidence.own_last_event(path, within=True) in ("made", "found"):
+        return reraise("this process made it (or found it there) itself")
+    if not directory_in_listing(path):
+        return reraise("not a directory in its parent's listing")
     st = evidence.lstat_or_none(path)
     if st is None:
         # The listing has it but a lookup does not: this node cached "missing" moments ago, so a peer
         # created it within the cache period.
         return absorb(
             "directory present in a fresh listing but missing from this node's lookup cache: "
-            "a peer created it moments ago",
-            waited,
+            "a peer created it moments ago"
         )
     if evidence.kind_of(st) != "dir":
         return reraise()
     age = time.time() - st.st_ctime
     if not rules.is_fresh(st.st_ctime):
         return reraise(f"directory is older than the job ({age:.1f} s)")
-    return absorb(f"directory created by a peer {age:.2f} s ago, during this job", waited)
+    return absorb(f"directory created by a peer {age:.2f} s ago, during this job")
 
 
-def _directory_in_listing(path: str) -> bool | None:
+def directory_in_listing(path: str) -> bool | None:
     """True: a directory; False: something else stands there (decided, nothing to wait for); None: not
     listed (yet: a shared filesystem may not show a peer's new directory at once)."""
     seen = evidence.look(path)

@@ -45,8 +45,10 @@ def targets(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]
             src = args[0] if args else kwargs["src"]
             dst = args[1] if len(args) > 1 else kwargs["dst"]
             return [evidence.norm(src), evidence.norm(dst)]
-        if kwargs.get("dir_fd") is not None:
+        if any(kwargs.get(fd) is not None for fd in ("dir_fd", "src_dir_fd", "dst_dir_fd")):
             return None
+        if op in ("symlink", "link"):  # keyed by the name they make
+            return [evidence.norm(args[1] if len(args) > 1 else kwargs["dst"])]
         return [evidence.norm(args[0] if args else kwargs["name" if op == "makedirs" else "path"])]
     except (IndexError, KeyError, TypeError, ValueError):
         return None

@@ -1,0 +1,30 @@
+"""``os.mkdir`` (and ``Path.mkdir``, which calls it): absorb ``FileExistsError`` when a peer of this job made
+the directory. The same rule as ``os.makedirs`` without ``exist_ok``:
+:func:`fsguard.guards.makedirs.made_by_peer`.
+
+Absorbed: the path is now a directory, it changed during this job, and this process's own guarded calls
+did not make it (nor anything below it); or a fresh listing of its parent shows a directory that this
+node's lookup cache still misses (a peer's ``mkdir`` moments ago).
+Re-raised: a file or symlink in the way, a directory older than the job, one this process made itself,
+``dir_fd`` calls (passed through), every other error. The mechanism passes ``os.makedirs``'s and
+``tempfile``'s own ``mkdir`` calls through undecided: ``makedirs`` decides once for the whole call, and a
+``mkdtemp`` name collision is never a peer's result to share.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+from .. import evidence
+from . import Rules, Verdict, reraise
+from .makedirs import made_by_peer
+
+
+def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
+    if error.errno != errno.EEXIST or kwargs.get("dir_fd") is not None:
+        return reraise()
+    name = args[0] if args else kwargs.get("path")
+    if name is None:
+        return reraise()
+    return made_by_peer(evidence.norm(name), rules)

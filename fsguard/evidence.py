@@ -14,6 +14,7 @@ import time
 # Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
 from .memory import MEMORY as MEMORY
 from .memory import MEMORY_SIZE as MEMORY_SIZE
+from .memory import fspath as fspath
 from .memory import norm as norm
 from .memory import own_last as own_last
 from .memory import own_last_event as own_last_event

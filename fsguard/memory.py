@@ -41,11 +41,20 @@ class Event:
         return f"Event({self.kind!r}, time={self.time!r}, seq={self.seq})"
 
 
+def fspath(path: Any) -> str | bytes:
+    """``os.fspath``, and the bytes of a ``bytearray``/``memoryview``, which the C functions of ``os`` still take
+    (with a DeprecationWarning) and so can fail with: ``TypeError`` for anything else."""
+    if isinstance(path, (bytearray, memoryview)):
+        return bytes(path)
+    value: str | bytes = os.fspath(path)
+    return value
+
+
 def norm(path: Any, cwd: str | None = None) -> str:
     """Absolute, ``..``-folded text form of a path argument, relative to ``cwd`` (default: the current one)."""
     if type(path) is str and path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
         return path  # already normal: the index normalises thousands of these at once
-    value: str | bytes = os.fspath(path)
+    value: str | bytes = fspath(path)
     text = os.fsdecode(value) if isinstance(value, bytes) else value
     if cwd is None or os.path.isabs(text):
         return os.path.abspath(text)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from fsguard.config import ALL_OPS
 from fsguard.records import Record
 from tests.cluster.fixtures import WORKLOADS, job_env, make_cluster, needs_cluster  # noqa: F401 (fixture)
 from tests.cluster.harness import Cluster, RunResult, cluster, free_port, mounts_under
@@ -81,7 +82,7 @@ def assert_only_workers_patched(probe_dir: Path, script: str, agents: int, worke
     for r in agent:
         assert r["patched"] == [], f"launcher agent was patched: {r}"
     for r in worker:
-        assert r["patched"] == ["makedirs", "rename", "replace", "rmtree"], r
+        assert r["patched"] == list(ALL_OPS), r
 
 
 def keep_logs(result: RunResult, stem: str, limit: int = 8000) -> None:

@@ -32,6 +32,7 @@ def _run(python: Path, value: str, where: Path) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.stdlib
 @pytest.mark.timeout(1300)
 def test_cpython_suites_pass_with_fsguard_forced(fsguard_python: Path, tmp_path: Path) -> None:
     probe = subprocess.run([str(fsguard_python), "-c", "import test.support"], capture_output=True, timeout=60)

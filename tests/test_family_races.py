@@ -159,9 +159,11 @@ REMOVE_IN_A_JOB = """
     old, fresh = os.environ["OLD_DIR"], os.environ["FRESH_DIR"]
     os.mkdir(fresh)
     outcomes = {}
+    def remove(path):  # no handler in the call's own frame: fsguard decides (a handler there would)
+        os.remove(path)
     def attempt(name, path):
         try:
-            os.remove(path)
+            remove(path)
             outcomes[name] = "absorbed"
         except OSError as error:
             outcomes[name] = type(error).__name__

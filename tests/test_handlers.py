@@ -99,9 +99,9 @@ def test_handler_row(outcomes: Outcomes, name: str) -> None:
 
 
 CLAIM_LOOP = """
-    import os, tempfile
+    import os, posix, tempfile
     root = tempfile.mkdtemp()
-    os.mkdir(os.path.join(root, "run-0"))  # a peer's, moments ago (os.mkdir is not remembered as this rank's)
+    posix.mkdir(os.path.join(root, "run-0"))  # a peer's, moments ago (the unguarded call: not this rank's own)
     i = 0
     while True:
         try:

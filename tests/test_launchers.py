@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from fsguard.config import ALL_OPS
 from fsguard.records import Record, parse_line
 from tests import slurm as slurm_cluster
 from tests.cluster import rsh
@@ -33,7 +34,7 @@ from tests.conftest import ROOT, clean_env
 pytestmark = pytest.mark.launchers
 
 JOB = ROOT / "tests" / "workers" / "launcher_job.py"
-OPS = ["makedirs", "rename", "replace", "rmtree"]
+OPS = list(ALL_OPS)
 AGENTS = ("torchrun", "torch.distributed.run", "accelerate", "deepspeed", "deepspeed.launcher")
 
 

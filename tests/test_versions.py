@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+from fsguard.config import ALL_OPS
 from tests import parity_support as parity
 from tests import test_claims as claims
 from tests import test_handlers as handlers
@@ -207,7 +208,7 @@ def test_activation(venv: Venv) -> None:
     assert on.returncode == 0, on.stderr
     state = json.loads(on.stdout)
     assert state["version"] == venv.version
-    assert state["patched"] == ["makedirs", "rename", "replace", "rmtree"], on.stderr
+    assert state["patched"] == list(ALL_OPS), on.stderr
     assert on.stderr == ""
 
     off = run_python(venv.python, STATE, TORCHRUN_ENV, args=("-X", "importtime"))

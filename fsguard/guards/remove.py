@@ -34,7 +34,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if error.errno != errno.ENOENT or kwargs.get("dir_fd") is not None:
         return reraise()
     name = args[0] if args else kwargs.get("path")
-    if name is None or not os.fspath(name):  # "" names no entry at all
+    if name is None or not evidence.fspath(name):  # "" names no entry at all
         return reraise()
     path = evidence.norm(name)
     own = evidence.own_last_event(path)

@@ -18,7 +18,7 @@ from . import Rules, Verdict, absorb, reraise
 
 
 def _text(value: Any) -> str:
-    raw = os.fspath(value)
+    raw = evidence.fspath(value)
     return os.fsdecode(raw) if isinstance(raw, bytes) else raw
 
 

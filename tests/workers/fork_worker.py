@@ -1,7 +1,7 @@
 """Processes that fork while fsguard is busy in another thread (tests/test_fork.py).
 
 ``fork_worker.py stress <dir> <forks>``: a thread makes absorbed races without pause (a directory made with the
-unguarded ``os.mkdir``, as a peer would, then a guarded ``os.makedirs`` of it: decided, absorbed, recorded) while
+unguarded ``posix.mkdir``, as a peer would, then a guarded ``os.makedirs`` of it: decided, absorbed, recorded) while
 the main thread forks ``<forks>`` children, one after another; each child makes one absorbed race itself (so it
 needs every lock fsguard has: memory's, the records', the logger's) and exits. A child that has not exited
 after ``CHILD_TIMEOUT_S`` is counted as hung and killed. Prints ``{"forks", "hung", "failed", "absorbed"}``.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import posix
 import signal
 import sys
 import threading
@@ -31,7 +32,7 @@ CHILD_LIFE_S = 6.0
 def _absorbed_race(parent: str) -> None:
     os.mkdir(parent)  # a parent of its own: the rule's fresh listing stays one entry long
     path = os.path.join(parent, "d")
-    os.mkdir(path)  # not guarded: as a peer rank would have made it
+    posix.mkdir(path)  # not guarded: as a peer rank would have made it
     os.makedirs(path)  # guarded: FileExistsError, decided as a peer's doing, absorbed and recorded
 
 

@@ -584,6 +584,7 @@ def run_row(item: Row, d: str) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     command, group, base.BASE = argv[0], argv[1], argv[2]
     base.SHM = argv[3] if len(argv) > 3 else ""
+    base.table.BASE, base.table.SHM = base.BASE, base.SHM  # the shared harness shows paths against these
     rows = [r for r in ROWS.values() if r.group == group]
     if command == "prepare" or group != "stale":  # stale rows were prepared by an earlier process
         for item in rows:

@@ -248,6 +248,10 @@ class Walk:
         renamed = _find_renamed(self.top_norm, ident)
         if renamed is None and missing and self.top_fd is None:
             return  # no telling (the walk has let go of the top): the call fails on its own
+        if renamed is None and self.top_fd is not None and not _entries_left(self.top_fd):
+            # Not in its parent any more, and nothing left in it: a peer's rmtree of the same tree emptied and
+            # removed it (a caching filesystem may still report its link count): not a rename, no hazard.
+            return
         self.renamed_to = renamed
         self.moved = "moved"
         raise _Moved
@@ -368,6 +372,14 @@ def _listed_as(top: str, inode: int) -> bool | None:
     except OSError:
         return None
     return False
+
+
+def _entries_left(fd: int) -> bool:
+    """Whether the directory open at ``fd`` still lists entries (a fresh ``readdir``; False when it cannot)."""
+    try:
+        return bool(os.listdir(fd))
+    except OSError:
+        return False
 
 
 def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:

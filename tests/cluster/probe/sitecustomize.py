@@ -17,6 +17,7 @@ def _report() -> None:
     if not out:
         return
     ops = {"makedirs": os.makedirs, "rename": os.rename, "replace": os.replace, "rmtree": shutil.rmtree}
+    ops.update({"remove": os.remove, "mkdir": os.mkdir, "symlink": os.symlink, "link": os.link})
     report = {
         "host": socket.gethostname(),
         "pid": os.getpid(),

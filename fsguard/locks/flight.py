@@ -17,8 +17,9 @@ lock's value has not changed for a whole lease (no holder renews it), they give 
 lock themselves, where the lease take-over of ``fsguard.locks.store`` serves them.
 
 Records: one per collapsed call, not one per rank. The performer writes a ``shared`` record naming how many
-ranks waited for its outcome (counted when it closed the flight) next to its own record (if any); waiting
-ranks write none: their call was the performer's call.
+ranks waited for its outcome (the count is sealed when it closes the flight: a rank that joined later knows it
+was not counted and writes its own ``shared`` record, ranks=1) next to its own record (if any); the other
+waiting ranks write none: their call was the performer's call. N ranks' identical call: one line, not N.
 
 Local or shared filesystem, from ``/proc/self/mountinfo`` (the mount whose device number is the parent's
 ``st_dev``), cached per device: NFS, Lustre, GPFS, BeeGFS, CephFS, FUSE, SMB... are shared; anything else

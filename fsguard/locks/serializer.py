@@ -121,7 +121,10 @@ class Serializer:
             return guarded_call(locked, args, kwargs)
         backend, name, token, performer = flight
         if not performer:
-            if self._wait_flight(backend, name, token, paths) == b"ok":
+            outcome, late = self._wait_flight(backend, name, token, paths)
+            if late and outcome is not None:
+                self._shared_record(backend, op, paths, 1, outcome)  # the performer counted its waiters before
+            if outcome == b"ok":
                 return None  # the performer's call returned: so does this one, without a filesystem call
             return guarded_call(locked, args, kwargs)  # it raised: this rank makes (and fails) its own call
         try:
@@ -156,12 +159,13 @@ class Serializer:
             return None
         return backend, name, claimed[1], claimed[0]
 
-    def _wait_flight(self, backend: Any, name: str, token: bytes, paths: list[str]) -> bytes | None:
+    def _wait_flight(self, backend: Any, name: str, token: bytes, paths: list[str]) -> tuple[bytes | None, bool]:
         try:
             with runtime.Busy():
-                return bytes(backend.flight_wait(name, token, min(stripe(p) for p in paths), self.timeout))
+                outcome, late = backend.flight_wait(name, token, min(stripe(p) for p in paths), self.timeout)
+                return outcome, bool(late)
         except Exception:  # noqa: BLE001 - no outcome to share: this rank makes its own call
-            return None
+            return None, False
 
     def _land(self, backend: Any, op: str, paths: list[str], name: str, token: bytes, outcome: bytes) -> None:
         """Publish the outcome to the waiting ranks; one ``shared`` record says how many there were."""
@@ -171,14 +175,17 @@ class Serializer:
         except Exception:  # noqa: BLE001 - waiters then give up at their bound and make their own calls
             return
         if count > 0:
-            ending = "returned as it did, without a filesystem call" if outcome == b"ok" else "made their own calls"
-            runtime.record(
-                op,
-                "shared",
-                f"{count} peer rank(s) made the same call at the same time and waited for this one; they {ending}",
-                paths,
-                detail={"backend": backend.name, "ranks": count, "outcome": outcome.decode()},
-            )
+            self._shared_record(backend, op, paths, count, outcome)
+
+    def _shared_record(self, backend: Any, op: str, paths: list[str], count: int, outcome: bytes) -> None:
+        ending = "returned as it did, without a filesystem call" if outcome == b"ok" else "made their own calls"
+        runtime.record(
+            op,
+            "shared",
+            f"{count} peer rank(s) made the same call at the same time and waited for this one; they {ending}",
+            paths,
+            detail={"backend": backend.name, "ranks": count, "outcome": outcome.decode()},
+        )
 
     def call(
         self, op: str, paths: list[str], function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

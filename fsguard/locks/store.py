@@ -46,6 +46,7 @@ from typing import Any
 
 from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
+SEAL = 1 << 40  # added to a flight's waiter count by its performer when it reads it
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
 
 
@@ -346,32 +347,33 @@ class StoreBackend:
         current = self._cas(self.prefix + "flight/" + flight, b"", token)
         return (True, token) if current == token else (False, current)
 
-    def flight_wait(self, flight: str, token: bytes, lock_key: str, timeout: float) -> bytes | None:
-        """The outcome the performer ``token`` published (``ok`` or ``err``), or None: given up after
+    def flight_wait(self, flight: str, token: bytes, lock_key: str, timeout: float) -> tuple[bytes | None, bool]:
+        """(outcome, late): the outcome the performer ``token`` published (``ok`` or ``err``), and whether the
+        performer had already counted its waiters when this one joined (it then records itself). None: given up after
         ``timeout``, or because the lock of the call's path stopped changing for a whole lease (its holder
         neither renews nor hands it on: killed or frozen; the caller then goes to the lock, whose take-over
         serves it)."""
         base = self.prefix + "flight/" + flight
         tok = token.decode("ascii", "replace")
-        self._add_raw(base + "/n/" + tok, 1)
+        late = self._add_raw(base + "/n/" + tok, 1) > SEAL
         started = since = time.monotonic()
         last: bytes | None = None
         while True:
             now = time.monotonic()
             remaining = timeout - (now - started)
             if remaining <= 0:
-                return None
+                return None, late
             if self._wait_key(base + "/out/" + tok, min(remaining, self.lease_s / 2)):
                 store = self._connect()
                 with self._io:
-                    return bytes(store.get(base + "/out/" + tok))
+                    return bytes(store.get(base + "/out/" + tok)), late
             value = self._cas(self.prefix + lock_key, b"\0", b"\0")  # a peek: the value, or b"\0" if free
             now = time.monotonic()
             if value != last:
                 last, since = value, now
             elif now - since >= self.lease_s:
                 self._cas(base, token, b"")  # close the dead flight: later callers perform their own calls
-                return None
+                return None, late
 
     def flight_done(self, flight: str, token: bytes, outcome: bytes) -> int:
         """Publish the outcome, close the flight; how many ranks waited for it (as counted now)."""
@@ -381,7 +383,7 @@ class StoreBackend:
         with self._io:
             store.set(base + "/out/" + tok, outcome)
         self._cas(base, token, b"")
-        shared = self._add_raw(base + "/n/" + tok, 0)
+        shared = self._add_raw(base + "/n/" + tok, SEAL) - SEAL  # sealed: a later joiner knows it was not counted
         now = time.monotonic()
         self._posted.append((now, base + "/out/" + tok))
         self._posted.append((now, base + "/n/" + tok))

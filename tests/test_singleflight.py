@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import clean_env
+from tests.support.net import free_port
 from tests.support.records import json_records as records
 
 WORKER = Path(__file__).resolve().parent / "workers" / "singleflight_rank.py"
 
 
-def _storm(python: Path, tmp_path: Path, port: int, ops: list[str], target: Path) -> tuple[list[dict[str, Any]], Path]:
+def _storm(
+    python: Path,
+    tmp_path: Path,
+    port: int,
+    ops: list[str],
+    target: Path,
+    extra: dict[str, str] | None = None,
+    strace: bool = False,
+) -> tuple[list[dict[str, Any]], Path]:
     logs = tmp_path / "logs"
     gate = tmp_path / "gate"
     env = {
@@ -33,10 +43,12 @@ def _storm(python: Path, tmp_path: Path, port: int, ops: list[str], target: Path
         "TORCHELASTIC_RUN_ID": "test",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
+        **(extra or {}),
     }
     procs = [
         subprocess.Popen(
-            [str(python), str(WORKER), op, str(target), str(gate)],
+            (["strace", "-f", "-c", "-e", "trace=unlinkat", "-o", f"{gate}.strace{rank}"] if strace else [])
+            + [str(python), str(WORKER), op, str(target), str(gate)],
             env=clean_env(dict(env, RANK=str(rank), LOCAL_RANK=str(rank))),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -96,3 +108,29 @@ def test_different_calls_are_not_collapsed(fsguard_python: Path, tmp_path: Path,
     answers, _ = _storm(fsguard_python, tmp_path, store_port, ["makedirs", "makedirs_exist_ok"] * 4, target)
     assert all(a["ok"] for a in answers), answers
     assert target.is_dir()
+
+
+def test_default_mode_rmtree_storm_removes_each_entry_about_once(fsguard_python: Path, tmp_path: Path) -> None:
+    # 16 ranks rmtree one 210-entry tree, FSGUARD=1 without serialization: a rank that meets entries vanishing
+    # under it (a peer removes the same tree) waits for the tree to go instead of racing it entry by entry.
+    tree = tmp_path / "scratch"
+    for i in range(10):
+        (tree / f"d{i}").mkdir(parents=True)
+        for j in range(20):
+            (tree / f"d{i}" / f"f{j}").write_bytes(b"x")
+    ranks = 16
+    strace = shutil.which("strace") is not None
+    extra = {"FSGUARD_SERIALIZE": "0", "FSGUARD_SETTLE_S": "20"}  # generous: a loaded machine is slow
+    answers, logs = _storm(fsguard_python, tmp_path, free_port(), ["rmtree"] * ranks, tree, extra, strace)
+    assert all(a["ok"] for a in answers), answers
+    assert not tree.exists()
+    assert not [r for r in records(logs) if r["decision"] in ("conflict", "unserialized")]
+    if strace:
+        calls = 0
+        for rank in range(ranks):
+            for line in Path(f"{tmp_path / 'gate'}.strace{rank}").read_text().splitlines():
+                fields = line.split()
+                if fields and fields[-1] == "unlinkat":
+                    calls += int(fields[3])
+        # each entry once, and at most a few failed attempts per rank (today's walk: up to ranks x 210)
+        assert calls <= 210 + 4 * ranks, calls

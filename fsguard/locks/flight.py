@@ -72,11 +72,27 @@ def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[st
     devices = []
     local = False
     for path in paths:
-        try:
-            dev = os.stat(os.path.dirname(path) or ".").st_dev
-        except (OSError, ValueError):
-            return None  # no parent to name the filesystem object: every rank makes its own call
+        dev = _device(path)
+        if dev is None:
+            return None  # nothing to name the filesystem by: every rank makes its own call
         devices.append(dev)
         local = local or not shared_fs(dev)
     text = repr((op, paths, rest, extra, devices, host if local else ""))
     return sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _device(path: str) -> int | None:
+    """``st_dev`` of the nearest existing directory above ``path`` (``makedirs`` of a deep path: its parents may
+    not exist yet), or None."""
+    parent = os.path.dirname(path)
+    for _ in range(64):
+        try:
+            return os.stat(parent or ".").st_dev
+        except FileNotFoundError:
+            up = os.path.dirname(parent)
+            if up == parent:
+                return None
+            parent = up
+        except (OSError, ValueError):
+            return None
+    return None

@@ -115,7 +115,7 @@ class Workspace:
             self._wheel = _venvs.build_wheel(self.path / "wheel")
         return self._wheel
 
-    def venv(self, name: str, *, fsguard: bool = True, wrapt: str = "link") -> Path | None:
+    def venv(self, name: str, *, fsguard: bool = True, wrapt: str = "link", test_deps: bool = False) -> Path | None:
         """The python of venv ``name`` (made on first use), or None if it cannot be made (e.g. offline).
 
         ``wrapt="link"`` links this interpreter's wrapt (the version under test, no network);
@@ -124,7 +124,7 @@ class Workspace:
         if name not in self._venvs:
             try:
                 wheel = self.wheel() if fsguard else None
-                self._venvs[name] = _venvs.make_venv(self.path / name, wheel, wrapt=wrapt)
+                self._venvs[name] = _venvs.make_venv(self.path / name, wheel, wrapt=wrapt, test_deps=test_deps)
             except (subprocess.SubprocessError, OSError) as error:
                 print(f"bench: cannot make venv {name} ({error}); skipping what needs it", file=sys.stderr)
                 self._venvs[name] = None

@@ -5,7 +5,10 @@ tree), every rank makes the same call on the same path at the same moment. Arms:
 
 * none: fsguard installed but off (FSGUARD=0): what the job sees today;
 * fsguard: FSGUARD=1, activated by the ``.pth`` from the launcher variables;
-* serialize: FSGUARD=1 FSGUARD_SERIALIZE=1;
+* serialize: FSGUARD=1 FSGUARD_SERIALIZE=1 (one node: file locks);
+* serialize-store: the same with FSGUARD_LOCK=store, against a TCPStore this process serves (the launcher's
+  agent store's stand-in): job-wide locks, and singleflight of identical calls (``fsguard.locks.flight``);
+  each rank makes one serialized call before the trials (connects; imports torch);
 * rank0+barrier: the usual fix: rank 0 makes the call, the others wait for its marker file.
 
 Ranks are real subprocesses of a fresh venv with fsguard's wheel (RANK, WORLD_SIZE, LOCAL_RANK set), kept
@@ -34,7 +37,7 @@ if __package__ in (None, ""):
 from bench import _common as common
 
 OPS = ("makedirs", "rename", "replace", "rmtree")
-MODES = ("none", "fsguard", "serialize", "rank0+barrier")
+MODES = ("none", "fsguard", "serialize", "serialize-store", "rank0+barrier")
 WORKER = Path(__file__).resolve().parent / "_scale_worker.py"
 
 
@@ -52,7 +55,7 @@ class Pool:
                     "WORLD_SIZE": str(size),
                     "LOCAL_WORLD_SIZE": str(size),
                     "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": "29500",
+                    "MASTER_PORT": env.get("MASTER_PORT", "29500"),
                 }
             )
             self.procs.append(
@@ -77,7 +80,7 @@ class Pool:
         return line
 
     def trial(self, trial: dict[str, Any]) -> list[dict[str, Any]]:
-        trial = {**trial, "start": time.monotonic() + 0.02 + 0.002 * len(self.procs)}
+        trial["start"] = time.monotonic() + 0.02 + 0.002 * len(self.procs)
         line = json.dumps(trial) + "\n"
         for proc in self.procs:
             assert proc.stdin is not None
@@ -153,9 +156,20 @@ def run(
     if python is None:
         raise RuntimeError("cannot make the benchmark venv")
     serialize = common.has_fsguard_locks(python)
-    pools = {"none": {"FSGUARD": "0"}, "fsguard": {"FSGUARD": "1"}}
+    pools: dict[str, dict[str, str]] = {"none": {"FSGUARD": "0"}, "fsguard": {"FSGUARD": "1"}}
+    pythons = {name: python for name in MODES}
+    server = _store_server() if serialize else None
     if serialize:
         pools["serialize"] = {"FSGUARD": "1", "FSGUARD_SERIALIZE": "1"}
+    torch_python = ws.venv("fsguard-torch", test_deps=True) if server is not None else None
+    if server is not None and torch_python is not None:
+        pools["serialize-store"] = {
+            "FSGUARD": "1",
+            "FSGUARD_SERIALIZE": "1",
+            "FSGUARD_LOCK": "store",
+            "MASTER_PORT": str(server.port),
+        }
+        pythons["serialize-store"] = torch_python
     cells: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="fsguard-scale-") as tmp:
@@ -165,7 +179,10 @@ def run(
                 log_dir = base / "logs" / f"{pool_name}-{size}"
                 with open(base / f"stderr-{pool_name}-{size}.txt", "w", encoding="utf-8") as stderr:
                     started = time.perf_counter()
-                    pool = Pool(python, size, {**env, "FSGUARD_LOG": str(log_dir)}, stderr)
+                    warm = (
+                        {"FSG_BENCH_WARM": str(base / "warm" / f"{pool_name}-{size}")} if "MASTER_PORT" in env else {}
+                    )
+                    pool = Pool(pythons[pool_name], size, {**env, **warm, "FSGUARD_LOG": str(log_dir)}, stderr)
                     spawn_s = time.perf_counter() - started
                     expected = pool_name != "none"
                     if any(a != expected for a in pool.active):
@@ -187,6 +204,7 @@ def run(
                                         "jobs_ok": 0,
                                         "state_ok": 0,
                                         "latency_s": [],
+                                        "wall_s": [],
                                     },
                                 )
                                 for t in range(trials):
@@ -201,6 +219,7 @@ def run(
                                         if a["error"]:
                                             cell["errors"][a["error"]] = cell["errors"].get(a["error"], 0) + 1
                                     cell["latency_s"] += [a["latency_s"] for a in answers]
+                                    cell["wall_s"].append(max(a["end"] for a in answers) - trial["start"])
                                     cell["jobs"] += 1
                                     cell["state_ok"] += state
                                     cell["jobs_ok"] += state and all(a["ok"] for a in answers)
@@ -220,6 +239,8 @@ def run(
                     )
     for cell in cells.values():
         lat = cell.pop("latency_s")
+        walls = cell.pop("wall_s")
+        cell["wall_ms"] = {"p50": common.percentile(walls, 50) * 1000, "max": max(walls) * 1000 if walls else 0.0}
         cell["success_rate"] = cell["ok"] / cell["calls"] if cell["calls"] else float("nan")
         cell["latency_ms"] = {f"p{q}": common.percentile(lat, q) * 1000 for q in (50, 90, 99)}
         cell["latency_ms"]["max"] = max(lat) * 1000 if lat else float("nan")
@@ -232,17 +253,32 @@ def run(
     }
 
 
+def _store_server() -> Any:
+    """A TCPStore server for the serialize-store arm (None where torch is not importable here)."""
+    try:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009
+    return tcp_store("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+
+
 def render(result: dict[str, Any]) -> str:
     cells = result["cells"]
-    rows_ok, rows_lat = [], []
+    rows_ok: list[list[str]] = []
+    rows_lat: list[list[str]] = []
+    rows_wall: list[list[str]] = []
     for op in OPS:
         for size in result["sizes"]:
-            row_ok, row_lat = [f"{op} x{size}"], [f"{op} x{size}"]
+            row_ok, row_lat, row_wall = [f"{op} x{size}"], [f"{op} x{size}"], [f"{op} x{size}"]
             for mode in MODES:
                 cell = cells.get(f"{op}/{size}/{mode}")
                 if cell is None:
                     row_ok.append("n/a")
                     row_lat.append("n/a")
+                    row_wall.append("n/a")
                     continue
                 errors = ",".join(f"{k}:{v}" for k, v in cell["errors"].items())
                 row_ok.append(
@@ -251,8 +287,10 @@ def render(result: dict[str, Any]) -> str:
                 )
                 lat = cell["latency_ms"]
                 row_lat.append(f"{lat['p50']:.2f}/{lat['p99']:.2f}")
+                row_wall.append(f"{cell['wall_ms']['p50']:.1f}/{cell['wall_ms']['max']:.1f}")
             rows_ok.append(row_ok)
             rows_lat.append(row_lat)
+            rows_wall.append(row_wall)
     lines = [
         f"scale: all ranks make the same call at once; {result['trials']} trials per cell",
         "success: % of calls that returned, then jobs (trials) with every rank ok and the files right",
@@ -260,6 +298,9 @@ def render(result: dict[str, Any]) -> str:
         "",
         "latency per call, ms, p50/p99 (rank0+barrier: until the barrier is passed)",
         common.table(["op x ranks", *MODES], rows_lat),
+        "",
+        "wall time, ms, from the start gate to the last rank done: p50/max over trials",
+        common.table(["op x ranks", *MODES], rows_wall),
     ]
     if not result["serialize_available"]:
         lines.append("serialize: n/a (fsguard.locks has not landed in this tree)")

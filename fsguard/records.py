@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 SCHEMA = 1
-DECISIONS = ("absorbed", "hazard", "conflict", "unserialized", "waited", "yielded", "deferred")
+DECISIONS = ("absorbed", "hazard", "conflict", "unserialized", "waited", "yielded", "deferred", "shared")
 _MARKER = " :: {"
 _LINE = re.compile(r"fsguard: (?P<decision>[a-z]+) ")
 

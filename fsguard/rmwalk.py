@@ -39,6 +39,10 @@ class _Moved(BaseException):
     """The tree is no longer at its path: stop the walk (not an ``OSError``: no handler of the walk sees it)."""
 
 
+class _Vanishing(BaseException):
+    """Entries vanish under the walk: a peer is removing the same tree. Stop walking (and wait for it)."""
+
+
 def _current() -> Walk | None:
     walks: list[Walk] | None = getattr(_local, "walks", None)
     return walks[-1] if walks else None
@@ -186,6 +190,7 @@ class Walk:
         self.removed_names: list[str] = []
         self.removed_count = 0
         self.moved: str | None = None  # "moved" once the check found the tree elsewhere
+        self.settle_on_vanish = False  # set by run(): stop at the first vanished entry and wait for the peer
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -272,6 +277,9 @@ class Walk:
         if code == errno.ENOENT:
             if not is_top:
                 self.entries_gone.append(evidence.norm(path))
+                if self.settle_on_vanish and rule.settle_on_vanishing(len(self.entries_gone)):
+                    self.settle_on_vanish = False  # once per call: a resumed walk goes to its end
+                    raise _Vanishing
                 return
             if func is os.rmdir:
                 self.top_gone = "after"
@@ -337,6 +345,34 @@ class Walk:
         except BaseException as raised:
             self.forwarded = raised
             raise
+
+    def settle(self) -> bool:
+        """A peer is removing this tree: wait, at most ``FSGUARD_SETTLE_S``, for its name to leave the parent's
+        fresh listing, instead of racing the peer entry by entry (N ranks' walks of one tree cost N times its
+        metadata operations). True when the tree went (removed, or renamed: then where), False to walk on."""
+        started = time.monotonic()
+        delay = 0.005
+        ident = self.ident or self.top_st
+        try:
+            while True:
+                seen = evidence.look(self.top_norm)
+                if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
+                    if not seen.parent_exists:
+                        return False
+                    self.top_gone = "after"
+                    self.renamed_to = _find_renamed(self.top_norm, ident)
+                    return True
+                now = evidence.lstat_or_none(self.top_norm)
+                if now is not None and ident is not None and not os.path.samestat(now, ident):
+                    self.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
+                    return True
+                waited = time.monotonic() - started
+                if waited >= self.rules.settle_s:
+                    return False
+                time.sleep(min(delay, self.rules.settle_s - waited))
+                delay = min(delay * 2, 0.05)
+        finally:
+            self.waited += time.monotonic() - started
 
     def verdict(self) -> Verdict | None:
         return rule.walk_verdict(
@@ -489,9 +525,15 @@ def run(
     def call_unless_announced() -> bool:
         return False if pending is not None and pending() else call()
 
+    walk.settle_on_vanish = serializer is None and not ignore  # serialized: peers do not walk it meanwhile
     try:
         if serializer is None:
-            call()
+            try:
+                call()
+            except _Vanishing:
+                if not walk.settle():
+                    walk.ident = None  # the same tree (settle checked): the resumed walk's open is its top again
+                    call()  # the peer stopped (or is slow): remove what is left, as the standard walk would
         elif not serializer.call("rmtree", [top], call_unless_announced, (), {}):
             # A peer announced a rename of this path while this process waited for the lock: give the lock
             # back so that it goes first, then remove only what is still here.

@@ -101,8 +101,13 @@ def test_rmtree_and_rename_of_staging_never_interleave(fsguard_python: Path, tmp
     assert gone <= {int(r["args"][0].split("/round")[1].split("/")[0]) for r in late}, (outcomes, late)
     # Storms: the work happened once, every other rank's call was absorbed, nobody saw an error.
     assert result["storm_errors"] == [[], [], [], []] and result["storm_dst_ok"], result
-    storm = [r for r in found if r["decision"] == "absorbed" and "/storm/" in r["args"][0]]
-    assert sorted(r["op"] for r in storm) == ["makedirs"] * 3 + ["rename"] * 3, storm
+    # Under the store backend, ranks making the identical call at the same moment may share the performer's
+    # outcome instead (singleflight: one "shared" record counting them): each of the 3 others is one or the other.
+    storm = [r for r in found if r["decision"] in ("absorbed", "shared") and "/storm/" in r["args"][0]]
+    for op in ("makedirs", "rename"):
+        counted = sum(r["detail"]["ranks"] if r["decision"] == "shared" else 1 for r in storm if r["op"] == op)
+        assert counted == 3, storm
+    assert lock == "store" or not [r for r in storm if r["decision"] == "shared"], storm
 
 
 @pytest.mark.cluster

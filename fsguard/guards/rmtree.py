@@ -173,3 +173,10 @@ def _count(path: str) -> str:
     except OSError:
         return "unknown"
     return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def settle_on_vanishing(vanished: int) -> bool:
+    """Whether a walk that saw ``vanished`` entries disappear under it stops to wait for the peer removing the
+    same tree (``fsguard.rmwalk.Walk.settle``): at the first one. One vanished entry is already the evidence that
+    a peer walks this tree; every further entry raced costs both ranks a metadata operation for nothing."""
+    return vanished >= 1

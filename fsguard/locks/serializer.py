@@ -21,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import evidence, runtime
+from ..runtime import busy
+from . import flight
 from .base import Backend, Held, LockTimeout, Unreachable, forkable, holder_text
 
 STRIPES_HEX = 3  # 16**3 = 4096 stripes
@@ -116,7 +118,76 @@ class Serializer:
         def locked(*call_args: Any, **call_kwargs: Any) -> Any:
             return self.call(op, paths, wrapped, call_args, call_kwargs)
 
-        return guarded_call(locked, args, kwargs)
+        flight = self._claim(op, paths, args, kwargs)
+        if flight is None:
+            return guarded_call(locked, args, kwargs)
+        backend, name, token, performer = flight
+        if not performer:
+            outcome, late = self._wait_flight(backend, name, token, paths)
+            if late and outcome is not None:
+                self._shared_record(backend, op, paths, 1, outcome)  # the performer counted its waiters before
+            if outcome == b"ok":
+                return None  # the performer's call returned: so does this one, without a filesystem call
+            return guarded_call(locked, args, kwargs)  # it raised: this rank makes (and fails) its own call
+        try:
+            result = guarded_call(locked, args, kwargs)
+        except BaseException:
+            self._land(backend, op, paths, name, token, b"err")
+            raise
+        self._land(backend, op, paths, name, token, b"ok")
+        return result
+
+    # --- singleflight (fsguard.locks.flight) -----------------------------------------------------------
+
+    def _claim(
+        self, op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, str, bytes, bool] | None:
+        """(backend, flight, token, performer?) for a call identical calls of peers can share, else None."""
+        if busy() or self._local.__dict__.get("keys"):
+            return None  # a call made while this thread holds locks (an onerror handler's) is its own
+        try:
+            with runtime.Busy():
+                backend = self.backend
+                claim = getattr(backend, "flight_claim", None)
+                if claim is None or backend.scope != "job":
+                    return None
+                name = flight.flight_key(op, paths, args, kwargs, self._host)
+                if name is None:
+                    return None
+                claimed = claim(name)
+        except Exception:  # noqa: BLE001 - no singleflight: the call goes to the lock as before
+            return None
+        if claimed is None:
+            return None
+        return backend, name, claimed[1], claimed[0]
+
+    def _wait_flight(self, backend: Any, name: str, token: bytes, paths: list[str]) -> tuple[bytes | None, bool]:
+        try:
+            with runtime.Busy():
+                outcome, late = backend.flight_wait(name, token, min(stripe(p) for p in paths), self.timeout)
+                return outcome, bool(late)
+        except Exception:  # noqa: BLE001 - no outcome to share: this rank makes its own call
+            return None, False
+
+    def _land(self, backend: Any, op: str, paths: list[str], name: str, token: bytes, outcome: bytes) -> None:
+        """Publish the outcome to the waiting ranks; one ``shared`` record says how many there were."""
+        try:
+            with runtime.Busy():
+                count = int(backend.flight_done(name, token, outcome))
+        except Exception:  # noqa: BLE001 - waiters then give up at their bound and make their own calls
+            return
+        if count > 0:
+            self._shared_record(backend, op, paths, count, outcome)
+
+    def _shared_record(self, backend: Any, op: str, paths: list[str], count: int, outcome: bytes) -> None:
+        ending = "returned as it did, without a filesystem call" if outcome == b"ok" else "made their own calls"
+        runtime.record(
+            op,
+            "shared",
+            f"{count} peer rank(s) made the same call at the same time and waited for this one; they {ending}",
+            paths,
+            detail={"backend": backend.name, "ranks": count, "outcome": outcome.decode()},
+        )
 
     def call(
         self, op: str, paths: list[str], function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -12,6 +12,14 @@ The lock: key ``/fsguard/lock/<restart>/<stripe>``; free when absent or empty; h
 ``compare_set(key, mine, "")``, which clears it only if it is still ours (no delete that could remove a
 successor's lock). Both are single atomic store operations: an uncontended call costs two round trips.
 
+Waiting is not polling: a waiter that finds the lock held by value ``<token>#<seq> ...`` blocks in the store's
+``wait`` on the key ``<lock>/next/<token>#<seq>``, which the holder sets when that value stops being current
+(renewed to ``seq`` + 1, or given back). Every waiter wakes at the hand-off (or at the next renewal) and tries
+``compare_set`` once more: a hand-off costs each waiter two round trips, not a poll every few milliseconds.
+Waits use a client connection of their own, so a thread blocked in one never delays the renewal of a lock
+this process holds. Keys set for waiters are deleted a lease later (a waiter that comes later still wakes:
+at the end of its bounded wait it tries again, and a changed value is not a dead holder).
+
 Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
 (``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole
 lease on its own monotonic clock knows the holder stopped renewing (killed, or frozen), and takes the lock
@@ -31,12 +39,14 @@ import itertools
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
+SEAL = 1 << 40  # added to a flight's waiter count by its performer when it reads it
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
 
 
@@ -89,6 +99,10 @@ class StoreBackend:
         self._io = threading.Lock()
         self._cond = threading.Condition()
         self._held: dict[int, Held] = {}
+        self._tcp: tuple[str, int] | None = None  # where a second connection for waits can be opened
+        self._waiter: Any = None
+        self._wait_io = threading.Lock()
+        self._posted: deque[tuple[float, str]] = deque()  # hand-off keys set for waiters, deleted a lease later
         self._renewer: threading.Thread | None = None
         self._tokens = itertools.count()
 
@@ -132,7 +146,6 @@ class StoreBackend:
             host, port = root.host, str(root.port)
         elif not (host and port):
             raise Unreachable("no process group yet and no MASTER_ADDR/MASTER_PORT to find the job's store")
-        from datetime import timedelta
 
         # A plain connect first: "nothing listens there" then fails in microseconds, without the retry
         # loop and the C++ stack traces that a TCPStore client prints for the same answer.
@@ -140,11 +153,19 @@ class StoreBackend:
             socket.create_connection((host, int(port)), timeout=min(self._op_timeout, 5.0)).close()
         except (OSError, ValueError) as error:
             raise Unreachable(f"the job's store at {host}:{port} does not answer ({error})") from error
-        store = tcp_store(
-            host, int(port), is_master=False, timeout=timedelta(seconds=self._op_timeout), wait_for_workers=False
-        )
+        store = self._tcp_client(tcp_store, host, int(port))
         self.address = f"{host}:{port}"
+        self._tcp = (host, int(port))
+        with self._wait_io:  # opened now, with the first: connecting during a storm of waiters costs seconds
+            self._waiter = self._tcp_client(tcp_store, host, int(port))
         return store
+
+    def _tcp_client(self, tcp_store: Any, host: str, port: int) -> Any:
+        from datetime import timedelta
+
+        return tcp_store(
+            host, port, is_master=False, timeout=timedelta(seconds=self._op_timeout), wait_for_workers=False
+        )
 
     def _cas(self, key: str, expected: bytes, desired: bytes) -> bytes:
         store = self._connect()
@@ -195,8 +216,11 @@ class StoreBackend:
                 waited = now - started
                 if waited >= timeout:
                     raise LockTimeout(holder, waited)
-                time.sleep(min(delay, timeout - waited))
-                delay = min(delay * 2, 0.01)
+                # until the hand-off, or until the lease would have run out (then the loop takes over)
+                due = max(seen_since + self.lease_s - now, 0.0) + 0.01
+                if not self._wait_for_change(lease.key, current, min(timeout - waited, due)):
+                    time.sleep(min(delay, timeout - waited))  # a store that cannot wait (not a TCPStore): poll
+                    delay = min(delay * 2, 0.01)
         except (LockTimeout, Unreachable):
             raise
         except Exception as error:
@@ -218,6 +242,8 @@ class StoreBackend:
                 raise self._broken(error) from error
             if after:
                 held.lost = f"taken over by {holder_of(after)}"
+            else:
+                self._post(lease.key, lease.value())
 
     # --- renewal ---------------------------------------------------------------------------------------
 
@@ -260,26 +286,113 @@ class StoreBackend:
                 lease.seq -= 1
                 # compare_set answers the expected value itself when the key has gone
                 held.lost = "cleared by someone else" if after in (old, b"") else f"taken over by {holder_of(after)}"
+                return
+        self._post(lease.key, old)
 
-    # --- renames announced ahead of their locks (fsguard.locks.serializer): a counter per stripe ---------
+    # --- hand-off: waiters block on a key the holder sets, instead of polling -------------------------
 
-    def _add(self, key: str, amount: int) -> int:
-        store = self._connect()
+    @staticmethod
+    def _next_key(key: str, value: bytes) -> str:
+        return key + "/next/" + value.partition(b" ")[0].decode("ascii", "replace")
+
+    def _post(self, key: str, value: bytes) -> None:
+        """Wake the waiters that saw ``value``: it is no longer the lock's value. Never raises."""
         try:
+            store = self._connect()
+            name = self._next_key(key, value)
+            now = time.monotonic()
             with self._io:
-                return int(store.add(self.prefix + "rename/" + key, amount))
-        except Exception as error:
-            raise self._broken(error) from error
+                store.set(name, b"1")
+                while self._posted and now - self._posted[0][0] > self.lease_s:
+                    store.delete_key(self._posted.popleft()[1])
+            self._posted.append((now, name))
+        except Exception:  # noqa: BLE001 - waiters then wake at the end of their bounded wait
+            pass
 
-    def announce(self, key: str) -> str:
-        self._add(key, 1)
-        return key
+    def _wait_for_change(self, key: str, value: bytes, timeout: float) -> bool:
+        """Block until the holder of ``value`` renews or gives the lock back, at most ``timeout``; False when
+        this store cannot wait (the caller polls instead)."""
+        return self._wait_key(self._next_key(key, value), timeout) is not None
 
-    def withdraw(self, token: str) -> None:
-        self._add(token, -1)
+    def _wait_key(self, name: str, timeout: float) -> bool | None:
+        """Block until key ``name`` exists, at most ``timeout``: True when it does, False on timeout, None
+        when this store cannot wait (not a TCPStore)."""
+        if self._tcp is None or timeout <= 0:
+            return None
+        from datetime import timedelta
 
-    def pending(self, key: str) -> bool:
-        return self._add(key, 0) > 0
+        with self._wait_io:
+            if self._waiter is None:
+                import torch.distributed as dist
+
+                self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
+            try:
+                self._waiter.wait([name], timedelta(seconds=timeout))
+            except Exception as error:
+                if "timeout" not in str(error).lower():
+                    self._waiter = None
+                    raise
+                return False
+        return True
+
+    # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
+
+    def flight_claim(self, flight: str) -> tuple[bool, bytes] | None:
+        """(True, token) for the performer, (False, the performer's token) for a waiter; None when this
+        store cannot wait on keys (no singleflight)."""
+        self._connect()
+        if self._tcp is None:
+            return None
+        token = b"%s.f%d" % (process_nonce().encode(), next(self._tokens))
+        current = self._cas(self.prefix + "flight/" + flight, b"", token)
+        return (True, token) if current == token else (False, current)
+
+    def flight_wait(self, flight: str, token: bytes, lock_key: str, timeout: float) -> tuple[bytes | None, bool]:
+        """(outcome, late): the outcome the performer ``token`` published (``ok`` or ``err``), and whether the
+        performer had already counted its waiters when this one joined (it then records itself). None: given up after
+        ``timeout``, or because the lock of the call's path stopped changing for a whole lease (its holder
+        neither renews nor hands it on: killed or frozen; the caller then goes to the lock, whose take-over
+        serves it)."""
+        base = self.prefix + "flight/" + flight
+        tok = token.decode("ascii", "replace")
+        late = self._add_raw(base + "/n/" + tok, 1) > SEAL
+        started = since = time.monotonic()
+        last: bytes | None = None
+        while True:
+            now = time.monotonic()
+            remaining = timeout - (now - started)
+            if remaining <= 0:
+                return None, late
+            if self._wait_key(base + "/out/" + tok, min(remaining, self.lease_s / 2)):
+                store = self._connect()
+                with self._io:
+                    return bytes(store.get(base + "/out/" + tok)), late
+            value = self._cas(self.prefix + lock_key, b"\0", b"\0")  # a peek: the value, or b"\0" if free
+            now = time.monotonic()
+            if value != last:
+                last, since = value, now
+            elif now - since >= self.lease_s:
+                self._cas(base, token, b"")  # close the dead flight: later callers perform their own calls
+                return None, late
+
+    def flight_done(self, flight: str, token: bytes, outcome: bytes) -> int:
+        """Publish the outcome, close the flight; how many ranks waited for it (as counted now)."""
+        base = self.prefix + "flight/" + flight
+        tok = token.decode("ascii", "replace")
+        store = self._connect()
+        with self._io:
+            store.set(base + "/out/" + tok, outcome)
+        self._cas(base, token, b"")
+        shared = self._add_raw(base + "/n/" + tok, SEAL) - SEAL  # sealed: a later joiner knows it was not counted
+        now = time.monotonic()
+        self._posted.append((now, base + "/out/" + tok))
+        self._posted.append((now, base + "/n/" + tok))
+        return shared
+
+    def _add_raw(self, name: str, amount: int) -> int:
+        store = self._connect()
+        with self._io:
+            return int(store.add(name, amount))
 
 
 def _group_initialized() -> bool:

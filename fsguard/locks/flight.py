@@ -1,0 +1,98 @@
+"""Singleflight under serialization: N identical calls of the job's ranks cost one filesystem operation.
+
+Identical means: same operation, same normalised paths, same other arguments (plain values only: ints,
+strings, booleans, None), same filesystem object (the ``st_dev`` of each path's parent) and, on a node-local
+filesystem, the same node. The first rank to claim the call's *flight* in the job's store performs it, under
+the lock as before; the others block in the store's ``wait`` on the flight's outcome key and then:
+
+* the performer's call returned (succeeded, or a race absorbed by the guard's rule): return ``None`` as it
+  did, without touching the filesystem;
+* it raised (a genuine error, or one deferred to the caller's own handler): perform their own call, under
+  the lock, as without singleflight, so each rank gets its own error object with its own errno and filename.
+
+A flight is open only while it is performed: a rank that comes after the outcome was published performs its
+own call (a later identical call is a new call: the filesystem may have changed since). A performer that
+dies (killed mid-call) leaves its flight open: its waiters watch the lock of the call's path, and when that
+lock's value has not changed for a whole lease (no holder renews it), they give the flight up and go to the
+lock themselves, where the lease take-over of ``fsguard.locks.store`` serves them.
+
+Records: one per collapsed call, not one per rank. The performer writes a ``shared`` record naming how many
+ranks waited for its outcome (the count is sealed when it closes the flight: a rank that joined later knows it
+was not counted and writes its own ``shared`` record, ranks=1) next to its own record (if any); the other
+waiting ranks write none: their call was the performer's call. N ranks' identical call: one line, not N.
+
+Local or shared filesystem, from ``/proc/self/mountinfo`` (the mount whose device number is the parent's
+``st_dev``), cached per device: NFS, Lustre, GPFS, BeeGFS, CephFS, FUSE, SMB... are shared; anything else
+(ext4, xfs, tmpfs, overlay, or unknown) is node-local, so its flights collapse within a node only.
+"""
+
+from __future__ import annotations
+
+import os
+from hashlib import sha1
+from typing import Any
+
+SHARED_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb3", "smbfs", "glusterfs", "panfs")
+PLAIN = (int, str, bytes, bool, float, type(None))
+PATH_ARGS = {"makedirs": 1, "rename": 2, "replace": 2}
+PATH_NAMES = {"makedirs": ("name",), "rename": ("src", "dst"), "replace": ("src", "dst")}
+
+_fs_shared: dict[int, bool] = {}
+
+
+def shared_fs(dev: int) -> bool:
+    """Whether the filesystem of device ``dev`` is one all nodes see (cached per device; unknown: local)."""
+    known = _fs_shared.get(dev)
+    if known is not None:
+        return known
+    wanted = f"{os.major(dev)}:{os.minor(dev)}"
+    fstype = ""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) > 7 and fields[2] == wanted:
+                    after = fields[fields.index("-") + 1 :] if "-" in fields else []
+                    fstype = after[0] if after else ""
+    except OSError:
+        fstype = ""
+    result = fstype.startswith("fuse") or fstype.split(".")[0] in SHARED_TYPES
+    _fs_shared[dev] = result
+    return result
+
+
+def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[str, Any], host: str) -> str | None:
+    """The key naming this call among the job's identical calls, or None for a call that is never shared."""
+    if op not in PATH_ARGS:
+        return None
+    rest = list(args[PATH_ARGS[op] :])
+    extra = sorted((k, v) for k, v in kwargs.items() if k not in PATH_NAMES[op])
+    if not all(isinstance(v, PLAIN) for v in rest) or not all(isinstance(v, PLAIN) for _, v in extra):
+        return None
+    devices = []
+    local = False
+    for path in paths:
+        dev = _device(path)
+        if dev is None:
+            return None  # nothing to name the filesystem by: every rank makes its own call
+        devices.append(dev)
+        local = local or not shared_fs(dev)
+    text = repr((op, paths, rest, extra, devices, host if local else ""))
+    return sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _device(path: str) -> int | None:
+    """``st_dev`` of the nearest existing directory above ``path`` (``makedirs`` of a deep path: its parents may
+    not exist yet), or None."""
+    parent = os.path.dirname(path)
+    for _ in range(64):
+        try:
+            return os.stat(parent or ".").st_dev
+        except FileNotFoundError:
+            up = os.path.dirname(parent)
+            if up == parent:
+                return None
+            parent = up
+        except (OSError, ValueError):
+            return None
+    return None

@@ -1,0 +1,35 @@
+"""One rank of tests/test_singleflight.py: connect (a first serialized call), wait for the start file, then
+make the call named on the command line and print what it returned or raised, as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+
+op, target, gate = sys.argv[1], sys.argv[2], sys.argv[3]
+os.makedirs(target + f".warm{os.environ['RANK']}", exist_ok=True)  # the store connection, before the gate
+os.rmdir(target + f".warm{os.environ['RANK']}")
+open(gate + f".ready{os.environ['RANK']}", "w").close()
+while not os.path.exists(gate):
+    time.sleep(0.002)
+
+
+def call() -> None:  # the error is handled one frame up: fsguard decides as for an unhandled error
+    if op == "makedirs":
+        os.makedirs(target)
+    elif op == "makedirs_exist_ok":
+        os.makedirs(target, exist_ok=True)
+    elif op == "rmtree":
+        shutil.rmtree(target)
+    else:
+        raise ValueError(op)
+
+
+try:
+    call()
+    print(json.dumps({"ok": True}))
+except OSError as error:
+    print(json.dumps({"ok": False, "type": type(error).__name__, "errno": error.errno, "filename": error.filename}))

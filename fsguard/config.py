@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-ALL_OPS = ("makedirs", "rename", "replace", "rmtree", "remove", "mkdir", "symlink", "link")
+ALL_OPS = ("makedirs", "rename", "replace", "rmtree", "remove", "rmdir", "mkdir", "symlink", "link")
 LOCK_BACKENDS = ("auto", "store", "file", "off")
 
 _TRUE = ("1", "true", "on", "yes")

@@ -125,7 +125,7 @@ class _Index:
                 elif op in _MADE_AT:  # mkdir, symlink, link (calls with directory descriptors are not remembered)
                     position, keyword = _MADE_AT[op]
                     made[norm(args[position] if len(args) > position else kwargs[keyword], cwd)] = (seq, "made", when)
-                elif op == "remove":
+                elif op in ("remove", "rmdir"):
                     gone[norm(args[0] if args else kwargs["path"], cwd)] = (seq, "removed", when)
                 elif op == "rmtree":
                     if kwargs.get("dir_fd") is None:
@@ -170,7 +170,7 @@ def own_last(path: str, *, within: bool = False) -> Event | None:
 
     ``made``: makedirs, mkdir, symlink or link made it, or something was renamed onto it (with ``within``:
     also anything below it); ``found``: a ``makedirs(exist_ok=True)`` found it there. ``moved-away``/``removed``:
-    it, or a directory above it, was renamed away / removed by rmtree, remove or unlink.
+    it, or a directory above it, was renamed away / removed by rmtree, remove, unlink or rmdir.
     """
     with _index_lock:
         _index.update()

@@ -33,6 +33,7 @@ TARGETS: dict[str, tuple[ModuleType, str, str]] = {
     "rmtree": (shutil, "rmtree", "shutil:rmtree"),
     "remove": (os, "remove", "os:remove"),
     "unlink": (os, "unlink", "os:unlink"),  # not an operation name: guarded with "remove", as "remove"
+    "rmdir": (os, "rmdir", "os:rmdir"),
     "mkdir": (os, "mkdir", "os:mkdir"),
     "symlink": (os, "symlink", "os:symlink"),
     "link": (os, "link", "os:link"),
@@ -78,6 +79,7 @@ _DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], V
     "rename": _rule("rename"),
     "replace": _rule("rename"),
     "remove": _rule("remove"),
+    "rmdir": _rule("remove"),  # the same evidence: a missing name, a directory a peer changed moments ago
     "mkdir": _rule("mkdir"),
     "symlink": _rule("symlink"),
     "link": _rule("link"),
@@ -85,7 +87,7 @@ _DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], V
 # Operations whose calls with directory descriptors pass straight through (neither decided nor remembered:
 # the standard rmtree makes one ``unlink(name, dir_fd=...)`` per file), and whose failures inside the standard
 # library's own code are left to that code (os.makedirs's mkdir, shutil's walks, tempfile's name claims).
-_FAMILY = frozenset(("remove", "mkdir", "symlink", "link"))
+_FAMILY = frozenset(("remove", "rmdir", "mkdir", "symlink", "link"))
 _FD_KEYWORDS = ("dir_fd", "src_dir_fd", "dst_dir_fd")
 _STDLIB_CALLERS = frozenset(("os", "shutil", "tempfile"))
 _PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method -> its "that is fine" flag

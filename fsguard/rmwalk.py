@@ -29,6 +29,7 @@ from typing import Any
 from . import evidence
 from .guards import Rules, Verdict
 from .guards import rmtree as rule
+from .state import STATE
 
 _RETRIES = 4
 _REMOVED_KEPT = 1000  # removed names kept per walk for a hazard record (the count is always exact)
@@ -65,7 +66,7 @@ def _unlink(path: Any, *, dir_fd: int | None = None) -> None:
     walk = _current()
     if walk is not None:
         walk.check(boundary=False)
-    os.unlink(path, dir_fd=dir_fd)
+    _unguarded("unlink")(path, dir_fd=dir_fd)
     if walk is not None:
         walk.removed(path, dir_fd)
 
@@ -74,7 +75,7 @@ def _rmdir(path: Any, *, dir_fd: int | None = None) -> None:
     walk = _current()
     if walk is not None:
         walk.check(boundary=dir_fd is None)  # the top (or a retried directory): confirm with a fresh listing
-    os.rmdir(path, dir_fd=dir_fd)
+    _unguarded("rmdir")(path, dir_fd=dir_fd)
     if walk is not None:
         walk.removed(path, dir_fd)
 
@@ -84,6 +85,19 @@ def _close(fd: int) -> None:
     if walk is not None:
         walk.closed(fd)
     os.close(fd)
+
+
+_originals = STATE.originals  # the unguarded os functions, where fsguard patched them
+
+
+def _unguarded(name: str) -> Callable[..., Any]:
+    """``os.<name>`` as the standard walk would call it (a program's or a test's own replacement included),
+    but never fsguard's guarded wrapper of it: this walk decides its own failures (and holds the path's lock)."""
+    func: Callable[..., Any] = getattr(os, name)
+    original = _originals.get(name)
+    if original is not None and getattr(func, "__wrapped__", None) is original:
+        return original  # type: ignore[return-value]
+    return func
 
 
 _OURS: dict[Any, str] = {_open: "open", _unlink: "unlink", _rmdir: "rmdir", _close: "close"}

@@ -21,7 +21,7 @@ if 'fsguard.state' in sys.modules:
     launch = l and dict(launcher=l.launcher, rank=l.rank, local_rank=l.local_rank, world_size=l.world_size, host=l.host)
 print(json.dumps(dict(
     patched=[n for n, f in (('makedirs', os.makedirs), ('rename', os.rename), ('replace', os.replace),
-                            ('rmtree', shutil.rmtree), ('remove', os.remove), ('mkdir', os.mkdir),
+                            ('rmtree', shutil.rmtree), ('remove', os.remove), ('rmdir', os.rmdir), ('mkdir', os.mkdir),
                             ('symlink', os.symlink), ('link', os.link)) if hasattr(f, '__wrapped__')],
     modules=mods, launch=launch)))
 """
@@ -291,9 +291,9 @@ def test_install_uninstall_restore_identity(fsguard_python: Path) -> None:
         import os, shutil, fsguard, fsguard.patching
         def current():
             return (os.makedirs, os.rename, os.replace, shutil.rmtree, os.remove, os.unlink, os.mkdir, os.symlink,
-                    os.link)
+                    os.link, os.rmdir)
         originals = current()
-        ops = ['makedirs', 'rename', 'replace', 'rmtree', 'remove', 'mkdir', 'symlink', 'link']
+        ops = ['makedirs', 'rename', 'replace', 'rmtree', 'remove', 'rmdir', 'mkdir', 'symlink', 'link']
         assert fsguard.install() == ops
         assert os.rename is not originals[1] and os.rename.__wrapped__ is originals[1]
         assert all(a is not b and a.__wrapped__ is b for a, b in zip(current(), originals))
@@ -333,7 +333,17 @@ def test_status_json_reports_launcher_and_settings(fsguard_python: Path) -> None
     assert info["would_patch"] is True and info["enabled"] == "on"
     assert info["launch"]["launcher"] == "torchrun" and info["launch"]["rank"] == 1
     assert info["launch"]["world_size"] == 4
-    assert info["operations"] == ["makedirs", "rename", "replace", "rmtree", "remove", "mkdir", "symlink", "link"]
+    assert info["operations"] == [
+        "makedirs",
+        "rename",
+        "replace",
+        "rmtree",
+        "remove",
+        "rmdir",
+        "mkdir",
+        "symlink",
+        "link",
+    ]
     assert info["pth"] and info["pth"][0].endswith("fsguard.pth")
     settle = next(s for s in info["settings"] if s["name"] == "FSGUARD_SETTLE_S")
     assert settle == {"name": "FSGUARD_SETTLE_S", "value": "5", "default": "2.0", "help": settle["help"]}

@@ -1,5 +1,6 @@
 """Issue 14's workload, 4 real ranks x 30 rounds: rotation cleanup (``os.remove``, ``Path.unlink``), check-then-
-``os.mkdir``, ``Path.mkdir(parents=True)``, a ``latest`` symlink refresh and an ``os.link`` of ``best``.
+``os.mkdir``, ``Path.mkdir(parents=True)``, a ``latest`` symlink refresh, an ``os.link`` of ``best``, and a build
+directory removed by hand (``os.walk``, ``os.remove``, ``os.rmdir``: torch inductor's C++ builder does that).
 
 Each rank is a fresh interpreter of the venv built from the wheel (real ``.pth``, real launcher detection)
 running ``workers/family_race_worker.py``; the ranks meet at a file barrier before every round. Without
@@ -42,6 +43,9 @@ OPS = {
     "path-mkdir": "mkdir",
     "symlink": "symlink",
     "link": "link",
+    "build-remove": "remove",
+    "build-rmdir": "rmdir",
+    "rmdir": "rmdir",
 }
 
 
@@ -109,6 +113,7 @@ def test_workload_absorbed_with_fsguard(fsguard_python: Path, tmp_path: Path) ->
     for k in range(ROUNDS):
         assert not (root / f"ckpt-{k}").exists() and not (root / f"log-{k}.txt").exists()
         assert (root / f"run-{k}").is_dir() and (root / f"epoch-{k}" / "metrics").is_dir()
+        assert not (root / f"build-{k}").exists()
     assert os.readlink(root / "latest") == f"run-{ROUNDS - 1}"
     best, last = os.stat(root / "best"), os.stat(root / f"last-{ROUNDS - 1}")
     assert (best.st_dev, best.st_ino) == (last.st_dev, last.st_ino)
@@ -131,7 +136,7 @@ def test_workload_absorbed_with_fsguard(fsguard_python: Path, tmp_path: Path) ->
         assert rec.site is not None and rec.site["file"] == str(WORKER), rec.site
         marker = by_line[rec.site["line"]]
         assert rec.op == OPS[marker], (rec.op, marker)
-        expected_error = "FileNotFoundError" if rec.op == "remove" else "FileExistsError"
+        expected_error = "FileNotFoundError" if rec.op in ("remove", "rmdir") else "FileExistsError"
         assert rec.error is not None and rec.error["type"] == expected_error
         assert rec.rank == rank_of_pid[rec.pid] and (rec.world_size, rec.version) == (RANKS, fsguard.__version__)
         per_site[marker] += 1
@@ -169,7 +174,9 @@ REMOVE_IN_A_JOB = """
             outcomes[name] = type(error).__name__
     attempt("never existed, directory changed moments ago", os.path.join(fresh, "never"))
     attempt("never existed, directory older than the job", os.path.join(old, "never"))
-    attempt("parent missing", os.path.join(fresh, "nope", "never"))
+    attempt("parent missing, directory above changed moments ago", os.path.join(fresh, "nope", "never"))
+    attempt("parent missing, directory above older than the job", os.path.join(old, "nope", "never"))
+    attempt("a chain of missing directories", os.path.join(fresh, "a", "b", "c", "never"))
     open(os.path.join(fresh, "f"), "w").close()
     os.remove(os.path.join(fresh, "f"))
     attempt("removed by this process", os.path.join(fresh, "f"))
@@ -182,7 +189,9 @@ def test_remove_in_a_job_absorbs_only_a_name_gone_from_a_directory_changed_momen
     fsguard_python: Path, tmp_path: Path
 ) -> None:
     """Inside a job (peers), a missing name in a directory changed moments ago is absorbed: whether a peer
-    removed it or it never existed cannot be told (README deviation). Everything else is raised."""
+    removed it or it never existed cannot be told (README deviation); so is a name whose directory is gone too
+    when the directory above it changed moments ago (a peer removed the whole directory). Everything else is
+    raised."""
     old = tmp_path / "old"
     old.mkdir()
     time.sleep(1.5)  # older than the job below (FSGUARD_FRESH_S=0); /proc start times read up to ~1 s early
@@ -200,12 +209,15 @@ def test_remove_in_a_job_absorbs_only_a_name_gone_from_a_directory_changed_momen
     assert json.loads(done.stdout) == {
         "never existed, directory changed moments ago": "absorbed",
         "never existed, directory older than the job": "FileNotFoundError",
-        "parent missing": "FileNotFoundError",
+        "parent missing, directory above changed moments ago": "absorbed",
+        "parent missing, directory above older than the job": "FileNotFoundError",
+        "a chain of missing directories": "FileNotFoundError",
         "removed by this process": "FileNotFoundError",
         "a directory": "IsADirectoryError",
     }
-    (record,) = [parse_line(line) for line in done.stderr.splitlines()]
-    assert record is not None and record.op == "remove" and record.decision == "absorbed"
+    found = [parse_line(line) for line in done.stderr.splitlines()]
+    assert [(r.op, r.decision) for r in found if r] == [("remove", "absorbed")] * 2, done.stderr
+    assert found[1] is not None and "is gone too" in found[1].evidence, found[1]
 
 
 LEFT_TO_THE_CALLER = """

@@ -2,8 +2,8 @@
 crashed them, and whether fsguard would have saved the job.
 
 A traceback counts when its exception is an ``OSError`` (or subclass) raised from ``os.makedirs``,
-``os.mkdir``, ``os.rename``, ``os.replace``, ``os.remove``, ``os.unlink``, ``os.symlink``, ``os.link``,
-``shutil.rmtree`` or ``shutil.move`` (``pathlib``'s ``mkdir``, ``rename``, ``replace``, ``unlink``,
+``os.mkdir``, ``os.rename``, ``os.replace``, ``os.remove``, ``os.unlink``, ``os.rmdir``, ``os.symlink``, ``os.link``,
+``shutil.rmtree`` or ``shutil.move`` (``pathlib``'s ``mkdir``, ``rename``, ``replace``, ``unlink``, ``rmdir``,
 ``symlink_to`` and ``hardlink_to`` too). The operation is read from the standard library's frames (``makedirs`` in
 ``os``, ``rmtree`` in ``shutil``); for C functions, which have no frame, from the call in the source line
 of the innermost frame of the program (the one under the carets, where Python prints them). That frame
@@ -20,7 +20,7 @@ Verdicts, one per (operation, error) - the rules fsguard's guards apply, read ba
 operation                  error                           verdict
 =========================  ==============================  ===========================================
 makedirs, mkdir            EEXIST                          absorbed: a peer created it
-remove                     ENOENT                          absorbed: a peer removed it first (in a job)
+remove, rmdir              ENOENT                          absorbed: a peer removed it first (in a job)
 symlink                    EEXIST                          absorbed if a peer's link has the same target
 link                       EEXIST                          absorbed if a peer linked the same inode
 rename, replace, move      ENOENT                          absorbed: a peer already did the same move
@@ -89,11 +89,12 @@ _STDLIB_OPS = {
     "_rmtree_unsafe": "rmtree",
     "move": "move",
     "unlink": "remove",  # pathlib's Path.unlink
+    "rmdir": "rmdir",  # pathlib's Path.rmdir
     "symlink_to": "symlink",
     "hardlink_to": "link",
 }
 _CALL = re.compile(
-    r"(?P<qual>\b(?:os|shutil)\.)?\b(?P<op>makedirs|mkdir|rename|replace|rmtree|move|remove|unlink|symlink|link)\s*\("
+    r"(?P<qual>\b(?:os|shutil)\.)?\b(?P<op>makedirs|mkdir|rename|replace|rmtree|move|remove|unlink|rmdir|symlink|link)\s*\("
 )
 _ALIASES = {"unlink": "remove"}  # one operation name for both functions, as FSGUARD_OPS has it
 _INTERNAL = re.compile(
@@ -133,7 +134,7 @@ def verdict(op: str, errno_name: str | None) -> tuple[str, str]:
         )
     if op in ("makedirs", "mkdir") and errno_name == "EEXIST":
         return ABSORBED, "a peer created the directory first; the default mode treats it as done."
-    if op == "remove" and errno_name == "ENOENT":
+    if op in ("remove", "rmdir") and errno_name == "ENOENT":
         return ABSORBED, (
             "a peer removed it first; inside a job the default mode absorbs it when its directory changed "
             "moments ago (a name that never existed there cannot be told apart)."

@@ -1,18 +1,23 @@
-"""``os.remove`` and ``os.unlink`` (and ``Path.unlink``): absorb ``FileNotFoundError`` when a peer of this job
-removed the name moments ago.
+"""``os.remove``, ``os.unlink`` and ``os.rmdir`` (and ``Path.unlink``/``Path.rmdir``): absorb ``FileNotFoundError``
+when a peer of this job removed the name moments ago (every rank cleaning up one build or staging directory by
+hand, as torch inductor's C++ builder does with its ``*_CxxBuild`` directory).
 
 A missing name leaves no trace of whether it ever existed, so the evidence is about the job and the
 directory: absorbed only where a distributed launcher says this process has peers (``FSGUARD=force`` alone,
 outside a job, never absorbs here: without peers every missing name is genuine), when the parent directory
 exists and changed during this job *and* within the last ``RECENT_S`` seconds (removing a name changes its
 directory), and this process's own guarded calls did not remove or move the name away.
+A name whose directory is gone too (a peer removed the whole directory while this process walked it to remove
+it by hand) is judged by the directory above: it must have changed during this job and moments ago.
 What is honestly absorbed with it, inside a job (a documented deviation, as ``rmtree`` of a missing top): a
-name that never existed, or that this process removed through a call fsguard does not see (``os.rmdir``,
-descriptors), in a directory that changed moments ago. Raised unchanged: no peers, a name this process
-removed itself, a parent that is missing or has not changed lately (or not during the job),
-``IsADirectoryError``, ``EACCES``/``EPERM``, every other error; ``dir_fd`` calls are passed through (never
-resolved against the wrong directory), and so are the standard library's own calls (``shutil``,
-``tempfile``) and ``Path.unlink(missing_ok=True)``, whose callers settle a missing name themselves.
+name that never existed, or that this process removed through a call fsguard does not see (descriptors),
+in a directory that changed moments ago (or under a missing one, in a directory that did). Raised unchanged: no
+peers, a name this process removed itself, a parent that has not changed lately (or not during the job), a
+missing chain longer than ``UP_TO`` directories, ``IsADirectoryError``,
+``NotADirectoryError``, ``ENOTEMPTY`` (rmdir of a directory with entries), ``EACCES``/``EPERM``, every other
+error; ``dir_fd`` calls are passed through (never resolved against the wrong directory), and so are the
+standard library's own calls (``shutil``, ``tempfile``, ``os.removedirs``) and ``Path.unlink(missing_ok=True)``,
+whose callers settle a missing name themselves.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from . import Rules, Verdict, absorb, reraise
 # Ranks of one job reach the same cleanup within seconds of each other: a directory that has not changed
 # for longer than this says nobody removed anything from it lately (settle windows longer than this count).
 RECENT_S = 30.0
+# A name under a missing directory: the directory a peer removed is at most this many levels above it.
+UP_TO = 2
 
 
 def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
@@ -44,12 +51,32 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise("no peers: not in a distributed job")
     parent = os.path.dirname(path)
     st = evidence.lstat_or_none(parent)
+    gone_with = None
+    if st is None:  # a peer removed the whole directory (a hand-written tree removal: walk, remove, rmdir)
+        gone_with, parent, st = _nearest_existing(parent)
     if st is None or evidence.kind_of(st) != "dir":
         return reraise("parent directory is missing")
     changed = max(st.st_mtime, st.st_ctime)
     age = time.time() - changed
+    where = "its directory" if gone_with is None else f"its directory {gone_with} is gone too, and {parent}"
     if not rules.is_fresh(changed):
-        return reraise(f"parent directory unchanged during this job ({age:.1f} s)")
+        return reraise(f"{where} unchanged during this job ({age:.1f} s)")
     if age > max(RECENT_S, rules.settle_s):
-        return reraise(f"parent directory last changed {age:.1f} s ago: nobody removed it moments ago")
-    return absorb(f"gone; its directory changed {age:.2f} s ago, during this job: a peer removed it")
+        return reraise(f"{where} last changed {age:.1f} s ago: nobody removed it moments ago")
+    if gone_with is None:
+        return absorb(f"gone; its directory changed {age:.2f} s ago, during this job: a peer removed it")
+    return absorb(f"gone; {where} changed {age:.2f} s ago, during this job: a peer removed the tree")
+
+
+def _nearest_existing(missing: str) -> tuple[str, str, os.stat_result | None]:
+    """(the topmost missing directory, the directory above it, its ``lstat``) for a missing ``missing``; the
+    ``lstat`` is None when nothing exists within ``UP_TO`` levels (never a whole chain of missing names)."""
+    for _ in range(UP_TO):
+        above = os.path.dirname(missing)
+        if above == missing:
+            break
+        st = evidence.lstat_or_none(above)
+        if st is not None:
+            return missing, above, st
+        missing = above
+    return missing, os.path.dirname(missing), None

@@ -9,7 +9,11 @@ written for one process does:
   (each after an existence check);
 * check-then-mkdir: ``run-<k>`` with ``os.mkdir``, and ``epoch-<k>/metrics`` with ``Path.mkdir(parents=True)``;
 * refreshes the ``latest`` symlink: ``if islink: os.remove(latest)``, then ``os.symlink("run-<k>", latest)``;
-* hard-links ``best`` to ``last-<k>``: ``if lexists: os.remove(best)``, then ``os.link``.
+* hard-links ``best`` to ``last-<k>``: ``if lexists: os.remove(best)``, then ``os.link``;
+* removes the build directory ``build-<k>`` (object files) by hand, as torch inductor's C++ builder removes
+  its shared ``*_CxxBuild`` directory: ``os.walk(topdown=False)``, ``os.remove`` of each file, ``os.rmdir`` of
+  each directory, then ``os.rmdir`` of the top. The tree is flat, as inductor's is: under a subdirectory a
+  peer already removed whole, a name's parent is missing, which fsguard raises (README, known limits).
 
 A failed call is reported, not raised: one JSON line ``{"rank", "pid", "failures": [...]}``, exit 0. Each
 guarded call ends in ``# guarded call: <name>`` so the test can find the site its records must name.
@@ -49,7 +53,16 @@ def barrier(root: str, name: str) -> None:
 
 def prepare(root: str, rounds: int) -> None:
     for k in range(rounds):
-        for name in (f"ckpt-{k}", f"log-{k}.txt", f"last-{k}"):
+        os.makedirs(os.path.join(root, f"build-{k}"))
+        names = (
+            f"ckpt-{k}",
+            f"log-{k}.txt",
+            f"last-{k}",
+            f"build-{k}/out.so",
+            f"build-{k}/a.o",
+            f"build-{k}/b.o",
+        )
+        for name in names:
             with open(os.path.join(root, name), "w") as f:
                 f.write(f"{name}\n")
 
@@ -86,7 +99,18 @@ def link_best(root: str, k: int) -> None:
     os.link(os.path.join(root, f"last-{k}"), best)  # guarded call: link
 
 
-STEPS: list[Callable[[str, int], None]] = [cleanup, make_dirs, refresh_latest, link_best]
+def remove_build(root: str, k: int) -> None:
+    build = os.path.join(root, f"build-{k}")
+    if os.path.exists(build):
+        for top, dirs, files in os.walk(build, topdown=False):
+            for name in files:
+                os.remove(os.path.join(top, name))  # guarded call: build-remove
+            for name in dirs:
+                os.rmdir(os.path.join(top, name))  # guarded call: build-rmdir
+        os.rmdir(build)  # guarded call: rmdir
+
+
+STEPS: list[Callable[[str, int], None]] = [cleanup, make_dirs, refresh_latest, link_best, remove_build]
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The bad-input table of the newer guarded operations: ``remove``/``unlink``, ``mkdir``, ``symlink``, ``link``.
+"""The bad-input table of the newer guarded operations: ``remove``/``unlink``, ``rmdir``, ``mkdir``, ``symlink``,
+``link``.
 
 Run by ``tests/test_parity_family.py`` exactly as ``parity_cases.py`` is run by ``tests/test_parity.py``
 (``prepare``/``run GROUP BASE [SHM]``), with the same harness (rows, groups, snapshots, the ``# <- call``
@@ -28,7 +29,7 @@ Skip = base.Skip
 KINDS = base.KINDS
 CALL_MARK = base.CALL_MARK
 NOBODY = base.NOBODY
-PATCHED = ["link", "mkdir", "remove", "rmtree", "symlink", "unlink"]
+PATCHED = ["link", "mkdir", "remove", "rmdir", "rmtree", "symlink", "unlink"]
 with open(__file__) as _source:
     SOURCE = _source.read().splitlines()
 
@@ -155,7 +156,7 @@ def remove_never_existed_outside_a_job(d: str, calls: Calls) -> Any:
 
 @row("FileNotFoundError")
 def remove_after_own_unguarded_rmdir(d: str, calls: Calls) -> Any:
-    # CPython's test_pathlib.test_rmdir: made by this process, removed by os.rmdir (which fsguard does not see).
+    # CPython's test_pathlib.test_rmdir: made by this process, removed by its own os.rmdir.
     os.mkdir(j(d, "a"))
     os.rmdir(j(d, "a"))
     pathlib.Path(d, "a").unlink()  # <- call
@@ -172,6 +173,88 @@ for _kind, _convert in KINDS.items():
 
     row("FileNotFoundError", name=f"remove_parent_missing_{_kind}")(_parent_missing)
     row("FileNotFoundError", name=f"remove_removed_by_itself_{_kind}")(_removed_by_itself)
+
+
+# --- rmdir --------------------------------------------------------------------------------------------------
+
+
+@row("FileNotFoundError")
+def rmdir_parent_missing(d: str, calls: Calls) -> Any:
+    os.rmdir(j(d, "nope", "never"))  # <- call
+
+
+@row("FileNotFoundError")
+def rmdir_never_existed_outside_a_job(d: str, calls: Calls) -> Any:
+    mkdir(j(d, "other"))  # d changed moments ago; no peers without a launcher: never absorbed
+    os.rmdir(j(d, "never"))  # <- call
+
+
+@row("FileNotFoundError")
+def rmdir_removed_by_itself(d: str, calls: Calls) -> Any:
+    os.rmdir(mkdir(j(d, "a")))
+    os.rmdir(j(d, "a"))  # <- call
+
+
+@row("OSError")
+def rmdir_not_empty(d: str, calls: Calls) -> Any:
+    touch(j(mkdir(j(d, "full")), "f"))
+    os.rmdir(j(d, "full"))  # <- call
+
+
+@row("NotADirectoryError")
+def rmdir_a_file(d: str, calls: Calls) -> Any:
+    os.rmdir(touch(j(d, "f")))  # <- call
+
+
+@row("NotADirectoryError")
+def rmdir_symlink_to_directory(d: str, calls: Calls) -> Any:
+    posix.symlink(mkdir(j(d, "target")), j(d, "link"))
+    os.rmdir(j(d, "link"))  # <- call
+
+
+@row("FileNotFoundError")
+def rmdir_empty_path(d: str, calls: Calls) -> Any:
+    os.chdir(d)
+    os.rmdir("")  # <- call
+
+
+@row("FileNotFoundError")
+def rmdir_dir_fd_missing(d: str, calls: Calls) -> Any:
+    os.rmdir("never", dir_fd=dir_fd(d))  # <- call
+
+
+@row("ok")
+def rmdir_dir_fd(d: str, calls: Calls) -> Any:
+    mkdir(j(d, "gone"))
+    return os.rmdir("gone", dir_fd=dir_fd(d))
+
+
+@row("TypeError")
+def rmdir_none(d: str, calls: Calls) -> Any:
+    os.rmdir(None)  # type: ignore[arg-type]  # <- call
+
+
+@row("FileNotFoundError")
+def path_rmdir_missing(d: str, calls: Calls) -> Any:
+    pathlib.Path(d, "never").rmdir()  # <- call
+
+
+@row("ok")
+def removedirs_stops_at_a_non_empty_parent(d: str, calls: Calls) -> Any:
+    touch(j(d, "keep"))
+    return os.removedirs(j(mkdir(j(mkdir(j(d, "x")), "y"))))
+
+
+for _kind, _convert in KINDS.items():
+
+    def _rmdir_parent_missing(d: str, calls: Calls, convert: Callable[[str], Any] = _convert) -> Any:
+        os.rmdir(convert(j(d, "nope", "never")))  # <- call
+
+    def _rmdir_made(d: str, calls: Calls, convert: Callable[[str], Any] = _convert) -> Any:
+        return os.rmdir(convert(mkdir(j(d, "made"))))
+
+    row("FileNotFoundError", name=f"rmdir_parent_missing_{_kind}")(_rmdir_parent_missing)
+    row("ok", name=f"rmdir_made_{_kind}")(_rmdir_made)
 
 
 # --- mkdir --------------------------------------------------------------------------------------------------
@@ -598,7 +681,7 @@ def main(argv: list[str]) -> int:
     import shutil
 
     functions = {"remove": os.remove, "unlink": os.unlink, "mkdir": os.mkdir, "symlink": os.symlink}
-    functions.update({"link": os.link, "rmtree": shutil.rmtree})
+    functions.update({"link": os.link, "rmtree": shutil.rmtree, "rmdir": os.rmdir})
     meta = {
         "patched": sorted(op for op, f in functions.items() if hasattr(f, "__wrapped__")),
         "uid": os.getuid(),

@@ -87,6 +87,18 @@ REAL = {
     "notempty.log": [
         ("serialize", "rename", "/tmp/races/notempty_race.py:11 in publish", "OSError", "ENOTEMPTY", 3, [0, 2, 3])
     ],
+    # torch inductor re-raises the OSError inside its own InductorError, with the original frames.
+    "inductor-cxxbuild.log": [
+        (
+            "absorbed",
+            "rmdir",
+            "/work/acc-venv/lib/python3.11/site-packages/torch/_inductor/cpp_builder.py:690 in _remove_dir",
+            "FileNotFoundError",
+            "ENOENT",
+            1,
+            [3],
+        )
+    ],
 }
 
 
@@ -199,7 +211,7 @@ def test_many_logs_human_table(fsguard_python: Path) -> None:
     lines = done.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
     assert lines[:5] == [
-        "fsguard scan: 7 call sites with filesystem errors in 6 inputs: 3 absorbed by",
+        "fsguard scan: 8 call sites with filesystem errors in 7 inputs: 4 absorbed by",
         "default, 2 need serialization, 2 not fixable",
         "",
         "   VERDICT      OP          ERROR                         N  RANKS       HOSTS",
@@ -439,6 +451,8 @@ def test_patterns_shorten_in_the_middle() -> None:
     assert shorten(long, 40) == "/tmp/.../job/checkpoints/step-<n>"
     assert shorten(long, 20) == "/tmp/.../step-<n>"
     assert shorten(long, 10) == "/tmp/.../step-<n>"  # the final component stays whole
+    hashed = "/work/cache/inductor/ub/cub5mutfiw3i6y422kswzpf3edv32g7eyr3wauapwko4y6ncsstp.main_CxxBuild"
+    assert shorten(hashed, 60) == "/work/.../cub5mutfiw3i6y4...3wauapwko4y6ncsstp.main_CxxBuild"  # too wide alone
     pair = "/alpha/beta/gamma/delta/tmp-checkpoint-<n> -> /alpha/beta/gamma/delta/checkpoint-<n>"
     assert shorten(pair, 70) == "/alpha/.../delta/tmp-checkpoint-<n> -> /alpha/.../delta/checkpoint-<n>"
     assert shorten(pair, 60) == "/alpha/.../tmp-checkpoint-<n> -> /alpha/.../checkpoint-<n>"
@@ -522,6 +536,17 @@ elif which == "symlink":
     pathlib.Path(d, "latest").symlink_to("one")
 elif which == "link":
     os.link(os.path.join(d, "last"), os.path.join(d, "best"))
+elif which == "rmdir":
+    os.rmdir(os.path.join(d, "build_CxxBuild"))
+elif which == "path-rmdir":
+    pathlib.Path(d, "build_CxxBuild").rmdir()
+elif which == "wrapped":  # a library's own exception around the OSError, as torch inductor raises it
+    class InductorError(RuntimeError):
+        pass
+    try:
+        os.rmdir(os.path.join(d, "build_CxxBuild"))
+    except OSError as e:
+        raise InductorError(f"{type(e).__name__}: {e}").with_traceback(e.__traceback__) from None
 """
 
 
@@ -533,6 +558,9 @@ elif which == "link":
         ("mkdir", "mkdir", "FileExistsError"),
         ("symlink", "symlink", "FileExistsError"),
         ("link", "link", "FileExistsError"),
+        ("rmdir", "rmdir", "FileNotFoundError"),
+        ("path-rmdir", "rmdir", "FileNotFoundError"),
+        ("wrapped", "rmdir", "FileNotFoundError"),
     ],
 )
 def test_scan_recognises_remove_mkdir_symlink_link(
@@ -542,7 +570,7 @@ def test_scan_recognises_remove_mkdir_symlink_link(
     script = tmp_path / "housekeeping.py"
     script.write_text(FAMILY_SCRIPT)
     done = subprocess.run([str(fsguard_python), str(script), which], env=clean_env(), capture_output=True, text=True)
-    assert done.returncode == 1 and error in done.stderr
+    assert done.returncode == 1 and error in done.stderr, done.stderr
     log = tmp_path / "rank.log"
     log.write_text(done.stderr)
     code, document = scan_json(fsguard_python, str(log))

@@ -97,8 +97,8 @@ def shorten(pattern: str, width: int) -> str:
     """``pattern`` in about ``width`` characters, cut in the *middle* of each path (``/tmp/.../run/ckpt-<n>``).
 
     Each path keeps its first component and as many of its last ones as fit (the same number on both sides
-    of a rename); the last component is always whole, even where it alone is wider: the name is what a
-    person looks for.
+    of a rename); the last component stays whole (the name is what a person looks for) unless it alone is
+    wider than its share: then its middle goes too (a hash, usually), keeping its start and its end.
     """
     if len(pattern) <= width:
         return pattern
@@ -108,7 +108,20 @@ def shorten(pattern: str, width: int) -> str:
         text = " -> ".join(_keep_last(p, keep) for p in paths)
         if len(text) <= width:
             return text
-    return " -> ".join(_keep_last(p, 1) for p in paths)
+    share = max((width - 4 * (len(paths) - 1)) // len(paths), 16)
+    return " -> ".join(_cut_name(_keep_last(p, 1), share) for p in paths)
+
+
+def _cut_name(path: str, width: int) -> str:
+    """``path`` (``/tmp/.../name``) in ``width`` characters by cutting its last component in the middle."""
+    if len(path) <= width:
+        return path
+    head, _, name = path.rpartition("/")
+    room = width - len(head) - 1 - 3  # the slash and "..."
+    if room < 8:
+        return path  # nothing sensible left to keep: whole
+    front = room // 3
+    return f"{head}/{name[:front]}...{name[len(name) - (room - front) :]}"
 
 
 def _keep_last(path: str, keep: int) -> str:

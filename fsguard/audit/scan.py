@@ -107,6 +107,7 @@ _ERRNO = re.compile(
     r"\[Errno (?P<num>\d+)\] (?P<text>.*?)(?:: (?P<a>'[^']*'|\"[^\"]*\")"
     r"(?: -> (?P<b>'[^']*'|\"[^\"]*\"))?)?$"
 )
+_WRAPPED = re.compile(r"\s*(?P<type>[A-Za-z_][\w.]*Error): (?P<message>\[Errno \d+\] .*)$")
 _GENUINE = {
     "EACCES": "permission denied: a genuine error, not a race between ranks.",
     "EPERM": "operation not permitted: a genuine error, not a race between ranks.",
@@ -214,10 +215,17 @@ def _unquote(text: str | None) -> str | None:
 
 
 def parse_error(exception: str, message: str) -> tuple[str, str | None, list[str]] | None:
-    """``(type, errno name, paths)`` of an OSError's exception line, or None for any other exception."""
+    """``(type, errno name, paths)`` of an OSError's exception line, or None for any other exception.
+
+    An OSError that a library re-raised inside its own exception, with the original's type and text as the
+    message (torch's ``InductorError: FileNotFoundError: [Errno 2] ...``), counts as that OSError: the frames
+    are the original's (``with_traceback``), down to the failing call."""
     name = exception.rsplit(".", 1)[-1]
     if name not in OS_ERRORS:
-        return None
+        wrapped = _WRAPPED.match(message)
+        if wrapped is None or wrapped["type"].rsplit(".", 1)[-1] not in OS_ERRORS:
+            return None
+        name, message = wrapped["type"].rsplit(".", 1)[-1], wrapped["message"]
     match = _ERRNO.match(message)
     if match is None:
         return name, OS_ERRORS[name], []

@@ -7,7 +7,7 @@ Happy path, all in this one process, rounds interleaved in random order, ``os.<o
   through, and a plain Python ``def shim(*a, **k): return f(*a, **k)`` — so the report can say which part of
   the added time is wrapt's, which the Python-level wrapper's, and which fsguard's own.
   Operations: os.replace of a file, os.rename of a directory, os.makedirs(exist_ok=True) of an existing
-  directory, shutil.rmtree of a small tree (only the rmtree call is timed), os.remove, os.mkdir, os.symlink
+  directory, shutil.rmtree of a small tree (only the rmtree call is timed), os.remove, os.rmdir, os.mkdir, os.symlink
   and os.link (each paired with an unguarded ``posix`` call that undoes it; the pair is timed, so "added"
   is the one guarded call's), and a null function (a C builtin wrapped the same way: wrapper cost without
   any filesystem noise). Target: <= 0.3 us added per call.
@@ -57,6 +57,7 @@ TARGET = {
     "makedirs": (os, "makedirs"),
     "rmtree": (shutil, "rmtree"),
     "remove": (os, "remove"),
+    "rmdir": (os, "rmdir"),
     "mkdir": (os, "mkdir"),
     "symlink": (os, "symlink"),
     "link": (os, "link"),
@@ -172,6 +173,10 @@ def _pairs() -> dict[str, Callable[[Path], tuple[Callable[[], Any], Callable[[],
         d = str(work / "d")
         return (lambda: os.mkdir(d)), (lambda: posix.rmdir(d))
 
+    def rmdir(work: Path) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        d = str(work / "r")
+        return (lambda: posix.mkdir(d)), (lambda: os.rmdir(d))  # timed: the pair; guarded: rmdir
+
     def symlink(work: Path) -> tuple[Callable[[], Any], Callable[[], Any]]:
         p = str(work / "l")
         return (lambda: os.symlink("t", p)), (lambda: posix.unlink(p))
@@ -181,7 +186,7 @@ def _pairs() -> dict[str, Callable[[Path], tuple[Callable[[], Any], Callable[[],
         Path(a).write_bytes(b"x")
         return (lambda: os.link(a, b)), (lambda: posix.unlink(b))
 
-    return {"remove": remove, "mkdir": mkdir, "symlink": symlink, "link": link}
+    return {"remove": remove, "rmdir": rmdir, "mkdir": mkdir, "symlink": symlink, "link": link}
 
 
 PAIRS = _pairs()
@@ -297,8 +302,9 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
                 return (lambda: posix.mkdir(made)), (lambda: os.makedirs(made)), (lambda: os.rmdir(made))
             if op == "mkdir":
                 return (lambda: posix.mkdir(made)), (lambda: os.mkdir(made)), (lambda: os.rmdir(made))
-            if op == "remove":
-                return (lambda: None), (lambda: os.remove(made)), (lambda: None)
+            if op in ("remove", "rmdir"):
+                call = getattr(os, op)
+                return (lambda: None), (lambda: call(made)), (lambda: None)
             if op == "symlink":
                 return (lambda: posix.symlink("t", made)), (lambda: os.symlink("t", made)), (lambda: posix.unlink(made))
             if op == "link":
@@ -318,6 +324,7 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
             "rmtree",
             "mkdir",
             "remove",
+            "rmdir",
             "symlink",
             "link",
         ):

@@ -193,7 +193,7 @@ def test_parity_family_row(venv: Venv, family_outcomes: parity.Outcomes, name: s
 STATE = """
 import json, os, shutil, sys
 functions = {"makedirs": os.makedirs, "rename": os.rename, "replace": os.replace, "rmtree": shutil.rmtree}
-functions.update({"remove": os.remove, "mkdir": os.mkdir, "symlink": os.symlink, "link": os.link})
+functions.update({"remove": os.remove, "mkdir": os.mkdir, "symlink": os.symlink, "link": os.link, "rmdir": os.rmdir})
 print(json.dumps({
     "patched": sorted(name for name, f in functions.items() if hasattr(f, "__wrapped__")),
     "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("fsguard", "wrapt")),

@@ -41,6 +41,7 @@ def test_calls_alone(tmp_path: Path) -> None:
         "makedirs",
         "rmtree",
         "remove",
+        "rmdir",
         "mkdir",
         "symlink",
         "link",

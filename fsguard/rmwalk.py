@@ -433,9 +433,22 @@ def _entries_left(fd: int) -> bool:
 
 
 def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:
-    """Where the tree went, if a peer renamed it within its parent (found by its inode)."""
+    """Where the tree went, if a peer renamed it within its parent (found by its inode).
+
+    An inode number is only an identity while something holds the inode: once the tree is removed, the next
+    directory made may get its number (ext4 gives it at once). So the guarded call holds a descriptor of the
+    top (``_Held``): while it is open the number cannot be reused, and a link count of 0 (or a handle the
+    server no longer knows) says the tree was removed, not moved. Without one (the top could not be opened),
+    the inode and device alone decide, as before."""
     if orig is None:
         return None
+    held = _held_fd(orig)
+    if held is not None:
+        try:
+            if os.fstat(held).st_nlink == 0:
+                return None  # removed (a caching filesystem may still report links: the held number decides)
+        except OSError:
+            return None  # e.g. ESTALE: the server removed it
     try:
         with os.scandir(os.path.dirname(top)) as entries:
             for entry in entries:
@@ -445,6 +458,50 @@ def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:
                         return entry.path
     except OSError:
         return None
+    return None
+
+
+class _Held:
+    """The descriptors of tree tops that one guarded call holds open while it may search for them by inode
+    (``_find_renamed``); closed when the call ends. Thread-local, nested for an rmtree called by a handler."""
+
+    def __init__(self) -> None:
+        self.fds: dict[tuple[int, int], int] = {}
+
+    def __enter__(self) -> _Held:
+        _local.__dict__.setdefault("held", []).append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.held.remove(self)
+        for fd in self.fds.values():
+            os.close(fd)
+
+    def take(self, path: str, expected: os.stat_result) -> None:
+        """Open the directory at ``path`` if it is still ``expected`` (nothing held otherwise: no telling)."""
+        key = (expected.st_dev, expected.st_ino)
+        if key in self.fds:
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if os.path.samestat(os.fstat(fd), expected):
+                self.fds[key] = fd
+                return
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def _held_fd(st: os.stat_result) -> int | None:
+    """The descriptor a guarded call of this thread holds of the directory ``st`` describes, if any."""
+    stack: list[_Held] = getattr(_local, "held", [])
+    for held in reversed(stack):
+        fd = held.fds.get((st.st_dev, st.st_ino))
+        if fd is not None:
+            return fd
     return None
 
 
@@ -505,6 +562,20 @@ def run(
     exists, else ``onerror``, in the position the caller used; none with ``ignore_errors``), so it accepts
     or rejects the call as the standard ``rmtree`` would alone. With a serializer, the walk runs holding the
     path's lock, after letting a rename of the same path that a peer announced go first."""
+    with _Held() as held:  # the top's descriptor: see _find_renamed
+        return _run(original, args, kwargs, rules, use_onexc, yield_s, serializer, held)
+
+
+def _run(
+    original: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    rules: Rules,
+    use_onexc: bool,
+    yield_s: float,
+    serializer: Any,
+    held: _Held,
+) -> Verdict | None:
     remover = checked(original) or original
     walk = _make_walk(remover, args, kwargs, rules, use_onexc)
     if walk is None:
@@ -522,6 +593,8 @@ def run(
 
     top = walk.top_norm
     tree = walk.top_st is not None and stat.S_ISDIR(walk.top_st.st_mode)  # a rename can only take a tree away
+    if tree and walk.top_st is not None:
+        held.take(top, walk.top_st)
     pending = (lambda: serializer.pending(top)) if serializer is not None and tree else None
     # The cheap tests first: own memory is asked only for a directory, in a job with peers.
     peer_tree = tree and yield_s > 0 and rule.should_yield(evidence.own_last_event(top), walk.top_st, rules, yield_s)

@@ -329,12 +329,6 @@ def mpirun_two_nodes(made: Cluster, python: Path, guarded: bool, name: str) -> t
 @needs_cluster
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin (mpirun) is not installed")
 @pytest.mark.timeout(400)
-@pytest.mark.xfail(
-    strict=False,
-    reason="known miss, to fix (closing note of 2026-12-03): on the two-node bindfs cluster a rank's os.replace of the "
-    "shared latest.tmp, re-published by a peer, sometimes finds the destination not yet visible to its own lookups "
-    "and re-raises ('cannot tell whose it is'); seen in about half the runs after the merge of issues 12-17",
-)
 def test_mpirun_across_two_nodes(make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
     """2 x 2 ranks: the remote ranks are started by Open MPI's daemon on node1, via the rsh agent."""
     made = make_cluster(nodes=2)

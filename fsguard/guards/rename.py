@@ -4,6 +4,10 @@ Absorbed: the source was missing and the destination is present and changed duri
 listings of both parents show (waiting up to ``FSGUARD_SETTLE_S`` for a destination that a shared
 filesystem has not shown yet). The source may be back already: a peer writing the same temp name again
 (compile caches whose temp names collide across nodes) re-publishes it between the failure and the look.
+A destination in the listing that this node's lookups do not show yet (a negative lookup cache) was put
+there moments ago by a peer; but when the source is back, or this process moved the same source before,
+that alone cannot tell whose it is: the rest of the same budget waits for the lookup to show it, and its
+ctime decides as for a visible one (re-raised if it never shows).
 Not a peer's doing, so re-raised: this process moved the source away itself and the destination has not
 changed since (``OWN_SLACK_S``); a later move onto it, as in a rotation that reuses one temp name every
 step, is a peer's.
@@ -70,8 +74,13 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         where = "destination's parent is missing" if seen is not None else "destination absent"
         return reraise(f"source gone, {where} after {waited:.2f} s", waited)
 
-    st = evidence.lstat_or_none(dst)
     later = f", appeared {waited:.2f} s later" if waited > 0.001 else ""
+    st = evidence.lstat_or_none(dst)
+    if st is None and (own_move is not None or republished):
+        # In the fresh listing, not yet in this node's lookup cache, and whose move it was needs its ctime (the
+        # test below): wait, within the same budget, for the lookup to show it.
+        st, more = evidence.settle(lambda: evidence.lstat_or_none(dst), max(rules.settle_s - waited, 0.0))
+        waited += more
     if st is None:
         if own_move is not None or republished:
             return reraise("destination not yet visible to this node's lookups: cannot tell whose it is", waited)

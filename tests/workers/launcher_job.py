@@ -7,8 +7,13 @@ Reads its place from the launcher's own variables (torch's ``RANK``/``WORLD_SIZE
 ``ROOT/ranks/<rank>.json``: fsguard's ``status`` as gathered inside this rank, the operations patched here,
 the parent process, the job start fsguard's evidence uses, and the failures of the races. Then every rank,
 after a file barrier, races: ``os.makedirs`` of one directory (no ``exist_ok``), ``os.rename`` of one staged
-checkpoint, ``os.replace`` of one shared temp name, ``shutil.rmtree`` of one tree. Exit status 1 when a
-call failed. A single task (world size 1) only writes its file.
+checkpoint, ``os.replace`` of one shared temp name (every rank writes it before the first gate: written
+after it, the job's own unguarded ``open(..., "w")`` raced a peer's replace, and on a path-based FUSE mount
+such as the cluster's bindfs that open fails with ``ENOENT`` when the name is renamed away between the
+kernel's lookup and the daemon's open: a race outside fsguard's guarded calls), ``shutil.rmtree`` of one
+tree. Exit status 1 when a call failed. Every rank waits at a last gate for all reports to be written before
+it exits (mpirun aborts the job at the first non-zero exit). A single task (world size 1) only writes its
+file.
 """
 
 from __future__ import annotations
@@ -64,11 +69,14 @@ def race(root: str, rank: int, world: int) -> list[dict[str, object]]:
             os.makedirs(os.path.join(tree, f"d{d}"))
             for i in range(40):
                 open(os.path.join(tree, f"d{d}", f"f{i}"), "w").close()
+    temp = os.path.join(root, "latest.tmp")
+    with open(temp, "w") as f:  # before the gate: only the guarded replace races (module docstring)
+        f.write("step 1\n")
     barrier(root, "prepared", rank, world)
     calls = (
         ("makedirs", lambda: os.makedirs(os.path.join(root, "results"))),  # guarded call: makedirs
         ("rename", lambda: os.rename(staging, final)),  # guarded call: rename
-        ("replace", lambda: replace(root, rank)),
+        ("replace", lambda: os.replace(temp, os.path.join(root, "latest"))),  # guarded call: replace
         ("rmtree", lambda: shutil.rmtree(tree)),  # guarded call: rmtree
     )
     for name, call in calls:
@@ -76,15 +84,16 @@ def race(root: str, rank: int, world: int) -> list[dict[str, object]]:
         try:
             call()
         except OSError as error:
-            failures.append({"call": name, "type": type(error).__name__, "errno": error.errno})
+            failures.append(
+                {
+                    "call": name,
+                    "type": type(error).__name__,
+                    "errno": error.errno,
+                    "filename": error.filename,
+                    "filename2": error.filename2,
+                }
+            )
     return failures
-
-
-def replace(root: str, rank: int) -> None:
-    temp = os.path.join(root, "latest.tmp")
-    with open(temp, "w") as f:
-        f.write("step 1\n")
-    os.replace(temp, os.path.join(root, "latest"))  # guarded call: replace
 
 
 def main() -> None:
@@ -120,6 +129,8 @@ def main() -> None:
     with open(os.path.join(root, "ranks", f"{rank}.json"), "w") as f:
         json.dump(report, f)
     print(f"launcher_job: rank {rank}/{world} on {report['host']}: {len(report['failures'])} failures", flush=True)
+    if world > 1:
+        barrier(root, "reported", rank, world)
     sys.exit(1 if report["failures"] else 0)
 
 

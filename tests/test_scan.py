@@ -320,6 +320,8 @@ def test_staging_rmtree_names_the_rename_race(fsguard_python: Path) -> None:
         ("makedirs", "ESTALE", "serialize"),
         ("mkdir", "EEXIST", "absorbed"),
         ("remove", "ENOENT", "absorbed"),
+        ("rmdir", "ENOENT", "absorbed"),
+        ("rmdir", "ENOTEMPTY", "not fixable"),
         ("symlink", "EEXIST", "absorbed"),
         ("link", "EEXIST", "absorbed"),
         ("remove", "EISDIR", "not fixable"),

@@ -29,6 +29,7 @@ rmtree of a staging tree   ENOENT, EBUSY                   serialize: may race a
 rmtree                     EBUSY                           absorbed: the removal is retried, bounded
 rename, replace, move      ENOTEMPTY, EEXIST               serialize: rename onto a non-empty directory
 rmtree                     ENOTEMPTY, EEXIST               serialize: entries appeared during removal
+rmdir                      ENOTEMPTY                       not fixable: a peer wrote into it meanwhile
 any                        ESTALE                          serialize: a peer replaced it (NFS)
 makedirs                   ENOENT                          not fixable: a parent removed meanwhile
 mkdir                      ENOENT                          not fixable: missing parent
@@ -154,6 +155,11 @@ def verdict(op: str, errno_name: str | None) -> tuple[str, str]:
         return ABSORBED, (
             "the source was gone because a peer already made the same move; the default mode "
             "absorbs it when the destination is there."
+        )
+    if op == "rmdir" and errno_name == "ENOTEMPTY":
+        return NOT_FIXABLE, (
+            "a peer wrote into the directory while this rank removed it by hand (ranks sharing one build or "
+            "scratch directory): give each rank its own directory, or let one rank remove it after a barrier."
         )
     if op == "rmtree" and errno_name == "ENOENT":
         return ABSORBED, "a peer removed the entry (or the whole tree) first; the default mode finishes the removal."

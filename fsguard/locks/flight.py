@@ -34,8 +34,11 @@ from typing import Any
 
 SHARED_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb3", "smbfs", "glusterfs", "panfs")
 PLAIN = (int, str, bytes, bool, float, type(None))
-PATH_ARGS = {"makedirs": 1, "rename": 2, "replace": 2}
-PATH_NAMES = {"makedirs": ("name",), "rename": ("src", "dst"), "replace": ("src", "dst")}
+PATH_ARGS = {"makedirs": 1, "rename": 2, "replace": 2, "rmtree": 1}
+PATH_NAMES = {"makedirs": ("name",), "rename": ("src", "dst"), "replace": ("src", "dst"), "rmtree": ("path",)}
+# A caller's error handler decides what each rank's failure means, and must see it; a directory descriptor is
+# this process's own: such calls are never shared.
+OWN = ("onerror", "onexc", "dir_fd")
 
 _fs_shared: dict[int, bool] = {}
 
@@ -69,7 +72,9 @@ def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[st
     extra = sorted((k, v) for k, v in kwargs.items() if k not in PATH_NAMES[op])
     if not all(isinstance(v, PLAIN) for v in rest) or not all(isinstance(v, PLAIN) for _, v in extra):
         return None
-    devices = []
+    if any(v is not None for k, v in extra if k in OWN) or (op == "rmtree" and any(v is not None for v in rest[1:])):
+        return None
+    devices: list[Any] = []
     local = False
     for path in paths:
         dev = _device(path)
@@ -77,6 +82,12 @@ def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[st
             return None  # nothing to name the filesystem by: every rank makes its own call
         devices.append(dev)
         local = local or not shared_fs(dev)
+    if op == "rmtree":  # the same tree: the object at the path, not only the filesystem it is on
+        try:
+            st = os.lstat(paths[0])
+        except (OSError, ValueError):
+            return None  # nothing there: each rank's own call says what that means
+        devices.append((st.st_dev, st.st_ino))
     text = repr((op, paths, rest, extra, devices, host if local else ""))
     return sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
 

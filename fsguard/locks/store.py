@@ -17,8 +17,11 @@ Waiting is not polling: a waiter that finds the lock held by value ``<token>#<se
 (renewed to ``seq`` + 1, or given back). Every waiter wakes at the hand-off (or at the next renewal) and tries
 ``compare_set`` once more: a hand-off costs each waiter two round trips, not a poll every few milliseconds.
 Waits use a client connection of their own, so a thread blocked in one never delays the renewal of a lock
-this process holds. Keys set for waiters are deleted a lease later (a waiter that comes later still wakes:
-at the end of its bounded wait it tries again, and a changed value is not a dead holder).
+this process holds. A wait ends by a key being set, never by the socket timing out (c10d prints two warning
+lines for every wait that times out): at the end of its bound, the waiter's own alarm thread sets the key it
+waits on (``_Alarms``); a holder killed mid-call costs its waiters no noise on stderr. Keys set for waiters
+are deleted a lease later (a waiter that comes later still wakes: at the end of its bounded wait it tries
+again, and a changed value is not a dead holder).
 
 Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
 (``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole

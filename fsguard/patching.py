@@ -365,14 +365,22 @@ def _rmtree_wrapper() -> Callable[..., Any]:
         # A peer can only move a tree away in a job that has peers: alone, no window at all.
         launch = state.launch
         yield_s = state.settings.yield_s if launch is not None and launch.distributed else 0.0
-        verdict = rmwalk.run(wrapped, args, kwargs, rules, use_onexc, yield_s, state.serializer)
-        remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
-        if verdict is not None:
-            error = verdict.detail.pop("error", None)
-            if verdict.absorb and verdict.detail.get("top_gone") and isinstance(error, OSError):
-                verdict = _defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
-            if not _settle(verdict, "rmtree", args, kwargs, error) and isinstance(error, OSError):
-                raise error
+        serializer = state.serializer
+
+        def perform() -> None:
+            verdict = rmwalk.run(wrapped, args, kwargs, rules, use_onexc, yield_s, serializer)
+            remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
+            if verdict is not None:
+                error = verdict.detail.pop("error", None)
+                if verdict.absorb and verdict.detail.get("top_gone") and isinstance(error, OSError):
+                    verdict = _defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
+                if not _settle(verdict, "rmtree", args, kwargs, error) and isinstance(error, OSError):
+                    raise error
+
+        if serializer is None:
+            perform()
+        elif serializer.flown("rmtree", args, kwargs, perform, shared=_SERIALIZED) is _SERIALIZED:
+            remember(("rmtree", args, kwargs))  # a peer's identical call removed the tree for this one
         return None
 
     return wrapper

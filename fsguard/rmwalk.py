@@ -289,6 +289,9 @@ class Walk:
         if code == errno.ENOENT and self.first_error is None:
             self.first_error = exc
         if code == errno.ENOENT:
+            if not is_top and not rule.entry_gone_by_peer(self.rules):
+                self._forward(func, path, exc, exc_info)  # the standard library's error, at once
+                return
             if not is_top:
                 self.entries_gone.append(evidence.norm(path))
                 if self.settle_on_vanish and rule.settle_on_vanishing(len(self.entries_gone)):
@@ -612,7 +615,9 @@ def _run(
     def call_unless_announced() -> bool:
         return False if pending is not None and pending() else call()
 
-    walk.settle_on_vanish = serializer is None and not ignore  # serialized: peers do not walk it meanwhile
+    # Only in a job with peers (a lone process has nobody to wait for), and not serialized (peers do not walk
+    # the tree meanwhile).
+    walk.settle_on_vanish = serializer is None and not ignore and rules.peers
     try:
         if serializer is None:
             try:

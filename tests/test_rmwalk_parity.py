@@ -50,6 +50,14 @@ SCENARIO = """
         calls.append(["onexc", describe(func), os.fsdecode(path).replace(root, "<root>"), type(exc).__name__,
                       getattr(exc, "errno", None), os.fsdecode(exc.filename or "").replace(root, "<root>")])
 
+    def vanishing():  # the first removal also removes its siblings, as another thread of this process might
+        def fake(path, *args, **kwargs):
+            if os.path.basename(os.fsdecode(path)) in ("f1", "f2") and os.path.exists(os.path.join(top, "f1")):
+                for other in {"f1", "f2"} - {os.path.basename(os.fsdecode(path))}:
+                    real["unlink"](os.path.join(top, other))
+            return real["unlink"](path, *args, **kwargs)
+        return fake
+
     kind, _, handler = scenario.partition(":")
     kwargs = {"onerror": onerror} if handler == "onerror" else {"onexc": onexc} if handler == "onexc" else {}
     target = top
@@ -59,6 +67,8 @@ SCENARIO = """
         os.open = failing("open", "sub")
     elif kind == "rmdir":
         os.rmdir = failing("rmdir", "sub")
+    elif kind == "vanish":
+        os.unlink = vanishing()
     elif kind == "symlink":
         target = os.path.join(root, "link")
     elif kind == "bytes":
@@ -80,7 +90,9 @@ SCENARIO = """
                       "patched": hasattr(shutil.rmtree, "__wrapped__")}))
 """
 
-KINDS = ["unlink", "open", "rmdir", "symlink", "bytes", "dir_fd", "plain"]
+# "vanish": an entry listed a moment ago is gone (another thread of this lone process removed it). Alone, no peer
+# did it: the standard error, at once (a settle wait of FSGUARD_SETTLE_S=600 would run the test into its timeout).
+KINDS = ["unlink", "open", "rmdir", "vanish", "symlink", "bytes", "dir_fd", "plain"]
 
 
 @pytest.mark.parametrize("handler", ["none", "onerror", "onexc"])
@@ -95,7 +107,8 @@ def test_checked_walk_matches_the_standard_rmtree(fsguard_python: Path, kind: st
         pytest.skip("shutil.rmtree has no dir_fd before Python 3.11")
     runs = {}
     for mode in ("force", "0"):
-        done = run_python(fsguard_python, SCENARIO, {"FSGUARD": mode, "SCENARIO": f"{kind}:{handler}"})
+        env = {"FSGUARD": mode, "SCENARIO": f"{kind}:{handler}", "FSGUARD_SETTLE_S": "600"}
+        done = run_python(fsguard_python, SCENARIO, env)
         assert done.returncode == 0, done.stderr
         runs[mode] = json.loads(done.stdout)
         assert "fsguard: " not in done.stderr, done.stderr  # nothing to record outside a race

@@ -165,6 +165,7 @@ def _role(python: Path, role: str, target: Path, ready: Path, env: dict[str, str
 def _finish(peer: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = peer.communicate(timeout=60)
     assert peer.returncode == 0, err
+    assert "[c10d]" not in err, err  # a wait that ended on a dead holder is not reported by c10d as a timeout
     done = json.loads(out.strip().splitlines()[-1])
     return {"done_at": time.monotonic(), **done}
 

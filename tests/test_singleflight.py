@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +23,51 @@ from tests.support.records import json_records as records
 WORKER = Path(__file__).resolve().parent / "workers" / "singleflight_rank.py"
 
 
+def _env(tmp_path: Path, port: int, ranks: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {
+        "FSGUARD": "1",
+        "FSGUARD_SERIALIZE": "1",
+        "FSGUARD_LOCK": "store",
+        "FSGUARD_STDERR": "0",
+        "FSGUARD_LOG": str(tmp_path / "logs"),
+        "WORLD_SIZE": str(ranks),
+        "TORCHELASTIC_RUN_ID": "test",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        **(extra or {}),
+    }
+
+
+def _rank(
+    python: Path, env: dict[str, str], rank: int, op: str, target: Path, gate: Path, strace: bool = False
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        (["strace", "-f", "-c", "-e", "trace=unlinkat", "-o", f"{gate}.strace{rank}"] if strace else [])
+        + [str(python), str(WORKER), op, str(target), str(gate)],
+        env=clean_env(dict(env, RANK=str(rank), LOCAL_RANK=str(rank))),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(paths: list[str], procs: list[subprocess.Popen[str]]) -> None:
+    deadline = time.monotonic() + 300
+    while not all(os.path.exists(p) for p in paths):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a rank did not get there"
+        time.sleep(0.05)
+
+
+def _answers(procs: list[subprocess.Popen[str]]) -> tuple[list[dict[str, Any]], list[str]]:
+    answers, errs = [], []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        answers.append(json.loads(out.strip().splitlines()[-1]))
+        errs.append(err)
+    return answers, errs
+
+
 def _storm(
     python: Path,
     tmp_path: Path,
@@ -31,42 +77,32 @@ def _storm(
     extra: dict[str, str] | None = None,
     strace: bool = False,
 ) -> tuple[list[dict[str, Any]], Path]:
-    logs = tmp_path / "logs"
     gate = tmp_path / "gate"
-    env = {
-        "FSGUARD": "1",
-        "FSGUARD_SERIALIZE": "1",
-        "FSGUARD_LOCK": "store",
-        "FSGUARD_STDERR": "0",
-        "FSGUARD_LOG": str(logs),
-        "WORLD_SIZE": str(len(ops)),
-        "TORCHELASTIC_RUN_ID": "test",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        **(extra or {}),
-    }
-    procs = [
-        subprocess.Popen(
-            (["strace", "-f", "-c", "-e", "trace=unlinkat", "-o", f"{gate}.strace{rank}"] if strace else [])
-            + [str(python), str(WORKER), op, str(target), str(gate)],
-            env=clean_env(dict(env, RANK=str(rank), LOCAL_RANK=str(rank))),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank, op in enumerate(ops)
-    ]
-    deadline = time.monotonic() + 300
-    while not all(os.path.exists(f"{gate}.ready{r}") for r in range(len(ops))):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a rank did not start"
-        time.sleep(0.05)
+    env = _env(tmp_path, port, len(ops), extra)
+    procs = [_rank(python, env, rank, op, target, gate, strace) for rank, op in enumerate(ops)]
+    _wait_for([f"{gate}.ready{r}" for r in range(len(ops))], procs)
     gate.touch()
-    answers = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        answers.append(json.loads(out.strip().splitlines()[-1]))
-    return answers, logs
+    answers, _ = _answers(procs)
+    return answers, tmp_path / "logs"
+
+
+def _tree(top: Path) -> Path:
+    """A 210-entry tree: 10 directories of 20 files."""
+    for i in range(10):
+        (top / f"d{i}").mkdir(parents=True)
+        for j in range(20):
+            (top / f"d{i}" / f"f{j}").write_bytes(b"x")
+    return top
+
+
+def _unlinkats(gate: Path, ranks: int) -> int:
+    calls = 0
+    for rank in range(ranks):
+        for line in Path(f"{gate}.strace{rank}").read_text().splitlines():
+            fields = line.split()
+            if fields and fields[-1] == "unlinkat":
+                calls += int(fields[3])
+    return calls
 
 
 def test_32_ranks_one_makedirs_reach_the_filesystem_about_once(
@@ -113,11 +149,7 @@ def test_different_calls_are_not_collapsed(fsguard_python: Path, tmp_path: Path,
 def test_default_mode_rmtree_storm_removes_each_entry_about_once(fsguard_python: Path, tmp_path: Path) -> None:
     # 16 ranks rmtree one 210-entry tree, FSGUARD=1 without serialization: a rank that meets entries vanishing
     # under it (a peer removes the same tree) waits for the tree to go instead of racing it entry by entry.
-    tree = tmp_path / "scratch"
-    for i in range(10):
-        (tree / f"d{i}").mkdir(parents=True)
-        for j in range(20):
-            (tree / f"d{i}" / f"f{j}").write_bytes(b"x")
+    tree = _tree(tmp_path / "scratch")
     ranks = 16
     strace = shutil.which("strace") is not None
     extra = {"FSGUARD_SERIALIZE": "0", "FSGUARD_SETTLE_S": "20"}  # generous: a loaded machine is slow
@@ -126,11 +158,80 @@ def test_default_mode_rmtree_storm_removes_each_entry_about_once(fsguard_python:
     assert not tree.exists()
     assert not [r for r in records(logs) if r["decision"] in ("conflict", "unserialized")]
     if strace:
-        calls = 0
-        for rank in range(ranks):
-            for line in Path(f"{tmp_path / 'gate'}.strace{rank}").read_text().splitlines():
-                fields = line.split()
-                if fields and fields[-1] == "unlinkat":
-                    calls += int(fields[3])
+        calls = _unlinkats(tmp_path / "gate", ranks)
         # each entry once, and at most a few failed attempts per rank (today's walk: up to ranks x 210)
         assert calls <= 210 + 4 * ranks, calls
+
+
+# --- rmtree under store serialization: one walk for N ranks --------------------------------------------------
+
+
+def test_16_ranks_one_rmtree_walk_the_tree_once(fsguard_python: Path, tmp_path: Path, store_port: int) -> None:
+    tree = _tree(tmp_path / "scratch")
+    ranks = 16
+    strace = shutil.which("strace") is not None
+    answers, logs = _storm(fsguard_python, tmp_path, store_port, ["rmtree"] * ranks, tree, strace=strace)
+    assert all(a["ok"] for a in answers), answers
+    assert not tree.exists()
+    found = [r for r in records(logs) if r["args"] == [str(tree)]]
+    # the tree is fresh (peers' work of this job): the one that removes it says so in a hazard record
+    assert not [r for r in found if r["decision"] not in ("shared", "absorbed", "hazard")], found
+    shared = sum(r["detail"]["ranks"] for r in found if r["decision"] == "shared")
+    assert shared >= 1, found  # the ranks that waited for the walk, in one record (late joiners: their own)
+    # every rank that did not share its call made it, and has its one record (hazard: removed it; absorbed: a
+    # peer had removed it)
+    assert len([r for r in found if r["decision"] != "shared"]) == ranks - shared, found
+    print(f"16 ranks, one rmtree, store serialization: {shared} shared, records {[r['decision'] for r in found]}")
+    if strace:
+        calls = _unlinkats(tmp_path / "gate", ranks)
+        print(f"unlinkat in all: {calls}")
+        assert calls <= 210 + 4 * ranks  # one walk, not one per rank
+
+
+def test_an_rmtree_error_is_each_ranks_own(fsguard_python: Path, tmp_path: Path, store_port: int) -> None:
+    # rmtree of a symlink raises OSError in every rank: the performer's error is not shared, each rank makes
+    # its own call and gets its own error (and the link's target is left alone, as without fsguard).
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "keep").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "real")
+    answers, logs = _storm(fsguard_python, tmp_path, store_port, ["rmtree"] * 6, link)
+    assert all(a == {"ok": False, "type": "OSError", "errno": None, "filename": None} for a in answers), answers
+    assert (tmp_path / "real" / "keep").exists() and link.is_symlink()
+    shared = [r for r in records(logs) if r["decision"] == "shared"]
+    assert all(r["detail"]["outcome"] == "err" for r in shared), shared
+    assert not [r for r in records(logs) if r["decision"] == "absorbed"]
+
+
+def test_killed_performer_its_waiters_take_over(fsguard_python: Path, tmp_path: Path, store_port: int) -> None:
+    # The performer of an rmtree stops inside its walk (holding its flight and the path's lock) and is killed
+    # with SIGKILL. Its waiters find the flight's lease unrenewed, give it up, go to the lock, take it over
+    # (lease = 6 / 3 = 2 s) and remove the tree themselves; nobody hangs, and no c10d warning is printed
+    # for the waits that ended on the dead holder.
+    tree = _tree(tmp_path / "scratch")
+    env = _env(tmp_path, store_port, 4, {"FSGUARD_LOCK_TIMEOUT": "6"})
+    first = tmp_path / "gate0"
+    performer = _rank(fsguard_python, env, 0, "rmtree_stuck", tree, first)
+    _wait_for([f"{first}.ready0"], [performer])
+    first.touch()
+    _wait_for([f"{first}.stuck"], [performer])
+    gate = tmp_path / "gate"
+    waiters = [_rank(fsguard_python, env, rank, "rmtree", tree, gate) for rank in (1, 2, 3)]
+    _wait_for([f"{gate}.ready{r}" for r in (1, 2, 3)], waiters)
+    gate.touch()
+    time.sleep(1.0)  # let them join the flight (if one comes later, it finds the dead flight: the same path)
+    assert performer.poll() is None
+    performer.send_signal(signal.SIGKILL)
+    performer.wait()
+    answers, errs = _answers(waiters)
+    assert all(a["ok"] for a in answers), answers
+    assert not tree.exists()
+    for err in errs:
+        assert "[c10d]" not in err and "socket.cpp" not in err, err
+    found = records(logs := tmp_path / "logs")
+    assert found, logs
+    gave_up = [r for r in found if r["decision"] == "waited" and r["detail"].get("flight")]
+    assert gave_up and all(f"pid {performer.pid} " in r["evidence"] for r in gave_up), found
+    took_over = [r for r in found if r["decision"] == "waited" and r["detail"]["took_over"]]
+    assert len(took_over) == 1 and f"pid {performer.pid} " in took_over[0]["evidence"], found
+    assert not [r for r in found if r["decision"] in ("unserialized", "conflict")], found

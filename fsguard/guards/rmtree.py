@@ -13,7 +13,8 @@ wins.* So:
     if a peer still meant to rename it, that is where its data went (``removed_peer_tree``).
 
 Failures of the walk, as before:
-  * ``FileNotFoundError`` on an entry inside the tree (it was listed a moment ago): a peer removed it.
+  * ``FileNotFoundError`` on an entry inside the tree (it was listed a moment ago): a peer removed it (only in a
+    job with peers: a lone process gets the standard error at once, ``entry_gone_by_peer``).
   * ``FileNotFoundError`` on the top path before anything was removed: absorbed when its parent changed
     during this job and this process did not remove or move it itself (``top_gone_before_by_peer``).
   * ``FileNotFoundError`` on the top path after the walk: a peer removed or renamed the emptied tree.
@@ -173,6 +174,13 @@ def _count(path: str) -> str:
     except OSError:
         return "unknown"
     return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def entry_gone_by_peer(rules: Rules) -> bool:
+    """An entry listed a moment ago is gone: a peer's removal only in a job with peers. A lone process
+    (``FSGUARD=force`` outside a launcher) has none: another thread of its own removed it, and the standard
+    library's error is the answer (at once: there is nobody to wait for)."""
+    return rules.peers
 
 
 def settle_on_vanishing(vanished: int) -> bool:

@@ -1,20 +1,26 @@
 """Singleflight under serialization: N identical calls of the job's ranks cost one filesystem operation.
 
 Identical means: same operation, same normalised paths, same other arguments (plain values only: ints,
-strings, booleans, None), same filesystem object (the ``st_dev`` of each path's parent) and, on a node-local
-filesystem, the same node. The first rank to claim the call's *flight* in the job's store performs it, under
-the lock as before; the others block in the store's ``wait`` on the flight's outcome key and then:
+strings, booleans, None), same filesystem object (the ``st_dev`` of each path's parent; for ``rmtree``, also the
+device and inode of the tree itself) and, on a node-local filesystem, the same node. A call with an error
+handler (``onerror``/``onexc``: the caller's own code decides what each failure means, and must see its own) or
+a ``dir_fd`` is never shared. The first rank to claim the call's *flight* in the job's store performs it, under
+the lock as before; the others block in the store's ``wait`` on the flight's hand-off key and then:
 
-* the performer's call returned (succeeded, or a race absorbed by the guard's rule): return ``None`` as it
-  did, without touching the filesystem;
+* the performer's call returned (succeeded, or a race absorbed by the guard's rule; for ``rmtree``, the whole
+  guarded call: its yield window for a peer's rename, its walk, its verdict): return as it did, without
+  touching the filesystem;
 * it raised (a genuine error, or one deferred to the caller's own handler): perform their own call, under
   the lock, as without singleflight, so each rank gets its own error object with its own errno and filename.
 
 A flight is open only while it is performed: a rank that comes after the outcome was published performs its
-own call (a later identical call is a new call: the filesystem may have changed since). A performer that
-dies (killed mid-call) leaves its flight open: its waiters watch the lock of the call's path, and when that
-lock's value has not changed for a whole lease (no holder renews it), they give the flight up and go to the
-lock themselves, where the lease take-over of ``fsguard.locks.store`` serves them.
+own call (a later identical call is a new call: the filesystem may have changed since). A flight is a lease,
+like a lock (``fsguard.locks.store``): the performer's renewal thread renews it every quarter lease while the
+call runs, which wakes its waiters. A performer that dies (killed mid-call) or freezes stops renewing: a
+waiter that sees the same value for a whole lease closes the flight, records that it gave it up (``waited``,
+``detail.flight``), and goes to the lock itself, where the lease take-over serves it; the other waiters find
+the flight closed without an outcome and do the same. A waiter also gives up after ``FSGUARD_LOCK_TIMEOUT``
+(a live performer still running): it then makes its own call, bounded by the lock's own timeout.
 
 Records: one per collapsed call, not one per rank. The performer writes a ``shared`` record naming how many
 ranks waited for its outcome (the count is sealed when it closes the flight: a rank that joined later knows it
@@ -34,8 +40,11 @@ from typing import Any
 
 SHARED_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb3", "smbfs", "glusterfs", "panfs")
 PLAIN = (int, str, bytes, bool, float, type(None))
-PATH_ARGS = {"makedirs": 1, "rename": 2, "replace": 2}
-PATH_NAMES = {"makedirs": ("name",), "rename": ("src", "dst"), "replace": ("src", "dst")}
+PATH_ARGS = {"makedirs": 1, "rename": 2, "replace": 2, "rmtree": 1}
+PATH_NAMES = {"makedirs": ("name",), "rename": ("src", "dst"), "replace": ("src", "dst"), "rmtree": ("path",)}
+# A caller's error handler decides what each rank's failure means, and must see it; a directory descriptor is
+# this process's own: such calls are never shared.
+OWN = ("onerror", "onexc", "dir_fd")
 
 _fs_shared: dict[int, bool] = {}
 
@@ -69,7 +78,9 @@ def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[st
     extra = sorted((k, v) for k, v in kwargs.items() if k not in PATH_NAMES[op])
     if not all(isinstance(v, PLAIN) for v in rest) or not all(isinstance(v, PLAIN) for _, v in extra):
         return None
-    devices = []
+    if any(v is not None for k, v in extra if k in OWN) or (op == "rmtree" and any(v is not None for v in rest[1:])):
+        return None
+    devices: list[Any] = []
     local = False
     for path in paths:
         dev = _device(path)
@@ -77,6 +88,12 @@ def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[st
             return None  # nothing to name the filesystem by: every rank makes its own call
         devices.append(dev)
         local = local or not shared_fs(dev)
+    if op == "rmtree":  # the same tree: the object at the path, not only the filesystem it is on
+        try:
+            st = os.lstat(paths[0])
+        except (OSError, ValueError):
+            return None  # nothing there: each rank's own call says what that means
+        devices.append((st.st_dev, st.st_ino))
     text = repr((op, paths, rest, extra, devices, host if local else ""))
     return sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
 

@@ -118,30 +118,46 @@ class Serializer:
         def locked(*call_args: Any, **call_kwargs: Any) -> Any:
             return self.call(op, paths, wrapped, call_args, call_kwargs)
 
-        flight = self._claim(op, paths, args, kwargs)
-        if flight is None:
-            return guarded_call(locked, args, kwargs)
+        return self.flown(op, args, kwargs, lambda: guarded_call(locked, args, kwargs), paths=paths)
+
+    # --- singleflight (fsguard.locks.flight) -----------------------------------------------------------
+
+    def flown(
+        self,
+        op: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        perform: Callable[[], Any],
+        shared: Any = None,
+        paths: list[str] | None = None,
+    ) -> Any:
+        """``perform()`` (the whole guarded call), or, when peers make the identical call at this moment, one
+        of them performs it and the others return ``shared`` as soon as its ``perform()`` returned. When it
+        raised (or ended without an outcome: killed, frozen, too slow), every waiting rank calls its own
+        ``perform()``, so each gets its own result and its own error object."""
+        paths = paths or targets(op, args, kwargs)
+        flight = self._claim(op, paths, args, kwargs) if paths else None
+        if flight is None or paths is None:
+            return perform()
         backend, name, token, performer = flight
         if not performer:
-            outcome, late = self._wait_flight(backend, name, token, paths)
+            outcome, late = self._wait_flight(backend, op, paths, name, token)
             if late and outcome is not None:
                 self._shared_record(backend, op, paths, 1, outcome)  # the performer counted its waiters before
             if outcome == b"ok":
-                return None  # the performer's call returned: so does this one, without a filesystem call
-            return guarded_call(locked, args, kwargs)  # it raised: this rank makes (and fails) its own call
+                return shared  # the performer's call returned: so does this one, without a filesystem call
+            return perform()  # it raised: this rank makes (and fails) its own call
         try:
-            result = guarded_call(locked, args, kwargs)
+            result = perform()
         except BaseException:
             self._land(backend, op, paths, name, token, b"err")
             raise
         self._land(backend, op, paths, name, token, b"ok")
         return result
 
-    # --- singleflight (fsguard.locks.flight) -----------------------------------------------------------
-
     def _claim(
         self, op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, str, bytes, bool] | None:
+    ) -> tuple[Any, str, Any, bool] | None:
         """(backend, flight, token, performer?) for a call identical calls of peers can share, else None."""
         if busy() or self._local.__dict__.get("keys"):
             return None  # a call made while this thread holds locks (an onerror handler's) is its own
@@ -154,22 +170,47 @@ class Serializer:
                 name = flight.flight_key(op, paths, args, kwargs, self._host)
                 if name is None:
                     return None
-                claimed = claim(name)
+                claimed = claim(name, holder_text(self._rank, self._host, f"{op} {' -> '.join(paths)}"))
         except Exception:  # noqa: BLE001 - no singleflight: the call goes to the lock as before
             return None
         if claimed is None:
             return None
         return backend, name, claimed[1], claimed[0]
 
-    def _wait_flight(self, backend: Any, name: str, token: bytes, paths: list[str]) -> tuple[bytes | None, bool]:
+    def _wait_flight(
+        self, backend: Any, op: str, paths: list[str], name: str, value: bytes
+    ) -> tuple[bytes | None, bool]:
+        started = time.monotonic()
         try:
             with runtime.Busy():
-                outcome, late = backend.flight_wait(name, token, min(stripe(p) for p in paths), self.timeout)
-                return outcome, bool(late)
-        except Exception:  # noqa: BLE001 - no outcome to share: this rank makes its own call
-            return None, False
+                outcome, late, why = backend.flight_wait(name, value, self.timeout)
+        except Exception as error:  # noqa: BLE001 - no outcome to share: this rank makes its own call
+            outcome, late, why = None, False, f"the store failed ({type(error).__name__}: {error})"
+        if outcome is None:
+            self._abandoned(backend, op, paths, value, why, time.monotonic() - started)
+        return outcome, bool(late)
 
-    def _land(self, backend: Any, op: str, paths: list[str], name: str, token: bytes, outcome: bytes) -> None:
+    def _abandoned(self, backend: Any, op: str, paths: list[str], value: bytes, why: str, waited: float) -> None:
+        """A record: this rank waited for a peer's identical call, got no outcome, and made its own call."""
+        from .store import holder_of
+
+        performer = holder_of(value) or "an unknown performer"
+        because = {
+            "dead": "its lease was not renewed for a whole lease (killed or frozen)",
+            "timeout": f"it was still running after FSGUARD_LOCK_TIMEOUT ({self.timeout:g} s)",
+            "gone": "it ended without an outcome (a peer found its lease unrenewed and closed it)",
+        }.get(why, why)
+        runtime.record(
+            op,
+            "waited",
+            f"waited {waited:.2f} s for the identical call of {performer}, which peers shared; {because}: "
+            "made its own call",
+            paths,
+            waited_s=waited,
+            detail={"backend": backend.name, "holders": [performer], "took_over": False, "flight": why},
+        )
+
+    def _land(self, backend: Any, op: str, paths: list[str], name: str, token: Any, outcome: bytes) -> None:
         """Publish the outcome to the waiting ranks; one ``shared`` record says how many there were."""
         try:
             with runtime.Busy():

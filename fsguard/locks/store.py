@@ -17,8 +17,11 @@ Waiting is not polling: a waiter that finds the lock held by value ``<token>#<se
 (renewed to ``seq`` + 1, or given back). Every waiter wakes at the hand-off (or at the next renewal) and tries
 ``compare_set`` once more: a hand-off costs each waiter two round trips, not a poll every few milliseconds.
 Waits use a client connection of their own, so a thread blocked in one never delays the renewal of a lock
-this process holds. Keys set for waiters are deleted a lease later (a waiter that comes later still wakes:
-at the end of its bounded wait it tries again, and a changed value is not a dead holder).
+this process holds. A wait ends by a key being set, never by the socket timing out (c10d prints two warning
+lines for every wait that times out): at the end of its bound, the waiter's own alarm thread sets the key it
+waits on (``_Alarms``); a holder killed mid-call costs its waiters no noise on stderr. Keys set for waiters
+are deleted a lease later (a waiter that comes later still wakes: at the end of its bounded wait it tries
+again, and a changed value is not a dead holder).
 
 Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
 (``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole
@@ -40,7 +43,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +51,7 @@ from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
 SEAL = 1 << 40  # added to a flight's waiter count by its performer when it reads it
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
+BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only when the store fails to set a key
 
 
 def lease_for(lock_timeout: float) -> float:
@@ -64,6 +68,59 @@ class _Lease:
 
     def value(self) -> bytes:
         return b"%s#%d %s" % (self.token, self.seq, self.what)
+
+
+class _Alarms:
+    """A waiter's own bound on a blocking ``wait``: at the deadline, this thread sets the key waited for (through
+    the other connection), so that a wait ends by a key being set, never by its socket timing out. c10d reports
+    a timed-out wait on stderr (two ``[c10d] waitForInput`` warning lines) even when the caller expects it, and a
+    waiter on a killed holder would print them at every wait; with the alarm, only a store that fails to answer
+    (``BACKSTOP_S`` later) still shows its warnings, as it should.
+
+    A key set by an alarm is the key that the holder of the value waited on would set when that value stops being
+    current: other waiters on it wake too, see the value unchanged, and poll (with backoff) instead of waiting on
+    it again; the alarm's owner is then about to change the value itself (take the lock over, close a flight)."""
+
+    def __init__(self, fire: Callable[[str], None]) -> None:
+        self._fire = fire
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, str]] = {}
+        self._fired: set[int] = set()
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def at(self, when: float, name: str) -> int:
+        with self._cond:
+            ident = next(self._ids)
+            self._due[ident] = (when, name)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="fsguard-alarm", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return ident
+
+    def cancel(self, ident: int) -> bool:
+        """Forget alarm ``ident``; True when it had gone off already."""
+        with self._cond:
+            self._due.pop(ident, None)
+            fired = ident in self._fired
+            self._fired.discard(ident)
+            return fired
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    ready = [(i, name) for i, (when, name) in self._due.items() if when <= now]
+                    if ready:
+                        break
+                    self._cond.wait(min((when for when, _ in self._due.values()), default=now + 3600.0) - now)
+                for ident, _ in ready:
+                    del self._due[ident]
+                    self._fired.add(ident)
+            for _, name in ready:
+                self._fire(name)
 
 
 def holder_of(value: bytes) -> str | None:
@@ -105,6 +162,7 @@ class StoreBackend:
         self._posted: deque[tuple[float, str]] = deque()  # hand-off keys set for waiters, deleted a lease later
         self._renewer: threading.Thread | None = None
         self._tokens = itertools.count()
+        self._alarms = _Alarms(self._ring)
 
     # --- connection ------------------------------------------------------------------------------------
 
@@ -193,6 +251,7 @@ class StoreBackend:
         mine = lease.value()
         started = time.monotonic()
         seen, seen_since = b"", started
+        stale: bytes | None = None
         holder: str | None = None
         delay = 0.0002
         try:
@@ -218,9 +277,13 @@ class StoreBackend:
                     raise LockTimeout(holder, waited)
                 # until the hand-off, or until the lease would have run out (then the loop takes over)
                 due = max(seen_since + self.lease_s - now, 0.0) + 0.01
-                if not self._wait_for_change(lease.key, current, min(timeout - waited, due)):
-                    time.sleep(min(delay, timeout - waited))  # a store that cannot wait (not a TCPStore): poll
-                    delay = min(delay * 2, 0.01)
+                bound = min(timeout - waited, due)
+                woke = None if current == stale else self._wait_for_change(lease.key, current, bound)
+                if woke is None:  # a store that cannot wait (not a TCPStore), or a peer's alarm woke us: poll
+                    time.sleep(min(delay, timeout - waited, due))
+                    delay = min(delay * 2, 0.05)
+                elif woke:
+                    stale = current  # its key is set: if the value is still this one, do not wait on it again
         except (LockTimeout, Unreachable):
             raise
         except Exception as error:
@@ -309,14 +372,15 @@ class StoreBackend:
         except Exception:  # noqa: BLE001 - waiters then wake at the end of their bounded wait
             pass
 
-    def _wait_for_change(self, key: str, value: bytes, timeout: float) -> bool:
-        """Block until the holder of ``value`` renews or gives the lock back, at most ``timeout``; False when
-        this store cannot wait (the caller polls instead)."""
-        return self._wait_key(self._next_key(key, value), timeout) is not None
+    def _wait_for_change(self, key: str, value: bytes, timeout: float) -> bool | None:
+        """Block until the holder of ``value`` renews or gives the lock back, at most ``timeout`` (see
+        ``_wait_key``)."""
+        return self._wait_key(self._next_key(key, value), timeout)
 
     def _wait_key(self, name: str, timeout: float) -> bool | None:
-        """Block until key ``name`` exists, at most ``timeout``: True when it does, False on timeout, None
-        when this store cannot wait (not a TCPStore)."""
+        """Block until key ``name`` exists, at most ``timeout``: True when someone set it, False when this
+        waiter's own bound did (``_Alarms``: a timeout without c10d's warnings), None when this store cannot
+        wait (not a TCPStore: the caller polls)."""
         if self._tcp is None or timeout <= 0:
             return None
         from datetime import timedelta
@@ -326,67 +390,111 @@ class StoreBackend:
                 import torch.distributed as dist
 
                 self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
+            alarm = self._alarms.at(time.monotonic() + timeout, name)
             try:
-                self._waiter.wait([name], timedelta(seconds=timeout))
+                self._waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
             except Exception as error:
+                self._alarms.cancel(alarm)
                 if "timeout" not in str(error).lower():
                     self._waiter = None
                     raise
                 return False
-        return True
+            return not self._alarms.cancel(alarm)
+
+    def _ring(self, name: str) -> None:
+        """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""
+        try:
+            store = self._connect()
+            with self._io:
+                store.set(name, b"1")
+            self._posted.append((time.monotonic(), name))
+        except Exception:  # noqa: BLE001 - the wait then ends at its backstop, and c10d says why
+            pass
 
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
-    def flight_claim(self, flight: str) -> tuple[bool, bytes] | None:
-        """(True, token) for the performer, (False, the performer's token) for a waiter; None when this
-        store cannot wait on keys (no singleflight)."""
+    def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
+        """(True, the flight's ``Held``) for the performer, (False, the flight's current value) for a waiter;
+        None when this store cannot wait on keys (no singleflight). A flight is a lease like a lock: renewed by
+        the holder's renewal thread while it is performed, so that its waiters can tell a killed performer."""
         self._connect()
         if self._tcp is None:
             return None
-        token = b"%s.f%d" % (process_nonce().encode(), next(self._tokens))
-        current = self._cas(self.prefix + "flight/" + flight, b"", token)
-        return (True, token) if current == token else (False, current)
+        lease = _Lease(
+            self.prefix + "flight/" + flight,
+            b"%s.f%d" % (process_nonce().encode(), next(self._tokens)),
+            what.encode("utf-8", "replace"),
+        )
+        current = self._cas(lease.key, b"", lease.value())
+        if current != lease.value():
+            return False, current
+        return True, self._hold(Held(flight, lease))
 
-    def flight_wait(self, flight: str, token: bytes, lock_key: str, timeout: float) -> tuple[bytes | None, bool]:
-        """(outcome, late): the outcome the performer ``token`` published (``ok`` or ``err``), and whether the
-        performer had already counted its waiters when this one joined (it then records itself). None: given up after
-        ``timeout``, or because the lock of the call's path stopped changing for a whole lease (its holder
-        neither renews nor hands it on: killed or frozen; the caller then goes to the lock, whose take-over
-        serves it)."""
-        base = self.prefix + "flight/" + flight
-        tok = token.decode("ascii", "replace")
-        late = self._add_raw(base + "/n/" + tok, 1) > SEAL
+    def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
+        """(outcome, late, why): the outcome the performer of flight ``value`` published (``ok`` or ``err``),
+        and whether it had counted its waiters already when this one joined (it then records itself). None
+        with why: given up after ``timeout`` (``"timeout"``), or because the flight's lease was not renewed for
+        a whole lease (``"dead"``: the performer was killed or frozen; the caller goes to the lock, whose
+        take-over serves it), or because the performer ended without an outcome to share (``"gone"``).
+
+        No polling: the waiter blocks on the flight's hand-off key, which the performer sets at each renewal
+        and when it ends (``_post``), and its own alarm at the end of the lease."""
+        key = self.prefix + "flight/" + flight
+        token = value.partition(b" ")[0].partition(b"#")[0]
+        if self._add_raw(key + "/n/" + token.decode("ascii", "replace"), 1) > SEAL:
+            return self._outcome(key, token), True, "gone"
         started = since = time.monotonic()
-        last: bytes | None = None
+        seen, stale = value, None
+        delay = 0.0002
         while True:
+            current = self._cas(key, b"\0", b"\0")  # a peek: the value ("" or b"\0" when ended)
             now = time.monotonic()
+            if not current.startswith(token + b"#"):
+                return self._outcome(key, token), False, "gone"
+            if current != seen:
+                seen, since = current, now
+            elif now - since >= self.lease_s:
+                self._cas(key, current, b"")  # close the dead flight: later callers make their own calls
+                return None, False, "dead"
             remaining = timeout - (now - started)
             if remaining <= 0:
-                return None, late
-            if self._wait_key(base + "/out/" + tok, min(remaining, self.lease_s / 2)):
-                store = self._connect()
-                with self._io:
-                    return bytes(store.get(base + "/out/" + tok)), late
-            value = self._cas(self.prefix + lock_key, b"\0", b"\0")  # a peek: the value, or b"\0" if free
-            now = time.monotonic()
-            if value != last:
-                last, since = value, now
-            elif now - since >= self.lease_s:
-                self._cas(base, token, b"")  # close the dead flight: later callers perform their own calls
-                return None, late
+                return None, False, "timeout"
+            due = since + self.lease_s - now + 0.01
+            woke = None if current == stale else self._wait_for_change(key, current, min(remaining, due))
+            if woke is None:
+                time.sleep(min(delay, remaining, due))
+                delay = min(delay * 2, 0.05)
+            elif woke:
+                stale = current
 
-    def flight_done(self, flight: str, token: bytes, outcome: bytes) -> int:
-        """Publish the outcome, close the flight; how many ranks waited for it (as counted now)."""
-        base = self.prefix + "flight/" + flight
-        tok = token.decode("ascii", "replace")
+    def _outcome(self, key: str, token: bytes) -> bytes | None:
+        name = key + "/out/" + token.decode("ascii", "replace")
         store = self._connect()
         with self._io:
-            store.set(base + "/out/" + tok, outcome)
-        self._cas(base, token, b"")
-        shared = self._add_raw(base + "/n/" + tok, SEAL) - SEAL  # sealed: a later joiner knows it was not counted
+            if not store.check([name]):  # never a blocking get: a missing key would wait for the store's timeout
+                return None
+            return bytes(store.get(name))
+
+    def flight_done(self, flight: str, held: Held, outcome: bytes) -> int:
+        """Publish the outcome, close the flight, wake its waiters; how many ranks waited for it. The count is
+        sealed first: a rank that joins later knows it was not counted and reads the outcome at once."""
+        lease: _Lease = held.token
+        token = lease.token.decode("ascii", "replace")
+        with self._cond:
+            self._held.pop(id(held), None)
+        store = self._connect()
+        with held.lock:
+            lease.released = True
+            with self._io:
+                store.set(lease.key + "/out/" + token, outcome)
+            shared = self._add_raw(lease.key + "/n/" + token, SEAL) - SEAL
+            ended = lease.value()
+            self._cas(lease.key, ended, b"")
+        if shared:
+            self._post(lease.key, ended)  # wake them (a later joiner reads the outcome without waiting)
         now = time.monotonic()
-        self._posted.append((now, base + "/out/" + tok))
-        self._posted.append((now, base + "/n/" + tok))
+        self._posted.append((now, lease.key + "/out/" + token))
+        self._posted.append((now, lease.key + "/n/" + token))
         return shared
 
     def _add_raw(self, name: str, amount: int) -> int:

@@ -1,5 +1,6 @@
 """One rank of tests/test_singleflight.py: connect (a first serialized call), wait for the start file, then
-make the call named on the command line and print what it returned or raised, as JSON."""
+make the call named on the command line and print what it returned or raised, as JSON. ``rmtree_stuck``: an
+rmtree that stops inside the walk (see ``stuck``), for a test that kills it there."""
 
 from __future__ import annotations
 
@@ -17,12 +18,22 @@ while not os.path.exists(gate):
     time.sleep(0.002)
 
 
+def stuck(path: object, *args: object, **kwargs: object) -> None:
+    """In place of ``os.unlink`` (which the rmtree walk calls): the rank stops inside its guarded call, holding
+    its flight and its lock, until the test kills it."""
+    open(gate + ".stuck", "w").close()
+    time.sleep(600)
+
+
 def call() -> None:  # the error is handled one frame up: fsguard decides as for an unhandled error
     if op == "makedirs":
         os.makedirs(target)
     elif op == "makedirs_exist_ok":
         os.makedirs(target, exist_ok=True)
     elif op == "rmtree":
+        shutil.rmtree(target)
+    elif op == "rmtree_stuck":
+        os.unlink = stuck
         shutil.rmtree(target)
     else:
         raise ValueError(op)

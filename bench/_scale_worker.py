@@ -7,15 +7,19 @@ A rank connects to the coordinator's Unix socket (``FSG_BENCH_SOCKET``), says wh
 ``time.monotonic`` value, one clock for all processes of the machine), makes the call, and answers
 ``{"ok", "error", "latency_s", "end", "late_s", "cpu_s", "store_ops"}``.
 
-A fresh rank had fsguard activated by its ``.pth`` at start-up. A forked rank is made the way the zygote
-was, minus the interpreter's start: the zygote starts with ``FSGUARD=0`` (its ``.pth`` does nothing), imports
-what a rank would import (fsguard's startup modules; torch.distributed for the store arm, which fsguard
-imports at the first serialized call), freezes its objects out of the garbage collector's reach
-(``gc.freeze``: the children's collections then leave the shared pages alone), and forks. Each child sets its
-own launcher variables (``RANK``, ``WORLD_SIZE``, ...) and ``FSGUARD`` in ``os.environ`` and calls
-``fsguard._boot.start()``: the one function the ``.pth`` calls, reading the same variables, so launcher
-detection and activation take the path a real rank's start-up takes. Nothing of fsguard was active in the
-zygote, so no fsguard state is inherited (fsguard's at-fork hook would reset it anyway).
+A fresh rank had fsguard activated by its ``.pth`` at start-up. A forked rank is made from a zygote: one
+interpreter per pool, started with ``FSGUARD=0`` (its ``.pth`` does nothing), that imports what a rank would
+import (fsguard's modules, those its first decisions import lazily included; torch.distributed for the
+store arm, which fsguard imports at the first serialized call), freezes its objects out of the garbage
+collector's reach (``gc.freeze``: the children's collections then leave the shared pages alone), and forks.
+Each child sets its own launcher variables (``RANK``, ``WORLD_SIZE``, ...) and ``FSGUARD`` in ``os.environ``
+and calls ``fsguard._boot.start()``: the one function the ``.pth`` calls, reading the same variables, so
+launcher detection and activation take the path a real rank's start-up takes. Nothing of fsguard was active
+in the zygote, so no fsguard state is inherited (fsguard's at-fork hook would reset it anyway). What differs
+from a real rank: the code pages and imported modules are shared copy-on-write (about 10 MiB private per
+rank instead of about 150 MiB with torch), no first call pays a lazy import, and the rank's parent is the
+zygote (fsguard reads the parent's start time as a bound of the job's start: the zygote started before the
+trials' files were laid out, as a launcher agent does).
 
 Store operations: in the store arm, ``torch.distributed.TCPStore`` is replaced in the rank by a factory of
 counting proxies before fsguard's first serialized call makes its clients, so every request fsguard sends
@@ -25,8 +29,10 @@ to the store (the lease renewal thread's included) is counted, per method; fsgua
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
+import pkgutil
 import shutil
 import socket
 import sys
@@ -103,13 +109,15 @@ def serve(rank: int) -> int:
     if os.environ.get("FSGUARD_LOCK") == "store":
         count_store_ops()
     warm = os.environ.get("FSG_BENCH_WARM")
+    warm_started = time.monotonic()
     if warm:  # a first serialized call: the store connection (and torch's import) before any trial
         os.makedirs(f"{warm}/{rank}", exist_ok=True)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ["FSG_BENCH_SOCKET"])
     stream = conn.makefile("rw", encoding="utf-8", newline="\n")
     active = hasattr(os.rename, "__wrapped__")
-    stream.write(json.dumps({"rank": rank, "pid": os.getpid(), "fsguard_active": active}) + "\n")
+    hello = {"rank": rank, "pid": os.getpid(), "fsguard_active": active, "warm_s": time.monotonic() - warm_started}
+    stream.write(json.dumps(hello) + "\n")
     stream.flush()
     for line in stream:
         trial = json.loads(line)
@@ -150,10 +158,14 @@ def serve(rank: int) -> int:
 def zygote(size: int) -> int:
     """Import what ranks need, then fork ``size`` ranks (see the module docstring); wait for them all."""
     rank_env = json.loads(os.environ.pop("FSG_BENCH_RANK_ENV"))
+    import fsguard
     import fsguard._boot
-    import fsguard.config
-    import fsguard.launcher
-    import fsguard.patching  # imported once here, shared by every rank
+
+    for module in pkgutil.walk_packages(fsguard.__path__, "fsguard."):
+        if not module.name.startswith(("fsguard.cli", "fsguard.demo", "fsguard.audit", "fsguard.__main__")):
+            importlib.import_module(module.name)  # what startup and the first decisions import, shared
+    import copy  # noqa: F401 - imported by the first decisions
+    import dataclasses  # noqa: F401
 
     if rank_env.get("FSGUARD_LOCK") == "store":
         import torch.distributed  # noqa: F401 - what fsguard's first serialized call imports

@@ -45,6 +45,10 @@ MODES = ("none", "fsguard", "serialize", "serialize-store", "rank0+barrier")
 WORKER = Path(__file__).resolve().parent / "_scale_worker.py"
 RANK_VARIABLES = ("RANK", "LOCAL_RANK")
 SYSCALLS = "%file,getdents64"  # what strace counts: every call naming a path, and directory listings
+# A TCPStore connection may look up a host name; where no DNS server answers (this sandbox), each lookup
+# waits out the resolver's 5 s timeout, twice. Connections are made before the trials: this only shortens
+# the pools' start-up.
+RES_OPTIONS = "timeout:1 attempts:1"
 CHANGES = ("mkdir", "mkdirat", "rename", "renameat", "renameat2", "unlink", "unlinkat", "rmdir")
 
 
@@ -83,6 +87,7 @@ class Pool:
         self.conns: list[Any] = [None] * size
         self.pids = [0] * size
         self.active = [False] * size
+        self.warm_s = [0.0] * size
         listener.settimeout(1.0)
         deadline = time.monotonic() + 1800
         try:
@@ -100,6 +105,7 @@ class Pool:
                 self.conns[hello["rank"]] = stream
                 self.pids[hello["rank"]] = hello["pid"]
                 self.active[hello["rank"]] = hello["fsguard_active"]
+                self.warm_s[hello["rank"]] = hello["warm_s"]
         except BaseException:
             self.close()
             raise
@@ -291,6 +297,7 @@ def run(
             "FSGUARD_SERIALIZE": "1",
             "FSGUARD_LOCK": "store",
             "MASTER_PORT": str(server.port),
+            "RES_OPTIONS": RES_OPTIONS,
         }
         pythons["serialize-store"] = torch_python
     cells: dict[str, dict[str, Any]] = {}
@@ -403,6 +410,7 @@ def _store_server() -> Any:
     except ImportError:
         return None
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009
+    os.environ["RES_OPTIONS"] = RES_OPTIONS
     return tcp_store("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
 
 

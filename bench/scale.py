@@ -322,6 +322,11 @@ def run(
                     if any(a != expected for a in pool.active):
                         problems.append(f"{pool_name} x{size}: fsguard active in {sum(pool.active)}/{size} ranks")
                     try:
+                        # one untimed race first: a rank's first record creates its log, its first decision
+                        # reads the job's start; bench/startup.py measures first-use costs
+                        first = _setup("makedirs", base / pool_name / str(size) / "first")
+                        answers = pool.trial(first)
+                        first_race_ms = (max(a["end"] for a in answers) - first["start"]) * 1000
                         for op in OPS:
                             for mode in pool_modes:
                                 cell = cells.setdefault(f"{op}/{size}/{mode}", _new_cell(op, size, mode))
@@ -361,6 +366,7 @@ def run(
                 for op in OPS:
                     for mode in pool_modes:
                         cells[f"{op}/{size}/{mode}"]["spawn_s"] = spawn_s
+                        cells[f"{op}/{size}/{mode}"]["first_race_wall_ms"] = first_race_ms
                         cells[f"{op}/{size}/{mode}"]["records_in_pool"] = records
                 if progress:
                     mem = memory.get(f"{pool_name}/{size}", {})
@@ -472,6 +478,12 @@ def render(result: dict[str, Any]) -> str:
         "store operations per rank per call (requests to the TCPStore, lease renewals included)",
         common.table(headers, tables["store"]),
         "",
+        "first race of each pool (untimed above: first records, first decisions), wall ms: "
+        + "; ".join(
+            f"{c['mode']}/{c['size']} {c['first_race_wall_ms']:.0f}"
+            for c in cells.values()
+            if c["op"] == "makedirs" and "first_race_wall_ms" in c
+        ),
         "memory per rank, MiB, USS/PSS: "
         + "; ".join(
             f"{k} {v['uss'] / 1024:.1f}/{v['pss'] / 1024:.1f}" for k, v in result["memory_kib_per_rank"].items()

@@ -40,6 +40,7 @@ import time
 from typing import Any
 
 STORE_OPS: dict[str, int] = {}
+_REAL_STORE: list[Any] = []
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
@@ -66,11 +67,45 @@ def count_store_ops() -> None:
     import torch.distributed as dist
 
     real = getattr(dist, "TCPStore")  # noqa: B009
+    _REAL_STORE.append(real)  # the probe's own requests are not fsguard's: it uses the real class
 
     def factory(*args: Any, **kwargs: Any) -> CountingStore:
         return CountingStore(real(*args, **kwargs))
 
     setattr(dist, "TCPStore", factory)  # noqa: B010
+
+
+_PROBE: list[Any] = []
+
+
+def store_probe(trial: dict[str, Any], rank: int) -> dict[str, tuple[float, float]]:
+    """When (``time.monotonic``) ``n`` requests of each kind on a client of its own (ranks below ``clients`` only): one
+    client gives the round trip, many the store server's time per request when it is the bottleneck."""
+    if rank >= trial["clients"]:
+        return {}
+    if not _PROBE:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        tcp_store = _REAL_STORE[0] if _REAL_STORE else getattr(dist, "TCPStore")  # noqa: B009
+        address = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        _PROBE.append(tcp_store(*address, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=60)))
+    store = _PROBE[0]
+    key = f"/fsg-bench/probe/{rank}"
+    store.set(key, b"")
+    times = {}
+    for kind in ("add", "compare_set", "get"):
+        started = time.monotonic()
+        for _ in range(trial["n"]):
+            if kind == "add":
+                store.add(key + "/n", 1)
+            elif kind == "compare_set":
+                store.compare_set(key, b"", b"")
+            else:
+                store.get(key)
+        times[kind] = (started, time.monotonic())
+    return times
 
 
 def operation(trial: dict[str, Any]) -> None:
@@ -126,6 +161,11 @@ def serve(rank: int) -> int:
         delay = trial["start"] - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        if trial.get("op") == "store":
+            probe = store_probe(trial, rank)
+            stream.write(json.dumps({"probe": probe, "end": time.monotonic()}) + "\n")
+            stream.flush()
+            continue
         before = dict(STORE_OPS)
         cpu = time.process_time()
         woke = time.monotonic()

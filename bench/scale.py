@@ -1,21 +1,38 @@
-"""N processes racing on one path (issue 7): success rate and latency, with and without fsguard.
+"""N processes racing on one path (issues 7, 17): success rate, latency, syscalls and store requests.
 
-For 2..64 ranks and each operation (makedirs, rename of a directory, replace of a file, rmtree of a small
+For 2..256 ranks and each operation (makedirs, rename of a directory, replace of a file, rmtree of a small
 tree), every rank makes the same call on the same path at the same moment. Arms:
 
 * none: fsguard installed but off (FSGUARD=0): what the job sees today;
-* fsguard: FSGUARD=1, activated by the ``.pth`` from the launcher variables;
+* fsguard: FSGUARD=1, activated at start-up from the launcher variables;
 * serialize: FSGUARD=1 FSGUARD_SERIALIZE=1 (one node: file locks);
 * serialize-store: the same with FSGUARD_LOCK=store, against a TCPStore this process serves (the launcher's
   agent store's stand-in): job-wide locks, and singleflight of identical calls (``fsguard.locks.flight``);
-  each rank makes one serialized call before the trials (connects; imports torch);
+  each rank makes one serialized call before the trials (connects to the store);
 * rank0+barrier: the usual fix: rank 0 makes the call, the others wait for its marker file.
 
-Ranks are real subprocesses of a fresh venv with fsguard's wheel (RANK, WORLD_SIZE, LOCAL_RANK set), kept
-alive across trials and released together by a start time on the shared monotonic clock. Latency is from
-that start to the call's return (for rank0+barrier: to passing the barrier).
+How ranks are made (``--ranks``): ``fork`` (the default) starts one interpreter of a fresh venv with
+fsguard's wheel per pool, with ``FSGUARD=0``; it imports fsguard (and torch.distributed for the store arm),
+freezes its heap (``gc.freeze``) and forks the N ranks; each sets its own ``RANK``/``LOCAL_RANK``/
+``WORLD_SIZE``/``FSGUARD`` and runs ``fsguard._boot.start()``, the function the ``.pth`` runs, so detection
+and activation are a real rank's (see ``_scale_worker``). A rank then holds about 2 (off) to 9 (store arm)
+MiB of private memory, where a fresh interpreter that imports torch holds about 150 MiB: 256 fresh ranks of
+the store arm need about 38 GiB and minutes of CPU to start, more than this 24 GiB, 2-core machine has.
+``exec`` starts one fresh interpreter per rank (fsguard activated by its ``.pth``), as before; use it at
+small sizes to check that forked ranks give the same figures. Ranks are kept alive across trials, talk to
+this process over a Unix socket, and are released together by a start time on the shared monotonic clock.
 
-Run: ``python bench/scale.py [--sizes 2 4 ...] [--trials N] [--quick] [--json FILE]``.
+Per cell: success (calls that returned; trials where every rank was ok and the files ended right), latency
+per call (from the rank's wake-up at the start time to the call's return; for rank0+barrier, to passing the
+barrier), wall time from the start time to the last rank done, CPU time per call, metadata syscalls per rank
+(``strace -f -c`` attached to every rank for one extra, untimed trial: every syscall that names a path, and
+``getdents64``), store requests per rank (every request of fsguard's TCPStore clients, counted by a proxy
+the rank installs), and each pool's private memory per rank (USS and PSS from ``/proc/PID/smaps_rollup``).
+Each pool first makes one untimed race (a rank's first record creates its log; its wall time is reported
+apart).
+
+Run: ``python bench/scale.py [--sizes 2 4 ...] [--trials N] [--modes ...] [--ranks fork|exec]
+[--no-syscalls] [--quick] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -303,6 +320,7 @@ def run(
     cells: dict[str, dict[str, Any]] = {}
     memory: dict[str, dict[str, float]] = {}
     problems: list[str] = []
+    store: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="fsguard-scale-") as tmp:
         base = Path(tmp)
         for size in sizes:
@@ -360,6 +378,8 @@ def run(
                                         for k, v in a["store_ops"].items():
                                             cell["store_ops"][k] = cell["store_ops"].get(k, 0) + v
                         memory[f"{pool_name}/{size}"] = pool.memory_kib()
+                        if pool_name == "serialize-store" and size == min(sizes):
+                            store = store_requests(pool)
                     finally:
                         pool.close()
                 records = _count_records(log_dir) if log_dir.exists() else {}
@@ -403,6 +423,7 @@ def run(
         "serialize_available": serialize,
         "problems": problems,
         "memory_kib_per_rank": memory,
+        "store_requests_us": store,
         "cells": cells,
     }
 
@@ -418,6 +439,27 @@ def _store_server() -> Any:
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009
     os.environ["RES_OPTIONS"] = RES_OPTIONS
     return tcp_store("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+
+
+def store_requests(pool: Pool, n: int = 400) -> dict[str, Any]:
+    """The store's costs behind the model in bench/README.md: the round trip of one client alone, and the
+    server's time per request when every rank of ``pool`` sends ``n`` requests of a kind back to back
+    (the server answers one request at a time: elapsed time over requests served; an upper bound here,
+    where the clients share the server's cores), in microseconds."""
+    out: dict[str, Any] = {}
+    for clients in (1, pool.size):
+        answers = pool.trial({"op": "store", "clients": clients, "n": n})
+        probes = [a["probe"] for a in answers if a["probe"]]
+        out[f"{clients}_clients"] = {
+            kind: {
+                "per_client_us": common.median(p[kind][1] - p[kind][0] for p in probes) / n * 1e6,
+                "server_us_per_request": (max(p[kind][1] for p in probes) - min(p[kind][0] for p in probes))
+                / (n * len(probes))
+                * 1e6,
+            }
+            for kind in ("add", "compare_set", "get")
+        }
+    return out
 
 
 def _syscalls(cell: dict[str, Any]) -> str:
@@ -489,6 +531,14 @@ def render(result: dict[str, Any]) -> str:
             f"{k} {v['uss'] / 1024:.1f}/{v['pss'] / 1024:.1f}" for k, v in result["memory_kib_per_rank"].items()
         ),
     ]
+    for clients, kinds in result.get("store_requests_us", {}).items():
+        lines.append(
+            f"store requests, {clients.split('_')[0]} client(s): "
+            + "; ".join(
+                f"{k} {v['per_client_us']:.0f} us per client, server {v['server_us_per_request']:.0f} us per request"
+                for k, v in kinds.items()
+            )
+        )
     if not result["serialize_available"]:
         lines.append("serialize: n/a (fsguard.locks has not landed in this tree)")
     lines += [f"problem: {p}" for p in result["problems"]]

@@ -1,22 +1,111 @@
-"""One rank of ``bench/scale.py``: a fresh interpreter of the benchmark venv, started with launcher variables.
+"""The ranks of ``bench/scale.py``: either one rank (a fresh interpreter started with launcher variables), or,
+with ``--fork N``, a zygote that forks N ranks.
 
-fsguard, when enabled, was activated by its ``.pth`` at start-up; this script only does what user code
-does. Protocol on stdin/stdout, one JSON object per line: the coordinator sends a trial
-(``{"op", "path", "dst", "start", "rank0_marker"}``) or ``{"quit": true}``; the worker sleeps until
-``start`` (a ``time.monotonic`` value, one clock for all processes of the machine), makes the call, and
-answers ``{"ok", "error", "latency_s"}``.
+A rank connects to the coordinator's Unix socket (``FSG_BENCH_SOCKET``), says who it is
+(``{"rank", "pid", "fsguard_active"}``), then answers trials, one JSON object per line: the coordinator sends
+``{"op", "path", "dst", "start", "rank0_marker"}`` or ``{"quit": true}``; the rank sleeps until ``start`` (a
+``time.monotonic`` value, one clock for all processes of the machine), makes the call, and answers
+``{"ok", "error", "latency_s", "end", "late_s", "cpu_s", "store_ops"}``.
+
+A fresh rank had fsguard activated by its ``.pth`` at start-up. A forked rank is made from a zygote: one
+interpreter per pool, started with ``FSGUARD=0`` (its ``.pth`` does nothing), that imports what a rank would
+import (fsguard's modules, those its first decisions import lazily included; torch.distributed for the
+store arm, which fsguard imports at the first serialized call), freezes its objects out of the garbage
+collector's reach (``gc.freeze``: the children's collections then leave the shared pages alone), and forks.
+Each child sets its own launcher variables (``RANK``, ``WORLD_SIZE``, ...) and ``FSGUARD`` in ``os.environ``
+and calls ``fsguard._boot.start()``: the one function the ``.pth`` calls, reading the same variables, so
+launcher detection and activation take the path a real rank's start-up takes. Nothing of fsguard was active
+in the zygote, so no fsguard state is inherited (fsguard's at-fork hook would reset it anyway). What differs
+from a real rank: the code pages and imported modules are shared copy-on-write (about 10 MiB private per
+rank instead of about 150 MiB with torch), no first call pays a lazy import, and the rank's parent is the
+zygote (fsguard reads the parent's start time as a bound of the job's start: the zygote started before the
+trials' files were laid out, as a launcher agent does).
+
+Store operations: in the store arm, ``torch.distributed.TCPStore`` is replaced in the rank by a factory of
+counting proxies before fsguard's first serialized call makes its clients, so every request fsguard sends
+to the store (the lease renewal thread's included) is counted, per method; fsguard itself is untouched.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
 import os
+import pkgutil
 import shutil
+import socket
 import sys
 import time
 from typing import Any
 
-RANK = int(os.environ["RANK"])
+STORE_OPS: dict[str, int] = {}
+_REAL_STORE: list[Any] = []
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+class CountingStore:
+    """A TCPStore client that counts the requests made through it (one per method call)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            STORE_OPS[name] = STORE_OPS.get(name, 0) + 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def count_store_ops() -> None:
+    """Make every TCPStore client of this process (fsguard's) a counting one."""
+    import torch.distributed as dist
+
+    real = getattr(dist, "TCPStore")  # noqa: B009
+    _REAL_STORE.append(real)  # the probe's own requests are not fsguard's: it uses the real class
+
+    def factory(*args: Any, **kwargs: Any) -> CountingStore:
+        return CountingStore(real(*args, **kwargs))
+
+    setattr(dist, "TCPStore", factory)  # noqa: B010
+
+
+_PROBE: list[Any] = []
+
+
+def store_probe(trial: dict[str, Any], rank: int) -> dict[str, tuple[float, float]]:
+    """When (``time.monotonic``) ``n`` requests of each kind on a client of its own (ranks below ``clients`` only): one
+    client gives the round trip, many the store server's time per request when it is the bottleneck."""
+    if rank >= trial["clients"]:
+        return {}
+    if not _PROBE:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        tcp_store = _REAL_STORE[0] if _REAL_STORE else getattr(dist, "TCPStore")  # noqa: B009
+        address = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        _PROBE.append(tcp_store(*address, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=60)))
+    store = _PROBE[0]
+    key = f"/fsg-bench/probe/{rank}"
+    store.set(key, b"")
+    times = {}
+    for kind in ("add", "compare_set", "get"):
+        started = time.monotonic()
+        for _ in range(trial["n"]):
+            if kind == "add":
+                store.add(key + "/n", 1)
+            elif kind == "compare_set":
+                store.compare_set(key, b"", b"")
+            else:
+                store.get(key)
+        times[kind] = (started, time.monotonic())
+    return times
 
 
 def operation(trial: dict[str, Any]) -> None:
@@ -33,10 +122,10 @@ def operation(trial: dict[str, Any]) -> None:
         raise ValueError(op)
 
 
-def rank0_then_barrier(trial: dict[str, Any]) -> None:
+def rank0_then_barrier(trial: dict[str, Any], rank: int) -> None:
     """The usual fix: rank 0 makes the call, everyone else waits for its marker file (a file barrier)."""
     marker = trial["rank0_marker"]
-    if RANK == 0:
+    if rank == 0:
         try:
             operation(trial)
         finally:
@@ -50,33 +139,102 @@ def rank0_then_barrier(trial: dict[str, Any]) -> None:
         time.sleep(0.0005)
 
 
-def main() -> int:
+def serve(rank: int) -> int:
+    """Warm up, say hello, answer trials until told to quit."""
+    if os.environ.get("FSGUARD_LOCK") == "store":
+        count_store_ops()
     warm = os.environ.get("FSG_BENCH_WARM")
+    warm_started = time.monotonic()
     if warm:  # a first serialized call: the store connection (and torch's import) before any trial
-        os.makedirs(f"{warm}/{RANK}", exist_ok=True)
+        os.makedirs(f"{warm}/{rank}", exist_ok=True)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(os.environ["FSG_BENCH_SOCKET"])
+    stream = conn.makefile("rw", encoding="utf-8", newline="\n")
     active = hasattr(os.rename, "__wrapped__")
-    print(json.dumps({"ready": True, "fsguard_active": active}), flush=True)
-    for line in sys.stdin:
+    hello = {"rank": rank, "pid": os.getpid(), "fsguard_active": active, "warm_s": time.monotonic() - warm_started}
+    stream.write(json.dumps(hello) + "\n")
+    stream.flush()
+    for line in stream:
         trial = json.loads(line)
         if trial.get("quit"):
             break
         delay = trial["start"] - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        if trial.get("op") == "store":
+            probe = store_probe(trial, rank)
+            stream.write(json.dumps({"probe": probe, "end": time.monotonic()}) + "\n")
+            stream.flush()
+            continue
+        before = dict(STORE_OPS)
+        cpu = time.process_time()
+        woke = time.monotonic()
         started = time.perf_counter()
         error = None
         try:
             if trial.get("rank0_marker"):
-                rank0_then_barrier(trial)
+                rank0_then_barrier(trial, rank)
             else:
                 operation(trial)
         except OSError as exc:
             error = type(exc).__name__
         latency = time.perf_counter() - started
         end = time.monotonic()
-        print(json.dumps({"ok": error is None, "error": error, "latency_s": latency, "end": end}), flush=True)
+        answer = {
+            "ok": error is None,
+            "error": error,
+            "latency_s": latency,
+            "end": end,
+            "late_s": woke - trial["start"],
+            "cpu_s": time.process_time() - cpu,
+            "store_ops": {k: v - before.get(k, 0) for k, v in STORE_OPS.items() if v != before.get(k, 0)},
+        }
+        stream.write(json.dumps(answer) + "\n")
+        stream.flush()
+    conn.close()
     return 0
 
 
+def zygote(size: int) -> int:
+    """Import what ranks need, then fork ``size`` ranks (see the module docstring); wait for them all."""
+    rank_env = json.loads(os.environ.pop("FSG_BENCH_RANK_ENV"))
+    import fsguard
+    import fsguard._boot
+
+    for module in pkgutil.walk_packages(fsguard.__path__, "fsguard."):
+        if not module.name.startswith(("fsguard.cli", "fsguard.demo", "fsguard.audit", "fsguard.__main__")):
+            importlib.import_module(module.name)  # what startup and the first decisions import, shared
+    import copy  # noqa: F401 - imported by the first decisions
+    import dataclasses  # noqa: F401
+
+    if rank_env.get("FSGUARD_LOCK") == "store":
+        import torch.distributed  # noqa: F401 - what fsguard's first serialized call imports
+    gc.collect()
+    gc.freeze()
+    children = []
+    for rank in range(size):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.environ.update({**rank_env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+                fsguard._boot.start()  # what the .pth runs at a rank's start-up, on the rank's own variables
+                code = serve(rank)
+            finally:
+                os._exit(code)
+        children.append(pid)
+    failed = 0
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        failed += status != 0
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--fork":
+        return zygote(int(argv[1]))
+    return serve(int(os.environ["RANK"]))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

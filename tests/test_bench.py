@@ -69,6 +69,11 @@ def test_scale_alone(tmp_path: Path) -> None:
         assert cells[f"{op}/4/none"]["success_rate"] < 1  # the race is real without fsguard
         assert cells[f"{op}/4/fsguard"]["success_rate"] == 1
         assert cells[f"{op}/4/rank0+barrier"]["success_rate"] == 1
+        assert cells[f"{op}/4/fsguard"]["store_ops_per_rank"]["total"] == 0  # no store without serialization
+        store = cells.get(f"{op}/4/serialize-store")
+        if store is not None:  # torch importable: every rank talked to the store
+            assert store["success_rate"] == 1 and store["store_ops_per_rank"]["total"] > 0
+    assert result["ranks"] == "fork" and set(result["memory_kib_per_rank"]) >= {"none/4", "fsguard/4"}
 
 
 @pytest.mark.timeout(600)

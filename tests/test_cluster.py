@@ -73,7 +73,7 @@ def probe_reports(probe_dir: Path) -> list[dict[str, object]]:
 
 
 def assert_only_workers_patched(probe_dir: Path, script: str, agents: int, workers: int) -> None:
-    """The launcher agents (torchrun) ran unpatched; every workload process had all four operations patched."""
+    """The launcher agents (torchrun) ran unpatched; every workload process had every guarded operation patched."""
     reports = probe_reports(probe_dir)
     agent = [r for r in reports if "torch.distributed.run" in r["argv"]]  # type: ignore[operator]
     worker = [r for r in reports if any(str(a).endswith(script) for a in r["argv"]) and r not in agent]  # type: ignore[union-attr]

@@ -17,7 +17,7 @@ def _report() -> None:
     if not out:
         return
     ops = {"makedirs": os.makedirs, "rename": os.rename, "replace": os.replace, "rmtree": shutil.rmtree}
-    ops.update({"remove": os.remove, "mkdir": os.mkdir, "symlink": os.symlink, "link": os.link})
+    ops.update({"remove": os.remove, "mkdir": os.mkdir, "symlink": os.symlink, "link": os.link, "rmdir": os.rmdir})
     report = {
         "host": socket.gethostname(),
         "pid": os.getpid(),

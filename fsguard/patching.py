@@ -266,6 +266,16 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
+        if not kwargs and state.serializer is None and (not makes or len(args) < 3):
+            # The common call (positional arguments, not serialized): nothing else to look at.
+            try:
+                result = wrapped(*args)
+            except OSError as error:
+                if not _decide(op, error, args, kwargs):
+                    raise
+                result = None
+            remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
+            return result
         if kwargs and passes_fds and any(kwargs.get(k) is not None for k in _FD_KEYWORDS):
             return wrapped(*args, **kwargs)
         serializer = state.serializer

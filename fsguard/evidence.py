@@ -59,6 +59,35 @@ def look(path: str) -> Look:
     return Look(True, False)
 
 
+def later_generation(path: str) -> str | None:
+    """The name of a sibling directory that is a later generation of ``path``'s name: the same name with
+    greater numbers in it (``checkpoint-2`` -> ``checkpoint-6``, ``global_step10`` -> ``global_step20``), from
+    the parent's fresh listing; None where there is none, or the name holds no number."""
+    parent, name = os.path.split(path.rstrip(os.sep) or os.sep)
+    stem, numbers = _generation(name)
+    if not numbers:
+        return None
+    try:
+        with os.scandir(parent or os.curdir) as entries:
+            for entry in entries:
+                if entry.name == name:
+                    continue
+                other_stem, other_numbers = _generation(entry.name)
+                if other_stem == stem and other_numbers > numbers and _kind(entry) == "dir":
+                    return entry.name
+    except OSError:
+        return None
+    return None
+
+
+def _generation(name: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """A name's text apart from its numbers, and its numbers: ``step-3-of-8`` -> (("step-", "-of-", ""), (3, 8))."""
+    import re
+
+    parts = re.split(r"(\d+)", name)
+    return tuple(parts[0::2]), tuple(int(n) for n in parts[1::2])
+
+
 def _kind(entry: os.DirEntry[str]) -> str | None:
     try:
         if entry.is_symlink():

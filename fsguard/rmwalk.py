@@ -600,7 +600,9 @@ def _run(
         held.take(top, walk.top_st)
     pending = (lambda: serializer.pending(top)) if serializer is not None and tree else None
     # The cheap tests first: own memory is asked only for a directory, in a job with peers.
-    peer_tree = tree and yield_s > 0 and rule.should_yield(evidence.own_last_event(top), walk.top_st, rules, yield_s)
+    peer_tree = (
+        tree and yield_s > 0 and rule.should_yield(top, evidence.own_last_event(top), walk.top_st, rules, yield_s)
+    )
     window = 0.0
     if peer_tree or (pending is not None and pending()):
         how, window = wait_for_move(top, yield_s, pending, rules.settle_s)

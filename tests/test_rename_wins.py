@@ -10,7 +10,9 @@ announced to the backend goes first), every checkpoint is complete and no call f
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,3 +100,47 @@ def test_the_rename_wins(fsguard_python: Path, tmp_path: Path, mode: str, reques
     assert {(r.op, r.decision) for r in found if r} <= {("rmtree", "yielded"), ("rmtree", "absorbed")} | shared, (
         decisions
     )
+
+
+ROTATION = """
+    import json, os, posix, shutil, sys, time
+    out = sys.argv[1]
+    def peer_tree(name):  # written by a peer rank: not made by this process's guarded calls
+        posix.mkdir(os.path.join(out, name))
+        with open(os.path.join(out, name, "shard.bin"), "w") as f:
+            f.write("x")
+    posix.mkdir(out)
+    for name in ("checkpoint-8", "checkpoint-10", "tmp-checkpoint-12"):
+        peer_tree(name)
+    timings = {}
+    for name in ("checkpoint-8", "tmp-checkpoint-12"):
+        started = time.monotonic()
+        shutil.rmtree(os.path.join(out, name))
+        timings[name] = time.monotonic() - started
+    print(json.dumps({"left": sorted(os.listdir(out)), "timings": timings}))
+"""
+
+
+def test_an_old_generation_of_a_rotation_is_removed_at_once(fsguard_python: Path, tmp_path: Path) -> None:
+    """A checkpoint rotation (a Trainer's ``save_total_limit``: rank 0 removes ``checkpoint-8`` that every rank
+    wrote into, ``checkpoint-10`` beside it) is no staging tree a peer is about to commit: removed at once, no
+    record. A fresh peer tree with no later generation beside it still gets the yield window and its hazard."""
+    runs = {}
+    for value in ("0", "1"):
+        out = tmp_path / f"out{value}"
+        result = subprocess.run(
+            [str(fsguard_python), "-c", textwrap.dedent(ROTATION), str(out)],
+            env=clean_env({**TORCHRUN_ENV, "FSGUARD": value}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        runs[value] = (json.loads(result.stdout), result.stderr)
+    (off, _), (on, on_err) = runs["0"], runs["1"]
+    assert on["left"] == off["left"] == ["checkpoint-10"]  # the same end state as the standard library
+    found = [parse_line(line) for line in on_err.splitlines() if line.startswith("fsguard: ")]
+    assert [(r.op, r.decision, os.path.basename(r.args[0])) for r in found if r] == [
+        ("rmtree", "hazard", "tmp-checkpoint-12")
+    ], on_err
+    print(f"rmtree seconds with fsguard: {on['timings']}")

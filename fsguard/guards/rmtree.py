@@ -6,7 +6,8 @@ wins.* So:
   * before removing a tree this process did not make and that changed during this job (peers' fresh work,
     such as a staging directory every rank wrote into), the walk first waits up to ``FSGUARD_YIELD_S`` for
     a peer to move it away (``should_yield``); if it goes, the rmtree is done: ``yielded``. Trees this
-    process made, and trees older than the job, are removed at once;
+    process made, trees older than the job, and old generations of a rotation (a later generation of the
+    name stands beside the tree: ``checkpoint-2`` beside ``checkpoint-6``) are removed at once;
   * a tree moved away while it is being removed is left alone at its new name: a ``hazard`` record says
     where it went and what was removed before the move (``moved_mid_walk``);
   * a peer's fresh tree that nobody moved within the window is removed, with a ``hazard`` record naming it:
@@ -35,11 +36,13 @@ from . import Rules, Verdict
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
 
 
-def should_yield(own_event: str | None, top: os.stat_result | None, rules: Rules, yield_s: float) -> bool:
-    """Wait for a peer's rename first: a directory this process did not make that changed during this job."""
+def should_yield(path: str, own_event: str | None, top: os.stat_result | None, rules: Rules, yield_s: float) -> bool:
+    """Wait for a peer's rename first: a directory this process did not make that changed during this job,
+    unless a later generation of its name stands beside it (``checkpoint-2`` beside ``checkpoint-6``): that is
+    a rotation removing an old generation, not a staging tree a peer is about to commit."""
     if yield_s <= 0 or top is None or own_event == "made" or not stat.S_ISDIR(top.st_mode):
         return False
-    return rules.is_fresh(max(top.st_ctime, top.st_mtime))
+    return rules.is_fresh(max(top.st_ctime, top.st_mtime)) and evidence.later_generation(path) is None
 
 
 def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Verdict:

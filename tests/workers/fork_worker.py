@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 CHILD_TIMEOUT_S = 30.0
 CHILD_LIFE_S = 6.0
@@ -73,6 +74,9 @@ def stress(base: str, forks: int) -> None:
             try:
                 _absorbed_race(os.path.join(base, f"child{i}"))
                 code = 0
+            except BaseException:
+                traceback.print_exc()  # the test shows it (os._exit below would lose it)
+                sys.stderr.flush()
             finally:
                 os._exit(code)
         status = _wait(pid, CHILD_TIMEOUT_S)

@@ -205,14 +205,36 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
     if busy() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _left_to_caller()):
         return False
     try:
+        rules = _rules()
+        handler = _NOT_ASKED
+        if op in _WAIT_FOR_EVIDENCE and rules.settle_s > 0:
+            # The caller will get the error anyway: decide from what the listings show now, no waiting.
+            handler = _caller_handler(error)
+            if handler is not None:
+                rules = rules.without_waits()
         with Busy():
-            verdict = _DECIDE[op](error, args, kwargs, _rules())
+            verdict = _DECIDE[op](error, args, kwargs, rules)
     except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
         _rule_failed(op, failure)
         return False
     if verdict.absorb and not (op == "makedirs" and _exist_ok(args, kwargs)):
-        verdict = _defer_to_caller(verdict, error)
+        verdict = _defer_to_caller(verdict, error, handler)
     return _settle(verdict, op, args, kwargs, error)
+
+
+# Operations whose rule may wait up to FSGUARD_SETTLE_S for evidence that never comes (a rename whose source
+# never existed waits for a destination nobody makes): when the calling code handles the error, that wait
+# would only delay its handler (an ``os.rename(lock, mine)`` lock's every failed try), so the rule decides
+# without it.
+_WAIT_FOR_EVIDENCE = frozenset({"rename", "replace"})
+_NOT_ASKED: Any = object()
+
+
+def _caller_handler(error: BaseException) -> dict[str, Any] | None:
+    from . import handlers  # the failure path only
+
+    with Busy():
+        return handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
 
 
 _failed_rules: set[str] = set()
@@ -236,14 +258,14 @@ def _exist_ok(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return bool(args[2] if len(args) > 2 else kwargs.get("exist_ok", False))
 
 
-def _defer_to_caller(verdict: Verdict, error: BaseException) -> Verdict:
+def _defer_to_caller(verdict: Verdict, error: BaseException, found: dict[str, Any] | None = _NOT_ASKED) -> Verdict:
     """The same verdict, or, when the calling code handles ``error`` itself, a ``deferred`` one: re-raised to
-    that handler, recorded with the evidence that would have absorbed it (fsguard.handlers)."""
-    from . import handlers  # the failure path only
+    that handler, recorded with the evidence that would have absorbed it (fsguard.handlers). ``found``: the
+    handler already looked for, if it was."""
     from .guards import Verdict
 
-    with Busy():
-        found = handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
+    if found is _NOT_ASKED:
+        found = _caller_handler(error)
     if found is None:
         return verdict
     if verdict.decision != "absorbed":  # a hazard stays visible in the audit

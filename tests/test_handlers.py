@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,52 @@ def test_report_groups_deferred_records_and_status_is_unchanged(fsguard_python: 
     table = fsguard(fsguard_python, "report", str(logs))
     assert "deferred" in table.stdout, table.stdout
     assert "deferred" not in fsguard(fsguard_python, "status").stdout
+
+
+HANDLED_RENAMES = """
+    import json, os, sys
+    os.chdir(sys.argv[1])
+    os.mkdir("d")
+    with open("d/final", "w") as f:  # a peer's move of the shared temp name landed moments ago
+        f.write("peer")
+    outcomes = []
+    for src, dst in (("d/lock", "d/lock.mine"), ("d/tmp", "d/final")):
+        try:
+            os.replace(src, dst) if dst == "d/final" else os.rename(src, dst)
+            outcomes.append("ok")
+        except FileNotFoundError as error:  # the program's own answer: "not mine", "already published"
+            outcomes.append(f"{type(error).__name__}:{error.errno}:{error.filename}:{error.filename2}")
+    print(json.dumps(outcomes))
+"""
+
+
+def test_a_handled_rename_gets_its_error_without_the_settle_wait(fsguard_python: Path, tmp_path: Path) -> None:
+    """A rename whose source never existed waits up to ``FSGUARD_SETTLE_S`` for a destination a peer might have
+    made; when the calling code handles the error (an ``os.rename(lock, mine)`` lock's failed try), that wait
+    would only delay its handler. With a 600 s budget the program still ends at once, as without fsguard; the
+    peer's move that fsguard would have absorbed is recorded as ``deferred``."""
+    runs = {}
+    for value in ("0", "1"):
+        where = tmp_path / value
+        where.mkdir()
+        env = {**TORCHRUN_ENV, "FSGUARD": value, "FSGUARD_SETTLE_S": "600", "FSGUARD_LOG": str(tmp_path / "log")}
+        done = subprocess.run(
+            [str(fsguard_python), "-c", textwrap.dedent(HANDLED_RENAMES), str(where)],
+            env=clean_env(env),
+            capture_output=True,
+            text=True,
+            timeout=60,  # the old code waited the whole 600 s budget here
+        )
+        assert done.returncode == 0, done.stderr
+        runs[value] = (json.loads(done.stdout), done.stderr)
+    assert (
+        runs["1"][0]
+        == runs["0"][0]
+        == [
+            "FileNotFoundError:2:d/lock:d/lock.mine",
+            "FileNotFoundError:2:d/tmp:d/final",
+        ]
+    )
+    found = [parse_line(line) for line in runs["1"][1].splitlines() if line.startswith("fsguard: ")]
+    assert [(r.op, r.decision) for r in found if r] == [("replace", "deferred")], runs["1"][1]
+    assert all(r.waited_s < 1.0 for r in found if r), runs["1"][1]  # decided at once, not after 600 s

@@ -66,6 +66,10 @@ class Rules(Frozen):
     def __init__(self, settle_s: float, fresh_s: float, job_start: float, peers: bool = False) -> None:
         super().__init__(settle_s, fresh_s, job_start, peers)
 
+    def without_waits(self) -> Rules:
+        """The same numbers with no settle budget: decide from what the fresh listings show now."""
+        return Rules(0.0, self.fresh_s, self.job_start, self.peers)
+
     def is_fresh(self, ctime: float) -> bool:
         """Changed during this job (with ``fresh_s`` of slack for launch stagger and clock skew)."""
         return ctime >= self.job_start - self.fresh_s

@@ -69,7 +69,7 @@ def load_policy() -> None:
     for rule in _DECIDE.values():
         if isinstance(rule, _Rule):
             rule.load()
-    from . import records, rmwalk, runtime  # noqa: F401 - loaded now, used at the first failure
+    from . import handlers, records, rmwalk, runtime  # noqa: F401 - loaded now, used at the first failure
 
     _rules()
 
@@ -205,14 +205,14 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
     if busy() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _left_to_caller()):
         return False
     try:
-        rules = _rules()
-        handler = _NOT_ASKED
-        if op in _WAIT_FOR_EVIDENCE and rules.settle_s > 0:
-            # The caller will get the error anyway: decide from what the listings show now, no waiting.
-            handler = _caller_handler(error)
-            if handler is not None:
-                rules = rules.without_waits()
         with Busy():
+            rules = _rules()
+            handler = _NOT_ASKED
+            if op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError) and rules.settle_s > 0:
+                # The caller will get the error anyway: decide from what the listings show now, no waiting.
+                handler = _caller_handler(error)
+                if handler is not None:
+                    rules = rules.without_waits()
             verdict = _DECIDE[op](error, args, kwargs, rules)
     except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
         _rule_failed(op, failure)

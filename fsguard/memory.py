@@ -27,7 +27,8 @@ MEMORY = state.STATE.memory  # the happy path appends here (fsguard.patching)
 
 
 class Event:
-    """The newest thing this process did to a path: ``made``, ``found`` (a ``makedirs(exist_ok=True)`` that
+    """The newest thing this process did to a path: ``made``, ``made-shared`` (a ``makedirs(exist_ok=True)``
+    that made it), ``found`` (a ``makedirs(exist_ok=True)`` that
     found the directory there: not made by this process), ``moved-away`` or ``removed``."""
 
     __slots__ = ("kind", "seq", "time")
@@ -120,6 +121,8 @@ class _Index:
             try:
                 if op == "makedirs":
                     made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made", when)
+                elif op == "makedirs-shared":  # makedirs(exist_ok=True) that made it: a name others make too
+                    made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made-shared", when)
                 elif op == "makedirs-found":  # makedirs(exist_ok=True) that found the directory there
                     made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "found", when)
                 elif op in _MADE_AT:  # mkdir, symlink, link (calls with directory descriptors are not remembered)
@@ -169,8 +172,10 @@ def own_last(path: str, *, within: bool = False) -> Event | None:
     """The newest thing this process's guarded calls did to ``path`` (normalised), or None.
 
     ``made``: makedirs, mkdir, symlink or link made it, or something was renamed onto it (with ``within``:
-    also anything below it); ``found``: a ``makedirs(exist_ok=True)`` found it there. ``moved-away``/``removed``:
-    it, or a directory above it, was renamed away / removed by rmtree, remove, unlink or rmdir.
+    also anything below it); ``made-shared``: ``makedirs(exist_ok=True)`` made it (a name other processes make
+    too: a peer may have written into it and may still commit it); ``found``: a ``makedirs(exist_ok=True)``
+    found it there. ``moved-away``/``removed``: it, or a directory above it, was renamed away / removed by
+    rmtree, remove, unlink or rmdir.
     """
     with _index_lock:
         _index.update()

@@ -308,10 +308,11 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             and not (passes_fds and _left_to_caller(1))
         ):
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
-        found = makes and (kwargs.get("exist_ok") or (len(args) > 2 and args[2]))
+        shared = makes and bool(kwargs.get("exist_ok") or (len(args) > 2 and args[2]))
+        found = False
         try:
-            if found:
-                # exist_ok=True: remembered as made only if this call created the directory
+            if shared:
+                # exist_ok=True: made by this call, or found there (the standard makedirs cannot say which)
                 found = not _makedirs_exist_ok(wrapped, args, kwargs)
                 result = None
             else:
@@ -320,8 +321,12 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             if not _decide(op, error, args, kwargs):
                 raise
             result = None
-        # makedirs(exist_ok=True) that found the directory there (or a peer's, absorbed): not made here
-        entry = (op if not found else "makedirs-found", args, kwargs) if now is None else (op, args, kwargs, now())
+        if shared:
+            # Found there (or a peer's, absorbed): not made here. Made here: a name others make too, that a peer
+            # may have written into and may still commit with a rename (fsguard.guards.rmtree).
+            entry: tuple[Any, ...] = ("makedirs-found" if found else "makedirs-shared", args, kwargs)
+        else:
+            entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
         remember(resolve_fds(entry) if kwargs and takes_fds else entry)
         return result
 

@@ -6,10 +6,11 @@ place of the real ones: so the symlink-attack protection, the order of calls, th
 every handler gets (fsguard's functions are mapped back to ``os.open``/``os.unlink``/``os.rmdir`` before a
 handler sees them), ``dir_fd`` and the exceptions are the standard library's by construction, version by
 version. fsguard's three functions add one thing: before each removal the tree must still be at its path
-(same inode as the walk opened: one ``lstat`` of the top per entry, and a fresh listing of the top's parent
-once per directory, since a shared filesystem may answer a lookup of a renamed name from its cache). Once it
-is not, the walk stops and leaves the moved tree alone; the guard's verdict names where it went and what was
-removed. What to decide is ``fsguard.guards.rmtree``'s business; this module waits, walks, retries, locks.
+(the name's ``lstat`` as when the call began, one per entry; where the mount may answer lookups from a cache,
+also a fresh listing of the top's parent before every removal, since such a mount may answer a lookup of a
+renamed name from its cache; on a coherent local filesystem a listing once per directory). Once it is not, the
+walk stops and leaves the moved tree alone; the guard's verdict names where it went and what was removed.
+What to decide is ``fsguard.guards.rmtree``'s business; this module waits, walks, retries, locks.
 """
 
 from __future__ import annotations
@@ -203,7 +204,10 @@ class Walk:
         self.dirs: dict[int, str] = {}
         self.removed_names: list[str] = []
         self.removed_count = 0
-        self.moved: str | None = None  # "moved" once the check found the tree elsewhere
+        # Whether this mount may answer lookups from a cache (then every check also reads a fresh listing),
+        # and the inode number the listing gave the top's name at the first check (None: not listed then).
+        self.cached_lookups = self.top_st is not None and lookups_may_be_stale(self.top_st.st_dev)
+        self.listed_ino: Any = _UNSET
         self.settle_on_vanish = False  # set by run(): stop at the first vanished entry and wait for the peer
 
     @contextmanager
@@ -242,22 +246,28 @@ class Walk:
 
     def check(self, boundary: bool) -> None:
         """Raise ``_Moved`` when the tree is no longer at its path (where that cannot be told, the call goes
-        on: it then fails on its own, as the standard rmtree's would)."""
-        ident = self.ident or self.top_st
-        if ident is None:
+        on: it then fails on its own, as the standard rmtree's would).
+
+        "At its path" means: the name's own ``lstat`` is what it was when the call began (so a top that is a mount
+        point, a path through a symlink, or an overlay's merged directory is judged by what the name shows, never
+        by comparing two different kinds of inode numbers), and, where this mount's lookups may be answered from a
+        cache (NFS, FUSE...), the parent's fresh listing still shows the name as the inode it showed at the first
+        check, before every removal (a renamed name may still answer a cached ``lstat``)."""
+        start = self.top_st or self.ident
+        if start is None:
             return
         missing = False
         try:
-            st = os.lstat(self.top_norm)
-            here = st.st_ino == ident.st_ino and st.st_dev == ident.st_dev
+            here = os.path.samestat(os.lstat(self.top_norm), start)
         except FileNotFoundError:
             here, missing = False, True
         except OSError:
             return
-        if here and boundary and _listed_as(self.top_norm, ident.st_ino) is False:
+        if here and (boundary or self.cached_lookups) and not self._listed_here():
             here, missing = False, True  # a stale lookup cache still answers for a name the listing lost
         if here:
             return
+        ident = self.ident or self.top_st
         if self.top_fd is not None:
             try:
                 if os.fstat(self.top_fd).st_nlink == 0:
@@ -272,8 +282,20 @@ class Walk:
             # removed it (a caching filesystem may still report its link count): not a rename, no hazard.
             return
         self.renamed_to = renamed
-        self.moved = "moved"
         raise _Moved
+
+    def _listed_here(self) -> bool:
+        """Whether the parent's fresh listing still shows the top's name as the inode it showed at the first
+        look (True where that cannot be told: an unreadable listing)."""
+        listed = _listed_inode(self.top_norm)
+        if self.listed_ino is _UNSET:
+            if listed is None:
+                return False  # already gone from the listing: only a stale lookup still shows the name
+            self.listed_ino = listed  # the listing's own number for the name: d_ino may differ from st_ino
+            return True
+        if self.listed_ino is _UNREADABLE or listed is _UNREADABLE:
+            return True
+        return bool(listed == self.listed_ino)
 
     # --- the handler: called by the standard rmtree as onerror(func, path, exc_info) or onexc(func, path, exc)
 
@@ -380,7 +402,8 @@ class Walk:
                     self.renamed_to = _find_renamed(self.top_norm, ident)
                     return True
                 now = evidence.lstat_or_none(self.top_norm)
-                if now is not None and ident is not None and not os.path.samestat(now, ident):
+                start = self.top_st or ident  # what the name showed when the call began (see ``check``)
+                if now is not None and start is not None and not os.path.samestat(now, start):
                     self.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
                     return True
                 waited = time.monotonic() - started
@@ -407,6 +430,14 @@ class _Failures:
         self.seen.append(exc if isinstance(exc, BaseException) else exc[1])
 
 
+def lookups_may_be_stale(dev: int) -> bool:
+    """Whether the filesystem of device ``dev`` may answer a lookup from a cache that another node's change has
+    not reached (NFS, FUSE, Lustre...): there a name's ``lstat`` is not proof of where the tree is."""
+    from .locks.flight import shared_fs  # the one classification of mounts (cached per device)
+
+    return shared_fs(dev)
+
+
 def _lstat_quietly(path: str) -> os.stat_result | None:
     try:
         return os.lstat(path)
@@ -414,17 +445,22 @@ def _lstat_quietly(path: str) -> os.stat_result | None:
         return None
 
 
-def _listed_as(top: str, inode: int) -> bool | None:
-    """Whether a fresh listing of the parent shows ``top`` as that inode (None: the listing cannot be read)."""
+_UNSET: Any = object()
+_UNREADABLE: Any = object()
+
+
+def _listed_inode(top: str) -> Any:
+    """The inode number a fresh listing of the parent gives ``top``'s name: None when it is not listed,
+    ``_UNREADABLE`` when the listing cannot be read. Stops at the name."""
     parent, name = os.path.split(top)
     try:
         with os.scandir(parent or os.curdir) as entries:
             for entry in entries:
                 if entry.name == name:
-                    return entry.inode() == inode
+                    return entry.inode()
     except OSError:
-        return None
-    return False
+        return _UNREADABLE
+    return None
 
 
 def _entries_left(fd: int) -> bool:

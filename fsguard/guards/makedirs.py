@@ -39,7 +39,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
 
 def made_by_peer(path: str, rules: Rules) -> Verdict:
     """The directory at ``path`` (which a mkdir found existing) was made by a peer during this job."""
-    if evidence.own_last_event(path, within=True) in ("made", "found"):
+    if evidence.own_last_event(path, within=True) in ("made", "made-shared", "found"):
         return reraise("this process made it (or found it there) itself")
     if not directory_in_listing(path):
         return reraise("not a directory in its parent's listing")

@@ -3,11 +3,13 @@
 The rule for a tree that a peer may rename away: *a rename that moves a tree away and an rmtree of the same
 tree want the same thing at that path (nothing left there); the rename also wants the data, so the rename
 wins.* So:
-  * before removing a tree this process did not make and that changed during this job (peers' fresh work,
-    such as a staging directory every rank wrote into), the walk first waits up to ``FSGUARD_YIELD_S`` for
-    a peer to move it away (``should_yield``); if it goes, the rmtree is done: ``yielded``. Trees this
-    process made, trees older than the job, and old generations of a rotation (a later generation of the
-    name stands beside the tree: ``checkpoint-2`` beside ``checkpoint-6``) are removed at once;
+  * before removing a tree that changed during this job and that this process did not make, or made with
+    ``makedirs(exist_ok=True)`` (peers' fresh work, such as a staging directory every rank wrote into, whoever
+    made it first), the walk first waits up to ``FSGUARD_YIELD_S`` for a peer to move it away
+    (``should_yield``); if it goes, the rmtree is done: ``yielded``. Trees this process claimed alone
+    (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), trees older than the job, and old generations
+    of a rotation (a later generation of the name stands beside the tree: ``checkpoint-2`` beside
+    ``checkpoint-6``) are removed at once;
   * a tree moved away while it is being removed is left alone at its new name: a ``hazard`` record says
     where it went and what was removed before the move (``moved_mid_walk``);
   * a peer's fresh tree that nobody moved within the window is removed, with a ``hazard`` record naming it:
@@ -37,9 +39,12 @@ REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says h
 
 
 def should_yield(path: str, own_event: str | None, top: os.stat_result | None, rules: Rules, yield_s: float) -> bool:
-    """Wait for a peer's rename first: a directory this process did not make that changed during this job,
-    unless a later generation of its name stands beside it (``checkpoint-2`` beside ``checkpoint-6``): that is
-    a rotation removing an old generation, not a staging tree a peer is about to commit."""
+    """Wait for a peer's rename first: a directory that changed during this job and that peers may have written
+    into and may still commit: one this process did not make, or made with ``makedirs(exist_ok=True)`` (a name
+    others make too: whoever came first made it, so who made it says nothing about who commits it). Not for a
+    tree only this process could claim (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), nor when a
+    later generation of its name stands beside it (``checkpoint-2`` beside ``checkpoint-6``): that is a rotation
+    removing an old generation, not a staging tree a peer is about to commit."""
     if yield_s <= 0 or top is None or own_event == "made" or not stat.S_ISDIR(top.st_mode):
         return False
     return rules.is_fresh(max(top.st_ctime, top.st_mtime)) and evidence.later_generation(path) is None

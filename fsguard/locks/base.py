@@ -57,9 +57,20 @@ class Held:
 
 
 class Backend(Protocol):
-    """Mutual exclusion by key. ``acquire`` raises ``LockTimeout`` or ``Unreachable`` (or anything else,
-    which the caller treats as ``Unreachable``); ``release`` returns nothing and never raises for a lock
-    that was lost: it sets ``held.lost`` instead."""
+    """Every capability the serializer uses; each backend implements all of them (checked by mypy, and by
+    ``tests/rules/test_lock_backends.py``, which runs every backend through the same contract).
+
+    Mutual exclusion by key: ``acquire`` raises ``LockTimeout`` or ``Unreachable`` (or anything else, which the
+    caller treats as ``Unreachable``); ``release`` returns nothing and never raises for a lock that was lost: it
+    sets ``held.lost`` instead.
+
+    Renames announced ahead of their locks: a rename says it is coming (``announce``, before it waits for its
+    locks) and is done (``withdraw``); ``pending`` tells an ``rmtree`` of the same key that a peer's rename of it
+    is on its way, so that the rmtree lets it go first (the rename wins). An announcement must be visible to
+    every process the backend's ``scope`` covers.
+
+    Singleflight: ``flight_claim`` returns None where the backend cannot share one call's outcome with peers
+    (then ``flight_wait``/``flight_done`` are never called)."""
 
     name: str
     scope: str  # "job" (every rank of the job) or "node" (ranks of this node only)
@@ -67,6 +78,18 @@ class Backend(Protocol):
     def acquire(self, key: str, timeout: float, what: str) -> Held: ...
 
     def release(self, held: Held) -> None: ...
+
+    def announce(self, key: str) -> Any: ...
+
+    def withdraw(self, token: Any) -> None: ...
+
+    def pending(self, key: str) -> bool: ...
+
+    def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None: ...
+
+    def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]: ...
+
+    def flight_done(self, flight: str, held: Held, outcome: bytes) -> int: ...
 
 
 _NONCE = os.urandom(4).hex()

@@ -30,6 +30,7 @@ import re
 import stat
 import threading
 import time
+from typing import Any
 
 from .base import Held, LockTimeout, Unreachable, forkable
 
@@ -178,6 +179,17 @@ class FileBackend:
         finally:
             os.close(fd)
         return False
+
+    # --- singleflight: not on node-local locks (a flight's outcome is shared through the job's store) ---
+
+    def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
+        return None
+
+    def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
+        raise NotImplementedError("file locks share no flights: flight_claim returned None")
+
+    def flight_done(self, flight: str, held: Held, outcome: bytes) -> int:
+        raise NotImplementedError("file locks share no flights: flight_claim returned None")
 
 
 def _read_holder(fd: int) -> str | None:

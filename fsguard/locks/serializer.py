@@ -164,13 +164,12 @@ class Serializer:
         try:
             with runtime.Busy():
                 backend = self.backend
-                claim = getattr(backend, "flight_claim", None)
-                if claim is None or backend.scope != "job":
+                if backend.scope != "job":
                     return None
                 name = flight.flight_key(op, paths, args, kwargs, self._host)
                 if name is None:
                     return None
-                claimed = claim(name, holder_text(self._rank, self._host, f"{op} {' -> '.join(paths)}"))
+                claimed = backend.flight_claim(name, holder_text(self._rank, self._host, f"{op} {' -> '.join(paths)}"))
         except Exception:  # noqa: BLE001 - no singleflight: the call goes to the lock as before
             return None
         if claimed is None:
@@ -261,15 +260,14 @@ class Serializer:
         try:
             with runtime.Busy():
                 backend = self.backend
-                announce = getattr(backend, "announce", None)
-                return None if announce is None else (backend, announce(stripe(source)))
+                return backend, backend.announce(stripe(source))
         except Exception:  # noqa: BLE001 - no announcement: the rmtree's yield window still watches the path
             return None
 
     def _withdraw(self, backend: Backend, token: Any) -> None:
         try:
             with runtime.Busy():
-                backend.withdraw(token)  # type: ignore[attr-defined]
+                backend.withdraw(token)
         except Exception:  # noqa: BLE001
             pass
 
@@ -277,8 +275,7 @@ class Serializer:
         """Whether a peer announced a rename whose source is ``path`` (its stripe) and has not finished it."""
         try:
             with runtime.Busy():
-                check = getattr(self.backend, "pending", None)
-                return bool(check(stripe(path))) if check is not None else False
+                return self.backend.pending(stripe(path))
         except Exception:  # noqa: BLE001 - cannot tell: nothing pending
             return False
 

@@ -411,6 +411,27 @@ class StoreBackend:
         except Exception:  # noqa: BLE001 - the wait then ends at its backstop, and c10d says why
             pass
 
+    # --- renames announced ahead of their locks (fsguard.locks.serializer): a counter per stripe ----------
+
+    def announce(self, key: str) -> str:
+        """Count a rename of ``key`` as on its way (every rank of the job sees the counter)."""
+        self._count(key, 1)
+        return key
+
+    def withdraw(self, token: str) -> None:
+        self._count(token, -1)
+
+    def pending(self, key: str) -> bool:
+        return self._count(key, 0) > 0
+
+    def _count(self, key: str, amount: int) -> int:
+        try:
+            return self._add_raw(self.prefix + "rename/" + key, amount)
+        except Unreachable:
+            raise
+        except Exception as error:
+            raise self._broken(error) from error
+
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
     def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None:

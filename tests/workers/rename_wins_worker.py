@@ -2,8 +2,9 @@
 directory with ``shutil.rmtree``, for ``tests/test_rename_wins.py`` (issue 12).
 
 Run as ``python rename_wins_worker.py <root> <rounds>`` with a launcher environment, every rank at once;
-``<root>/gate`` must exist. Each round: rank 0 makes ``tmp-checkpoint-<k>``; every rank calls
-``os.makedirs(staging, exist_ok=True)`` (finding it there) and writes its share of ``FILES`` files; after a
+``<root>/gate`` must exist. Each round every rank calls ``os.makedirs(staging, exist_ok=True)`` in natural
+arrival order (each after a random pause of up to 2 ms, so that any rank may be the one that makes it: nobody
+arranges who comes first) and writes its share of ``FILES`` files; after a
 file barrier rank 0 does ``if os.path.exists(staging): os.rename(staging, final)`` and every other rank
 ``if os.path.exists(staging): shutil.rmtree(staging)``, as a Trainer's "commit on rank 0, clean up the
 staging directory elsewhere" does. Every rank prints one JSON line: its failures, and for rank 0 the outcome
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import sys
 import time
@@ -53,10 +55,9 @@ def main() -> None:
     outcomes: list[str] = []
     for k in range(rounds):
         staging, final = os.path.join(root, f"tmp-checkpoint-{k}"), os.path.join(root, f"checkpoint-{k}")
-        if RANK == 0:
-            os.makedirs(staging)
-        barrier(root, f"made-{k}")
-        os.makedirs(staging, exist_ok=True)  # every rank, as a save_model does: found there, not made
+        barrier(root, f"start-{k}")
+        time.sleep(random.random() * 0.002)
+        os.makedirs(staging, exist_ok=True)  # every rank, as a save_model does: whoever comes first makes it
         for i in range(RANK, FILES, WORLD):
             with open(os.path.join(staging, f"shard-{i}.bin"), "w") as f:
                 f.write(f"round {k} shard {i}\n")

@@ -1,7 +1,8 @@
 """A Trainer's atomic checkpoint on a shared filesystem: commit on rank 0, clean up the staging dir elsewhere.
 
-Each step: global rank 0 makes ``tmp-checkpoint-<step>``, then every rank calls
-``os.makedirs(staging, exist_ok=True)`` and writes its shard into it; after a barrier global rank 0 does
+Each step every rank calls ``os.makedirs(staging, exist_ok=True)`` in natural arrival order (after a random
+pause of up to 2 ms: any rank of either node may be the one that makes it) and writes its shard into it; after
+a barrier global rank 0 does
 ``if os.path.exists(staging): os.rename(staging, checkpoint-<step>)`` while the first process of every
 other node does ``if os.path.exists(staging): shutil.rmtree(staging)`` ("clean up the staging dir on the
 other nodes"). On one shared filesystem those are the same directory (issue 12). Rank 0 prints one line per
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
+import time
 
 import _common
 
@@ -28,9 +31,8 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         staging = os.path.join(args.root, f"tmp-checkpoint-{step}")
         final = os.path.join(args.root, f"checkpoint-{step}")
-        if me.rank == 0:
-            os.makedirs(staging)
         _common.barrier()
+        time.sleep(random.random() * 0.002)
         os.makedirs(staging, exist_ok=True)
         for i in range(8):
             with open(os.path.join(staging, f"model-rank{me.rank}-{i}.bin"), "wb") as shard:

@@ -118,6 +118,40 @@ def kind_of(st: os.stat_result) -> str:
     return "other"
 
 
+# --- mounts ---------------------------------------------------------------------------------------------
+
+
+def is_mount_point(path: str, st: os.stat_result | None = None) -> bool:
+    """Whether ``path`` is the root of a mount (a bind mount of a directory of the same filesystem included, which
+    device numbers cannot tell: ``/proc/self/mountinfo`` can). Read afresh at each call: a program may mount
+    while it runs; asked only on the way to a wait, never on a happy path."""
+    st = st or lstat_or_none(path)
+    parent = lstat_or_none(os.path.dirname(path))
+    if st is None or parent is None:
+        return False
+    if st.st_dev != parent.st_dev:
+        return True
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields = line.split(" ", 5)
+                if len(fields) > 4 and _unescape(fields[4]) == real:
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field: spaces, tabs, newlines and backslashes are written as octal escapes."""
+    if "\\" not in field:
+        return field
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 # --- freshness -----------------------------------------------------------------------------------------
 
 _job_start: float | None = None

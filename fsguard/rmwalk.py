@@ -636,9 +636,8 @@ def _run(
         held.take(top, walk.top_st)
     pending = (lambda: serializer.pending(top)) if serializer is not None and tree else None
     # The cheap tests first: own memory is asked only for a directory, in a job with peers.
-    peer_tree = (
-        tree and yield_s > 0 and rule.should_yield(top, evidence.own_last_event(top), walk.top_st, rules, yield_s)
-    )
+    own = evidence.own_last_event(top) if tree and yield_s > 0 else None
+    peer_tree = tree and yield_s > 0 and rule.should_yield(top, own, walk.top_st, rules, yield_s)
     window = 0.0
     if peer_tree or (pending is not None and pending()):
         how, window = wait_for_move(top, yield_s, pending, rules.settle_s)
@@ -690,5 +689,5 @@ def _run(
         walk.first_error = walk.first_error or exc
     found = walk.verdict()
     if peer_tree and walk.removed_count:
-        return rule.removed_peer_tree(top, window, found)
+        return rule.removed_peer_tree(top, window, found, made_here=own == "made-shared")
     return found

@@ -44,10 +44,13 @@ def should_yield(path: str, own_event: str | None, top: os.stat_result | None, r
     others make too: whoever came first made it, so who made it says nothing about who commits it). Not for a
     tree only this process could claim (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), nor when a
     later generation of its name stands beside it (``checkpoint-2`` beside ``checkpoint-6``): that is a rotation
-    removing an old generation, not a staging tree a peer is about to commit."""
+    removing an old generation, not a staging tree a peer is about to commit; nor for a mount point (a
+    bind-mounted output directory), which no rename can move."""
     if yield_s <= 0 or top is None or own_event == "made" or not stat.S_ISDIR(top.st_mode):
         return False
-    return rules.is_fresh(max(top.st_ctime, top.st_mtime)) and evidence.later_generation(path) is None
+    if not rules.is_fresh(max(top.st_ctime, top.st_mtime)) or evidence.later_generation(path) is not None:
+        return False
+    return not evidence.is_mount_point(path, top)  # a mount point cannot be renamed away
 
 
 def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Verdict:
@@ -70,16 +73,24 @@ def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Verd
     )
 
 
-def removed_peer_tree(top: str, waited_s: float, absorbed: Verdict | None) -> Verdict:
-    """A tree peers wrote during this job, removed after no peer moved it within the window."""
+def removed_peer_tree(top: str, waited_s: float, absorbed: Verdict | None, made_here: bool = False) -> Verdict:
+    """A tree peers may still have meant to commit, removed after no peer moved it within the window: one they
+    made during this job, or one this process made with ``makedirs(exist_ok=True)``, a name they make too."""
     detail = dict(absorbed.detail) if absorbed is not None else {}
     detail["not_moved_within_s"] = round(waited_s, 4)
     extra = f"; {absorbed.evidence}" if absorbed is not None else ""
+    whose = (
+        "a tree this process made with makedirs(exist_ok=True), a name peers make too (they may have written into it)"
+        if made_here
+        else "a tree that peers made or wrote during this job"
+    )
+    if made_here:
+        detail["made_here"] = True
     return Verdict(
         True,
         "hazard",
-        f"removed a tree that peers wrote during this job after no peer moved it away within {waited_s:.2f} s "
-        f"(FSGUARD_YIELD_S): a peer's later rename of {top} will fail, and its data is gone{extra}",
+        f"removed {whose} after no peer moved it away within {waited_s:.2f} s (FSGUARD_YIELD_S): if a peer "
+        f"still meant to rename {top}, that rename will fail, and its data is gone{extra}",
         waited_s + (absorbed.waited_s if absorbed is not None else 0.0),
         detail,
     )

@@ -1,0 +1,111 @@
+"""Every serialization backend speaks the whole ``Backend`` protocol, and keeps its contract.
+
+The serializer calls these methods directly (no ``getattr`` that would let a missing capability pass silently):
+a backend that lacks one, or whose announcement of a rename is not seen by a peer, fails here. Each backend
+runs through the same contract, in-process: two instances stand for two ranks (for the store, two clients of
+one ``TCPStore`` server; for files, two instances on one private lock directory).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsguard.locks.base import Backend, LockTimeout
+from fsguard.locks.file import FileBackend
+from fsguard.locks.store import StoreBackend
+
+BACKENDS = (FileBackend, StoreBackend)
+PROTOCOL = sorted(
+    name for name, value in vars(Backend).items() if not name.startswith("_") and inspect.isfunction(value)
+)
+
+
+def test_the_protocol_names_every_capability_the_serializer_calls() -> None:
+    """The capabilities a rename-first serializer needs are part of the protocol itself."""
+    assert {"acquire", "release", "announce", "withdraw", "pending", "flight_claim"} <= set(PROTOCOL), PROTOCOL
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.__name__)
+def test_each_backend_implements_the_whole_protocol(backend: type) -> None:
+    for name in PROTOCOL:
+        method = getattr(backend, name, None)
+        assert callable(method), f"{backend.__name__} lacks {name}()"
+        wanted = list(inspect.signature(getattr(Backend, name)).parameters)
+        have = list(inspect.signature(method).parameters)
+        assert have[: len(wanted)] == wanted, f"{backend.__name__}.{name}{have} is not Backend.{name}{wanted}"
+    assert isinstance(getattr(backend, "name", None), str) and getattr(backend, "scope", None) in ("job", "node")
+
+
+@pytest.fixture(params=BACKENDS, ids=lambda b: b.__name__)
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Backend, Backend]:
+    """Two backends that stand for two ranks of one job (of one node, for the file backend)."""
+    make: Callable[[], Backend]
+    if request.param is FileBackend:
+        (tmp_path / "locks").mkdir(mode=0o755)
+        make = partial(FileBackend, "node0", candidates=(str(tmp_path / "locks"),))
+    else:
+        port = request.getfixturevalue("store_port")
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RESTART_COUNT": str(os.getpid())}
+        make = partial(StoreBackend, 3.0, env)
+    return make(), make()
+
+
+def test_a_lock_excludes_the_other_rank(pair: tuple[Backend, Backend]) -> None:
+    one, two = pair
+    held = one.acquire("k1", 1.0, "one")
+    with pytest.raises(LockTimeout):
+        two.acquire("k1", 0.2, "two")
+    one.release(held)
+    again = two.acquire("k1", 1.0, "two")
+    two.release(again)
+
+
+def test_a_release_lets_a_waiter_in(pair: tuple[Backend, Backend]) -> None:
+    one, two = pair
+    held = one.acquire("k2", 1.0, "one")
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(two.acquire("k2", 5.0, "two")))
+    waiter.start()
+    one.release(held)
+    waiter.join(10)
+    assert got, "the waiter never got the lock"
+    two.release(got[0])
+
+
+def test_an_announced_rename_is_pending_for_the_other_rank_until_withdrawn(pair: tuple[Backend, Backend]) -> None:
+    one, two = pair
+    assert not two.pending("k3")
+    token = one.announce("k3")
+    assert two.pending("k3"), "a peer's announced rename is not seen: the rmtree would not let it go first"
+    one.withdraw(token)
+    assert not two.pending("k3")
+
+
+def test_two_announcements_stay_pending_until_both_are_withdrawn(pair: tuple[Backend, Backend]) -> None:
+    one, two = pair
+    first, second = one.announce("k4"), two.announce("k4")
+    one.withdraw(first)
+    assert one.pending("k4") or two.pending("k4")
+    two.withdraw(second)
+    assert not one.pending("k4") and not two.pending("k4")
+
+
+def test_a_flight_is_shared_or_declined(pair: tuple[Backend, Backend]) -> None:
+    one, two = pair
+    first = one.flight_claim("f1", "one")
+    if first is None:
+        assert one.scope == "node" and two.flight_claim("f1", "two") is None
+        return
+    performer, held = first
+    assert performer
+    joined = two.flight_claim("f1", "two")
+    assert joined is not None and joined[0] is False
+    assert one.flight_done("f1", held, b"ok") == 0

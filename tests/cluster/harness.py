@@ -5,7 +5,8 @@ where each node has its own process ids and its own (stale) lookup cache. So eve
 
 * its own mount, pid and UTS namespace (``unshare -m -p -u --fork --mount-proc``): pids repeat across
   nodes as on a real cluster, and each node has its own host name (``node0``, ``node1``, ...);
-* a node-local tmpfs at ``<root>/local`` (the same path on every node, private to each);
+* a node-local tmpfs at ``<root>/local`` (the same path on every node, private to each), and a private
+  ``/dev/shm`` (as every real node has its own: fsguard's node-local file locks there serialize one node only);
 * the shared backing directory ``<root>/backing`` seen at ``<root>/shared`` through the node's own
   ``bindfs`` FUSE mount, whose ``entry_timeout``/``attr_timeout``/``negative_timeout`` make lookups stale
   between nodes for that long, like NFS's attribute and lookup caches. A fresh ``os.listdir`` of a directory
@@ -46,6 +47,7 @@ _NODE_INIT = r"""
 set -u
 hostname "$FSG_NODE_NAME"
 mount -t tmpfs -o size="$FSG_LOCAL_SIZE",mode=1777 fsguard-local "$FSG_LOCAL" || exit 90
+mount -t tmpfs -o size="$FSG_LOCAL_SIZE",mode=1777 fsguard-shm /dev/shm || exit 92
 bindfs -o "$FSG_BINDFS_OPTS" "$FSG_BACKING" "$FSG_SHARED" || exit 91
 echo "$FSG_NODE_NAME up" > "$FSG_READY"
 cd "$FSG_CWD"

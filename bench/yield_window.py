@@ -3,7 +3,13 @@
 Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1 of a 4-rank torchrun job
 (``fsguard.install()`` on the working tree), against the same removal unpatched:
 
-* ``own``: a tree this process made with ``os.makedirs``: no window, nothing added;
+* ``own``: a tree this process made with ``os.makedirs`` (no ``exist_ok``): no window, nothing added;
+* ``mkdtemp``: a tree this process made with ``tempfile.mkdtemp``: private by construction, no window;
+* ``rotation``: an old generation this process made with ``makedirs(exist_ok=True)``, a later generation of its
+  name beside it (``checkpoint-3`` beside ``checkpoint-1003``): a rotation, no window;
+* ``shared, renamed``: a tree this process made with ``makedirs(exist_ok=True)`` (a name peers make too: the
+  Trainer's ``tmp-checkpoint-N``), renamed away by a peer 0-20 ms after the rmtree starts (``yielded``);
+* ``shared, nobody renames``: the same tree, not moved: the whole window, then the removal (``hazard``);
 * ``old``: a tree older than the job (made before it, ``FSGUARD_FRESH_S=0``): no window;
 * ``peer, renamed``: a peer's fresh tree that a peer renames away 0-20 ms after the rmtree starts (uniform):
   the rmtree ends when it sees the tree gone (decision ``yielded``), so the added time is the peer's delay
@@ -42,8 +48,13 @@ JOB = {
 }
 
 
-def make_tree(path: str, made_by_makedirs: bool) -> None:
-    (os.makedirs if made_by_makedirs else os.mkdir)(path)
+def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None:
+    if made_by_makedirs:
+        os.makedirs(path, exist_ok=exist_ok)
+    else:
+        import posix
+
+        posix.mkdir(path)  # as a peer would: unguarded, so this process's memory has no trace of it
     for i in range(FILES):
         with open(os.path.join(path, f"shard-{i}"), "w") as f:
             f.write("x")
@@ -63,11 +74,22 @@ def child(arm: str, rounds: int, base: str) -> None:
         top = os.path.join(base, f"{arm}-{k}")
         if arm == "own":
             make_tree(top, made_by_makedirs=True)
+        elif arm == "mkdtemp":
+            import tempfile
+
+            top = tempfile.mkdtemp(dir=base)
+            make_tree(os.path.join(top, "data"), made_by_makedirs=True)
+        elif arm == "rotation":
+            top = os.path.join(base, f"checkpoint-{k}")
+            make_tree(top, made_by_makedirs=True, exist_ok=True)
+            os.makedirs(os.path.join(base, f"checkpoint-{k + 1000}"), exist_ok=True)
+        elif arm.startswith("shared"):
+            make_tree(top, made_by_makedirs=True, exist_ok=True)
         elif arm.startswith("peer"):
             make_tree(top, made_by_makedirs=False)  # as a peer would: this process's memory has no makedirs
         # "old": made by the parent before this process started
         peer = None
-        if arm == "peer-renamed":
+        if arm in ("peer-renamed", "shared-renamed"):
             delay = random.uniform(0, 0.02)
             peer = threading.Timer(delay, rename, (top, top + ".committed"))
         started = time.perf_counter()
@@ -117,21 +139,35 @@ def main() -> None:
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     rounds = 3 if args.quick else 30
-    # Unpatched baselines, built the same way as the arms they stand for (a tree removed at once after it
-    # was written is faster to remove than one written seconds earlier).
-    base = {arm: statistics.median(run_arm(arm, rounds, guarded=False)) for arm in ("own", "old", "peer-stays")}
-    results = {}
-    print(f"rmtree of a {FILES}-file tree, {rounds} rounds; unpatched medians (ms): ", end="")
-    print(", ".join(f"{arm} {t * 1000:.2f}" for arm, t in base.items()))
-    print(f"{'arm':<24}{'median added ms':>16}{'worst added ms':>16}")
-    for arm in ("own", "old", "peer-window-off", "peer-renamed", "peer-stays"):
-        baseline = base.get(arm, base["peer-stays"])
-        times = run_arm(arm, rounds, guarded=True)
+    chunks = 1 if args.quick else 3
+    # Each arm against its own unpatched removal, built the same way (a tree removed at once after it was
+    # written is faster to remove than one written seconds earlier), in alternating chunks: on a shared machine
+    # the load changes from second to second, and both sides of one ratio must see the same load.
+    results, base = {}, {}
+    print(
+        f"rmtree of a {FILES}-file tree, {rounds} rounds per arm, patched vs unpatched in {chunks} alternating chunks"
+    )
+    print(f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}")
+    arms = ("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays")
+    for arm in (*arms, "shared-renamed", "shared-stays"):
+        # the same tree removed unpatched (a rename racing an unpatched rmtree fails: the rename's arm is timed
+        # against the tree nobody moves)
+        unpatched_arm = {"peer-window-off": "peer-stays", "peer-renamed": "peer-stays"}.get(arm, arm)
+        unpatched_arm = unpatched_arm.replace("shared-renamed", "shared-stays")
+        off: list[float] = []
+        on: list[float] = []
+        for _ in range(chunks):
+            off += run_arm(unpatched_arm, rounds // chunks, guarded=False)
+            on += run_arm(arm, rounds // chunks, guarded=True)
+        baseline = base[arm] = statistics.median(off)
         results[arm] = {
-            "median_added_ms": (statistics.median(times) - baseline) * 1000,
-            "worst_added_ms": (max(times) - baseline) * 1000,
+            "median_added_ms": (statistics.median(on) - baseline) * 1000,
+            "worst_added_ms": (max(on) - baseline) * 1000,
         }
-        print(f"{arm:<24}{results[arm]['median_added_ms']:>16.2f}{results[arm]['worst_added_ms']:>16.2f}")
+        print(
+            f"{arm:<24}{baseline * 1000:>14.2f}{results[arm]['median_added_ms']:>16.2f}"
+            f"{results[arm]['worst_added_ms']:>16.2f}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(

@@ -208,6 +208,7 @@ class Walk:
         # and the inode number the listing gave the top's name at the first check (None: not listed then).
         self.cached_lookups = self.top_st is not None and lookups_may_be_stale(self.top_st.st_dev)
         self.listed_ino: Any = _UNSET
+        self.fresh_after = 0.0  # monotonic time before which no listing is read between directories
         self.settle_on_vanish = False  # set by run(): stop at the first vanished entry and wait for the peer
 
     @contextmanager
@@ -263,7 +264,7 @@ class Walk:
             here, missing = False, True
         except OSError:
             return
-        if here and (boundary or self.cached_lookups) and not self._listed_here():
+        if here and (boundary or self._fresh_due()) and not self._listed_here():
             here, missing = False, True  # a stale lookup cache still answers for a name the listing lost
         if here:
             return
@@ -284,10 +285,20 @@ class Walk:
         self.renamed_to = renamed
         raise _Moved
 
+    def _fresh_due(self) -> bool:
+        """Whether to read a fresh listing before this removal (mounts whose lookups may be cached only): before
+        every one, unless listing the parent is slow (a huge directory on a remote server), then so that listings
+        take at most a fifth of the walk's time (a rename landing meanwhile costs the moved tree what was
+        removed since the last listing, and the hazard record names it)."""
+        return self.cached_lookups and time.monotonic() >= self.fresh_after
+
     def _listed_here(self) -> bool:
         """Whether the parent's fresh listing still shows the top's name as the inode it showed at the first
         look (True where that cannot be told: an unreadable listing)."""
+        started = time.monotonic()
         listed = _listed_inode(self.top_norm)
+        now = time.monotonic()
+        self.fresh_after = now + 4 * (now - started) if now - started > 0.001 else 0.0
         if self.listed_ino is _UNSET:
             if listed is None:
                 return False  # already gone from the listing: only a stale lookup still shows the name

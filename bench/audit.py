@@ -84,12 +84,113 @@ def write_log(path: Path, mb: int, compress: bool) -> int:
     return path.stat().st_size
 
 
-def measure(command: str, path: Path) -> dict[str, float]:
+_RECORD_LINE = (
+    '{{"args": {args}, "decision": "{decision}", "detail": {detail}, "error": {{"errno": "{errno}", "message": '
+    '"{errno}", "type": "OSError"}}, "evidence": "{evidence}", "host": "n{host}", "launcher": "torchrun", '
+    '"local_rank": {local}, "op": "{op}", "pid": {pid}, "rank": {rank}, "site": {{"file": "/job/train.py", '
+    '"function": "{function}", "line": {line}}}, "time": {time:.6f}, "v": 1, "version": "0.1.0", '
+    '"waited_s": {waited}, "world_size": {world}}}\n'
+)
+# (op, decision, function, line, errno, args, evidence): what a long job's ranks race on at each checkpoint
+_CHECKPOINT_RACES = (
+    ("makedirs", "absorbed", "save", 88, "EEXIST", ["/ckpt/run-{run}/step-{step}"], "directory created by a peer"),
+    (
+        "rename",
+        "absorbed",
+        "save",
+        120,
+        "ENOENT",
+        ["/ckpt/run-{run}/tmp-step-{step}", "/ckpt/run-{run}/step-{step}"],
+        "source gone, destination present and changed 0.01 s ago: a peer did the same move",
+    ),
+    (
+        "rmtree",
+        "absorbed",
+        "rotate",
+        131,
+        "ENOENT",
+        ["/ckpt/run-{run}/step-{old}"],
+        "tree already removed (its parent changed during this job)",
+    ),
+    ("replace", "absorbed", "compile", 57, "ENOENT", ["/cache/k-{k}.so.tmp", "/cache/k-{k}.so"], "a peer did it"),
+)
+
+
+def write_records(directory: Path, ranks: int, records: int, per_host: int = 8, days: float = 3.0) -> int:
+    """An ``FSGUARD_LOG`` directory of a long job: one JSON-lines file per rank, ``records`` in all.
+
+    Races come in bursts at hourly checkpoints over ``days``; some ranks wait (a lock timed out); after a
+    node restart at two thirds of the job, the ranks of one host hit hazards, and three ranks a conflict.
+    Returns the bytes written.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    start = 1796000000.0
+    span = days * 86400
+    checkpoints = max(int(span // 3600), 1)
+    per_rank = max(records // ranks, 1)
+    extra = records - per_rank * ranks
+    written = 0
+    restart = start + span * 2 / 3
+    for rank in range(ranks):
+        host = rank // per_host
+        lines = []
+        count = per_rank + (1 if rank < extra else 0)
+        for i in range(count):
+            step = i * checkpoints // count
+            op, decision, function, line, errno, args, evidence = _CHECKPOINT_RACES[i % len(_CHECKPOINT_RACES)]
+            at = start + step * 3600 + (rank % 97) * 0.013 + (i % 7) * 0.2
+            waited = 0.0
+            detail = "{}"
+            if (rank * 31 + i) % 997 == 0:
+                decision, waited, evidence = "waited", round(1 + (rank % 29), 2), "lock held by a peer: waited"
+            if host == ranks // per_host // 2 and i == count // 2:  # the restarted node: data lost
+                op, decision, function, line = "rmtree", "hazard", "cleanup", 140
+                at = restart + rank % per_host
+                args = ["/ckpt/run-{run}/tmp-step-{step}"]
+                detail = json.dumps(
+                    {
+                        "renamed_to": f"/ckpt/run-0/step-{step}",
+                        "removed": ["shard-0.pt", "shard-1.pt"],
+                        "removed_count": 2,
+                    }
+                )
+                evidence = f"tree moved to /ckpt/run-0/step-{step} by a peer while this process was removing it"
+            elif rank in (5, 6, 7) and i == count - 1:
+                op, decision, function, line = "rename", "conflict", "publish", 201
+                args = ["/out/tmp-rank{rank}", "/out/final"]
+                evidence = "destination is a non-empty directory: two different results for one path"
+            values = {"run": 0, "step": step, "old": max(step - 2, 0), "k": i % 13, "rank": rank}
+            lines.append(
+                _RECORD_LINE.format(
+                    args=json.dumps([a.format(**values) for a in args]),
+                    decision=decision,
+                    detail=detail,
+                    errno=errno,
+                    evidence=evidence,
+                    host=host,
+                    local=rank % per_host,
+                    op=op,
+                    pid=10000 + rank,
+                    rank=rank,
+                    function=function,
+                    line=line,
+                    time=at,
+                    waited=waited,
+                    world=ranks,
+                )
+            )
+        text = "".join(lines)
+        (directory / f"fsguard-n{host}-rank{rank}-{10000 + rank}.jsonl").write_text(text)
+        written += len(text)
+    return written
+
+
+def measure(command: str, path: Path, *extra: str) -> dict[str, float]:
     """Run ``python -m fsguard <command> path`` once; wall seconds and peak RSS of that process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fsguard", command, "--json", str(path)],
+        [sys.executable, "-m", "fsguard", command, "--json", *extra, str(path)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -1,12 +1,17 @@
 """Throughput and memory of ``fsguard report`` and ``fsguard scan`` on a large log with few matches.
 
-``python bench/audit.py [--mb 1024] [--quick] [--gzip] [--json FILE]``
+``python bench/audit.py [--mb 1024] [--html-mb 100] [--quick] [--gzip] [--json FILE]``
 
 Writes a synthetic training log (progress lines, torch warnings, a rank's traceback of a makedirs race
 and an fsguard record every ~64 MiB) into a temporary directory, then runs each command on it in a fresh
 interpreter and reports MB/s (wall clock, whole process including start-up) and the peak resident memory
 of that process (``wait4`` rusage). The same commands on a log a quarter of the size show that memory
 does not grow with the input. Target: >= 100 MB/s on a 2-core development machine.
+
+``report --html`` is measured apart, on what it is for: a records directory (``FSGUARD_LOG``) of a 1,000-rank
+job on 125 hosts over three days (``write_records``: one file per rank, nothing but records), ``--html-mb``
+MiB of them and a quarter of that: seconds, peak RSS and the page's size. Target: 100 MB in seconds, with
+memory that does not grow with the records beyond the duplicate check (one hash per record).
 """
 
 from __future__ import annotations
@@ -205,6 +210,28 @@ def measure(command: str, path: Path, *extra: str) -> dict[str, float]:
     return {"seconds": seconds, "max_rss_mib": usage.ru_maxrss / 1024, "exit": proc.returncode, "found": count}
 
 
+RECORD_BYTES = 473  # the mean size of a record of ``write_records``
+
+
+def run_html(mb: int, workdir: Path) -> dict[str, Any]:
+    """``report --html`` on a records directory of a 1,000-rank job, ``mb`` and a quarter of it."""
+    runs: dict[str, Any] = {}
+    for size in (max(mb // 4, 1), mb):
+        records = size * MIB // RECORD_BYTES
+        directory = workdir / f"records-{size}"
+        on_disk = write_records(directory, ranks=1000, records=records)
+        page = workdir / f"report-{size}.html"
+        r = measure("report", directory, "--html", str(page))
+        r["mb_per_s"] = on_disk / 1e6 / r["seconds"]
+        r["bytes_on_disk"] = on_disk
+        r["records"] = records
+        r["page_mb"] = page.stat().st_size / 1e6
+        runs[f"html/{size}"] = r
+        shutil.rmtree(directory)
+        page.unlink()
+    return runs
+
+
 def run(mb: int, compress: bool, workdir: Path) -> dict[str, Any]:
     results: dict[str, Any] = {
         "cores": os.cpu_count(),
@@ -235,6 +262,15 @@ def render(results: dict[str, Any]) -> str:
     ]
     for name, r in results["runs"].items():
         lines.append(f"{name:<16}{r['mb_per_s']:>9.0f}{r['seconds']:>10.2f}{r['max_rss_mib']:>9.1f} MiB{r['found']:>7}")
+    html = results.get("html", {})
+    if html:
+        lines.append("report --html on the records of a 1,000-rank job (125 hosts), records directory:")
+        lines.append(f"{'html/MiB':<16}{'MB/s':>9}{'seconds':>10}{'peak RSS':>12}{'records':>9}{'page MB':>9}")
+        for name, r in html.items():
+            lines.append(
+                f"{name:<16}{r['mb_per_s']:>9.0f}{r['seconds']:>10.2f}{r['max_rss_mib']:>9.1f} MiB"
+                f"{r['records']:>9}{r['page_mb']:>9.1f}"
+            )
     return "\n".join(lines)
 
 
@@ -243,12 +279,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=int, default=1024, help="size of the large log in MiB (default 1024)")
     parser.add_argument("--quick", action="store_true", help="a 64 MiB log: checks that everything runs")
     parser.add_argument("--gzip", action="store_true", help="gzip-compressed log (decompression dominates)")
+    parser.add_argument(
+        "--html-mb", type=int, default=100, help="records for report --html in MiB (default 100; 0: skip)"
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     mb = 64 if args.quick else args.mb
+    html_mb = min(args.html_mb, 8) if args.quick else args.html_mb
     workdir = Path(tempfile.mkdtemp(prefix="fsguard-bench-audit-"))
     try:
         results = run(mb, args.gzip, workdir)
+        if html_mb > 0:
+            results["html"] = run_html(html_mb, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(render(results))

@@ -263,10 +263,9 @@ def _ticks(start: float, span: float) -> tuple[float, list[float]]:
     return step, ticks
 
 
-def _timeline(collector: Collector) -> tuple[list[str], list[str]]:
+def _timeline(collector: Collector, rows: list[timeline.Lane], kind: str) -> tuple[list[str], list[str]]:
     """The SVG's pieces, and each mark's cell as JSON (index: the mark's ``data-i``)."""
     line = timeline_of(collector)
-    rows, kind = timeline.lanes(line)
     bins = line.bins
     span = bins * line.width
     bin_px = PLOT_W / bins
@@ -355,8 +354,8 @@ def _legend(decisions: Iterable[str]) -> str:
 
 def _timeline_section(collector: Collector) -> tuple[list[str], list[str]]:
     line = timeline_of(collector)
-    svg, cells = _timeline(collector)
     rows, kind = timeline.lanes(line)
+    svg, cells = _timeline(collector, rows, kind)
     one = {"process": "process (rank)", "host": "host", "hosts": "run of hosts"}[kind]
     seen = {d for c in line.cells.values() for d in c.counts}
     note = (

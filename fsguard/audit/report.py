@@ -21,6 +21,7 @@ more).
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from collections import Counter
@@ -35,6 +36,12 @@ SEVERITY = ("conflict", "hazard", "unserialized", "waited", "deferred", "yielded
 ATTENTION = ("conflict", "hazard")
 MAX_PATTERNS = 50  # per group: bounded memory on a job that touched millions of distinct paths
 _ANNOUNCED = re.compile("fsguard: (?:" + "|".join(DECISIONS) + ") ")
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern(args: tuple[str, ...]) -> str:
+    """The folded pattern of a call's paths, cached: the ranks of a job race on the same paths."""
+    return patterns.fold_args(list(args))
 
 
 def _severity(decision: str) -> int:
@@ -67,7 +74,7 @@ class Group:
             self.ranks.add(record.rank)
         if record.host:
             self.hosts.add(record.host)
-        pattern = patterns.fold_args([str(a) for a in record.args])
+        pattern = _pattern(tuple(str(a) for a in record.args))
         if pattern in self.paths or len(self.paths) < MAX_PATTERNS:
             self.paths[pattern] += 1
         else:

@@ -77,14 +77,6 @@ class Cell:
     ranks: set[int] = field(default_factory=set)
     sample: Sample | None = None
 
-    def add(self, sample: Sample) -> None:
-        self.counts[sample.decision] = self.counts.get(sample.decision, 0) + 1
-        self.longest_wait = max(self.longest_wait, sample.waited_s)
-        if sample.rank is not None:
-            self.ranks.add(sample.rank)
-        if self.sample is None or severity(sample.decision) < severity(self.sample.decision):
-            self.sample = sample
-
     def merge(self, other: Cell) -> None:
         for decision, n in other.counts.items():
             self.counts[decision] = self.counts.get(decision, 0) + n
@@ -127,38 +119,45 @@ class Timeline:
         self._seq = 0
 
     def add(self, record: Record) -> None:
-        sample = Sample.of(record)
+        at = float(record.time)
+        decision = record.decision
+        waited = float(record.waited_s or 0.0)
         if self.origin is None:
-            self.origin = sample.time
-        k = int((sample.time - self.origin) // self.width)
+            self.origin = at
+        k = int((at - self.origin) // self.width)
         if not self.cells:
             self.low = self.high = k
         self.low, self.high = min(self.low, k), max(self.high, k)
         while self.high - self.low + 1 > BINS:
             self._coarsen()
             k //= 2
-        process = (sample.host, -1 if sample.rank is None else sample.rank, sample.pid if sample.rank is None else 0)
+        host = record.host or ""
+        process = (host, -1 if record.rank is None else record.rank, record.pid if record.rank is None else 0)
         lane = self.processes.setdefault(process, len(self.processes))
-        host = self.hosts.setdefault(sample.host, len(self.hosts))
+        host_lane = self.hosts.setdefault(host, len(self.hosts))
         if not self.by_host and len(self.processes) > MAX_PROCESS_LANES:
             self._by_host()
-        if self.by_host:
-            lane = host
-        cell = self.cells.get((lane, k))
+        cell = self.cells.get((host_lane if self.by_host else lane, k))
         if cell is None:
-            cell = self.cells[(lane, k)] = Cell()
-        cell.add(sample)
-        if sample.decision in ATTENTION:
+            cell = self.cells[(host_lane if self.by_host else lane, k)] = Cell()
+        # the cell's counts; a Sample is made only for a record that is kept (most are only counted)
+        cell.counts[decision] = cell.counts.get(decision, 0) + 1
+        cell.longest_wait = max(cell.longest_wait, waited)
+        if record.rank is not None:
+            cell.ranks.add(record.rank)
+        sample = None
+        if cell.sample is None or severity(decision) < severity(cell.sample.decision):
+            sample = cell.sample = Sample.of(record)
+        if decision in ATTENTION:
             self.attention_total += 1
             if len(self.attention) < ATTENTION_KEPT:
-                self.attention.append(sample)
-        if sample.waited_s > 0:
+                self.attention.append(sample or Sample.of(record))
+        if waited > 0:
             self._seq += 1
-            entry = (sample.waited_s, -self._seq, sample)
             if len(self._waits) < LONGEST_KEPT:
-                heapq.heappush(self._waits, entry)
-            elif entry[:2] > self._waits[0][:2]:
-                heapq.heapreplace(self._waits, entry)
+                heapq.heappush(self._waits, (waited, -self._seq, sample or Sample.of(record)))
+            elif (waited, -self._seq) > self._waits[0][:2]:
+                heapq.heapreplace(self._waits, (waited, -self._seq, sample or Sample.of(record)))
 
     def _by_host(self) -> None:
         """Too many processes to draw one lane each: from now on cells are per host (memory: hosts x BINS)."""
@@ -239,11 +238,18 @@ def lanes(timeline: Timeline) -> tuple[list[Lane], str]:
             for _, index in chunk:
                 row_of[index] = len(rows)
             rows.append(Lane(label, label))
+    fresh: set[int] = set()  # the ids of cells made here (the timeline's own are never changed)
     for (lane, k), cell in timeline.cells.items():
         row = rows[row_of[lane]]
         row.ranks |= cell.ranks
         into = row.cells.get(k - timeline.low)
         if into is None:
-            into = row.cells[k - timeline.low] = Cell()
+            row.cells[k - timeline.low] = cell
+            continue
+        if id(into) not in fresh:
+            copy = Cell()
+            copy.merge(into)
+            into = row.cells[k - timeline.low] = copy
+            fresh.add(id(copy))
         into.merge(cell)
     return rows, kind

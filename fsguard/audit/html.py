@@ -358,6 +358,8 @@ def _timeline_section(collector: Collector) -> tuple[list[str], list[str]]:
     svg, cells = _timeline(collector, rows, kind)
     one = {"process": "process (rank)", "host": "host", "hosts": "run of hosts"}[kind]
     seen = {d for c in line.cells.values() for d in c.counts}
+    waited = any(c.longest_wait > 0 for c in line.cells.values())
+    wait_key = '<span class="chip"><i class="waitkey"></i>longest wait</span>' if waited else ""
     note = (
         f"One lane per {one} ({len(rows):,} lanes), time along the axis (bins of {_duration(line.width)}). "
         f"A mark is the records of one lane in one bin, coloured by the worst decision among them; a thin bar "
@@ -365,7 +367,7 @@ def _timeline_section(collector: Collector) -> tuple[list[str], list[str]]:
     )
     head = (
         f'<section id="timeline"><h2>Timeline</h2><p class="note">{_e(note)}</p>'
-        f'<div class="legend">{_legend(seen)}<span class="chip"><i class="waitkey"></i>wait</span></div>'
+        f'<div class="legend">{_legend(seen)}{wait_key}</div>'
         '<div class="scroll">'
     )
     return [head, *svg, "</div></section>"], cells

@@ -285,6 +285,7 @@ def test_bench_audit_quick_runs(tmp_path: Path) -> None:
     assert all(r["exit"] == (1 if r["found"] else 0) for r in runs.values())
     html = json.loads((tmp_path / "a.json").read_text())["audit"]["html"]
     assert {name: (r["exit"], r["found"]) for name, r in html.items()} == {
-        "html/2": (1, 2 * (1 << 20) // 473),
-        "html/8": (1, 8 * (1 << 20) // 473),
+        "html/1": (1, (1 << 20) // 473),
+        "html/4": (1, 4 * (1 << 20) // 473),
+        "html-1file/4": (1, 4 * (1 << 20) // 473),
     }

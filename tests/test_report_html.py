@@ -110,6 +110,37 @@ def test_bad_input_gets_the_text_reports_words_and_status(fsguard_python: Path, 
     assert not any(p.name.startswith(".fsguard-report-") for p in tmp_path.iterdir())
 
 
+def test_timeline_memory_is_bounded_by_lanes_and_bins() -> None:
+    """Records in any order, any span: cells never exceed lanes x BINS, and every record is counted once."""
+    import random
+
+    from fsguard.audit import timeline
+    from fsguard.records import Record
+
+    rng = random.Random(27)
+    line = timeline.Timeline()
+    hosts, per_host, n = 300, 4, 30_000
+    for i in range(n):  # one process's records after another's, as files are read: time goes back and forth
+        rank = i * hosts * per_host // n
+        at = 1796000000.0 + rng.random() * 3 * 86400 * (1 + rank % 3)
+        decision = "hazard" if i % 5000 == 7 else "waited" if i % 700 == 3 else "absorbed"
+        waited = float(1 + i % 13) if decision == "waited" else 0.0
+        line.add(
+            Record("rename", decision, "why", ["/a", "/b"], None, waited, None, at, f"n{rank // per_host}", 0, rank)
+        )
+    assert line.by_host and line.bins <= timeline.BINS
+    assert len(line.cells) <= hosts * timeline.BINS
+    assert sum(c.total for c in line.cells.values()) == n
+    assert line.attention_total == len(line.attention) == 6
+    assert [s.waited_s for s in line.longest_waits()] == sorted(
+        (s.waited_s for s in line.longest_waits()), reverse=True
+    )
+    rows, kind = timeline.lanes(line)
+    assert kind == "hosts" and len(rows) <= timeline.MAX_LANES and rows[0].label == "n0 .. n2"
+    assert sum(c.total for row in rows for c in row.cells.values()) == n
+    assert sum(c.total for c in line.cells.values()) == n  # drawing merged copies, not the timeline's cells
+
+
 @pytest.fixture(scope="module")
 def chromium() -> str:
     binary = browser.find()

@@ -293,7 +293,7 @@ def _timeline(collector: Collector, rows: list[timeline.Lane], kind: str) -> tup
         if kind == "process" and row.host != host_before:
             band = not band if host_before is not None else band
             parts.append(f'<line class="host-sep" x1="0" y1="{y}" x2="{width}" y2="{y}"/>')
-            parts.append(f'<text class="host" x="4" y="{y + lane_h - 4}">{_e(row.host)}</text>')
+            parts.append(f'<text class="host" x="4" y="{y + lane_h - 4}">{_e(_fit(row.host, 16))}</text>')
             host_before = row.host
         elif kind != "process":
             band = n % 2 == 1
@@ -304,7 +304,8 @@ def _timeline(collector: Collector, rows: list[timeline.Lane], kind: str) -> tup
         )
         if kind == "process" or n % label_every == 0:
             size = "" if lane_h >= 10 else f' style="font-size:{max(lane_h * label_every - 1, 6)}px"'
-            parts.append(f'<text class="label" x="{LABEL_W - 6}" y="{y + lane_h - 4}"{size}>{_e(row.label)}</text>')
+            label = _fit(row.label, 14 if kind == "process" else 28)
+            parts.append(f'<text class="label" x="{LABEL_W - 6}" y="{y + lane_h - 4}"{size}>{_e(label)}</text>')
         for k in sorted(row.cells, key=lambda k: (timeline.severity(row.cells[k].decision) * -1, k)):
             cell = row.cells[k]
             parts.append(_mark(cell, k, y, lane_h, bin_px, mark_w, line.width, len(cells)))
@@ -312,6 +313,11 @@ def _timeline(collector: Collector, rows: list[timeline.Lane], kind: str) -> tup
         parts.append("</g>")
     parts.append("</svg>")
     return parts, cells
+
+
+def _fit(text: str, width: int) -> str:
+    """A lane's label in the label column: long host names keep their start (the whole name is in the tip)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _mark(cell: Cell, k: int, y: int, lane_h: int, bin_px: float, mark_w: float, width_s: float, index: int) -> str:

@@ -3,8 +3,9 @@
 Records are not read in time order (one process's file after another's), and the job's span is known only
 at the end, so the bins adapt while reading: a bin is ``[origin + k*width, origin + (k+1)*width)`` with the
 first record's time as the origin; when the bins in use would span more than ``BINS``, the width doubles and
-neighbouring bins merge (``k // 2``). Memory is therefore bounded by processes x ``BINS`` cells, whatever the
-number of records. A cell keeps the count per decision, the longest wait, the ranks it holds and one record
+neighbouring bins merge (``k // 2``). Cells are per process up to ``MAX_PROCESS_LANES`` processes, per host
+beyond (merged once, when the next process appears), so memory is bounded by lanes x ``BINS`` cells whatever
+the number of records. A cell keeps the count per decision, the longest wait, the ranks it holds and one record
 that stands for it: the first of its worst decision.
 
 Hazards and conflicts are kept whole (``ATTENTION_KEPT`` of them), and the ``LONGEST_KEPT`` longest waits.
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import Record
+from .report import SEVERITY
 
 BINS = 200
 FIRST_WIDTH_S = 0.001
@@ -26,8 +28,8 @@ ATTENTION_KEPT = 500
 MAX_PROCESS_LANES = 64  # above this, one lane per host
 MAX_LANES = 128  # above this, one lane per run of hosts
 LONGEST_KEPT = 10
-# Worst first (the text report's order; ``shared`` is a plain success).
-ORDER = ("conflict", "hazard", "unserialized", "waited", "deferred", "yielded", "absorbed", "shared")
+# Worst first: the text report's order; ``shared`` (a plain success) last.
+ORDER = (*SEVERITY, "shared")
 
 
 def severity(decision: str) -> int:

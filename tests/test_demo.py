@@ -66,6 +66,19 @@ def test_demo_before_and_after(which: str, launcher: str, request: pytest.Fixtur
     assert "guarded run: succeeded" in out
     assert "train.py:" in out  # records name the call site in the job's script (report or plain count)
     check_report_paths(out, tmp_path / "demo" / "with-fsguard" / "records")
+    check_page(out, tmp_path / "demo")
+
+
+def check_page(out: str, keep: Path) -> None:
+    """The demo ends with the path of its guarded run's report as a web page, which holds every record."""
+    page = keep / "report.html"
+    assert out.rstrip().splitlines()[-1] == f"HTML report of the guarded run: {page}"
+    text = page.read_text()
+    found = re.search(r'<script type="application/json" id="cells">(.*?)</script>', text, re.DOTALL)
+    assert found
+    records = sum(len(p.read_text().splitlines()) for p in (keep / "with-fsguard" / "records").iterdir())
+    assert sum(cell["total"] for cell in json.loads(found.group(1))) == records > 0
+    assert "No hazards or conflicts" in text and text.count('<g class="lane') == 4
 
 
 def check_report_paths(out: str, records_dir: Path) -> None:

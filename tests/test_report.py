@@ -111,6 +111,7 @@ fsguard report: 10 records at 3 call sites in 1 input; 1 with hazards or
 conflicts (!!)
 from 2026-11-30 00:53:20 to 2026-11-30 01:03:25 (local time)
 
+!! DATA MAY HAVE BEEN LOST: hazards and conflicts at 1 call site
    DECISION      OP            N  RANKS       HOSTS     WAIT  FIRST     LAST
 !! hazard        rmtree        2  0,12            2    0.00s  01:03:24  01:03:25
      at    /job/train.py:140 in cleanup
@@ -119,6 +120,9 @@ from 2026-11-30 00:53:20 to 2026-11-30 01:03:25 (local time)
      hosts n1, n2
      why   a peer renamed the tree while this rank removed it: 3 entries missing
            from /ckpt/checkpoint-50
+
+OTHER RECORDS: 2 call sites
+   DECISION      OP            N  RANKS       HOSTS     WAIT  FIRST     LAST
    unserialized  makedirs      2  3-4             1   30.00s  00:53:21  00:53:22
      at    /job/util.py:7 in ensure_dir
      path  /ckpt/logs/rank<n>
@@ -148,7 +152,12 @@ def test_human_table_fits_80_columns(fsguard_python: Path) -> None:
         "conflicts (!!); 4 duplicates ignored\n"
     )
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    # what was at risk first, under its own heading; the rest after
+    assert done.stdout.index("!! DATA MAY HAVE BEEN LOST: hazards and conflicts at 1 call site\n") < (
+        done.stdout.index("!! conflict ")
+    )
     assert re.search(r"^!! conflict +rename +3 +0-2 ", done.stdout, re.MULTILINE)
+    assert done.stdout.index("!! conflict ") < done.stdout.index("\nOTHER RECORDS: 3 call sites\n")
     # long paths are cut in the middle: their first component and their whole last one stay
     assert "     path  /tmp/.../tmp-checkpoint-<n> -> /tmp/.../checkpoint-<n>\n" in done.stdout
     wide = fsguard(fsguard_python, "report", "--wide", str(GUARDED))
@@ -160,16 +169,18 @@ def test_markdown(fsguard_python: Path) -> None:
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert lines[0] == "**fsguard report**: 10 records at 3 call sites in 1 input; 1 with hazards or conflicts (!!)."
-    assert lines[2] == (
-        "|  | Decision | Op | Call site | Paths | N | Ranks | Hosts | Longest wait | First | Last | Evidence |"
-    )
-    assert lines[3] == "|---|---|---|---|---|---|---|---|---|---|---|---|"
-    assert lines[4] == (
+    assert lines[2] == "**⚠️ DATA MAY HAVE BEEN LOST: hazards and conflicts** at 1 call site:"
+    header = "|  | Decision | Op | Call site | Paths | N | Ranks | Hosts | Longest wait | First | Last | Evidence |"
+    assert lines[4] == lines[10] == header
+    assert lines[5] == lines[11] == "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    assert lines[8] == "**Other records**: 2 call sites"
+    assert lines[6] == (
         "| ⚠️ | **1 hazard, 1 absorbed** | rmtree | `/job/train.py:140 in cleanup` | `/ckpt/staging-<n>` "
         "| 2 | 0,12 | n1, n2 | 0.00 s | 2026-11-30 01:03:24 | 2026-11-30 01:03:25 | a peer renamed "
         "the tree while this rank removed it: 3 entries missing from /ckpt/checkpoint-50 |"
     )
-    assert len(lines) == 7
+    assert lines[12].startswith("|  | 1 unserialized, 1 waited | makedirs |")
+    assert len(lines) == 14
 
 
 @pytest.mark.parametrize("prefix", ["[rank{r}]: ", "{r}: ", "  {r}: ", "[1,{r}]<stderr>:", "0: [rank{r}]: "])
@@ -272,3 +283,9 @@ def test_bench_audit_quick_runs(tmp_path: Path) -> None:
         "scan/64": 1,
     }
     assert all(r["exit"] == (1 if r["found"] else 0) for r in runs.values())
+    html = json.loads((tmp_path / "a.json").read_text())["audit"]["html"]
+    assert {name: (r["exit"], r["found"]) for name, r in html.items()} == {
+        "html/1": (1, (1 << 20) // 473),
+        "html/4": (1, 4 * (1 << 20) // 473),
+        "html-1file/4": (1, 4 * (1 << 20) // 473),
+    }

@@ -194,11 +194,15 @@ def feed(chunks: Iterator[bytes], sink: Sink) -> None:
     lineno = 1
     for block in chunks:
         pos, size = 0, len(block)
+        # each marker's next occurrence at or after pos, -1 when none is left in this block: a block is searched
+        # once per marker and hit, never again from every line (a marker absent from a block of records)
+        upcoming = [block.find(marker) for marker in markers]
         while pos < size:
             if not sink.busy():
                 hit = -1
-                for marker in markers:
-                    at = block.find(marker, pos)
+                for i, at in enumerate(upcoming):
+                    if 0 <= at < pos:
+                        at = upcoming[i] = block.find(markers[i], pos)
                     if at >= 0 and (hit < 0 or at < hit):
                         hit = at
                 if hit < 0:

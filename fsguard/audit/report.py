@@ -7,7 +7,9 @@ for standard input. Records are read with ``fsguard.records.parse_line``, the on
 command reads exactly what fsguard writes.
 
 Records are grouped by operation and call site; within a group the paths are folded into patterns
-(``checkpoint-<n>``). A group that holds a hazard or a conflict is listed first and marked ``!!``.
+(``checkpoint-<n>``). Groups that hold a hazard or a conflict are listed first, marked ``!!``, under a
+heading that says data may have been lost; the others follow under their own. ``--html OUT.html``
+(``fsguard.audit.html``) also writes the same analysis as a web page with a timeline.
 The same record read twice (a job's log *and* its JSON-lines files) counts once.
 
 A line that announces a record (``fsguard: <decision> ...`` or a JSON object with a ``decision``) but does
@@ -19,6 +21,7 @@ more).
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from collections import Counter
@@ -33,6 +36,12 @@ SEVERITY = ("conflict", "hazard", "unserialized", "waited", "deferred", "yielded
 ATTENTION = ("conflict", "hazard")
 MAX_PATTERNS = 50  # per group: bounded memory on a job that touched millions of distinct paths
 _ANNOUNCED = re.compile("fsguard: (?:" + "|".join(DECISIONS) + ") ")
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern(args: tuple[str, ...]) -> str:
+    """The folded pattern of a call's paths, cached: the ranks of a job race on the same paths."""
+    return patterns.fold_args(list(args))
 
 
 def _severity(decision: str) -> int:
@@ -65,7 +74,7 @@ class Group:
             self.ranks.add(record.rank)
         if record.host:
             self.hosts.add(record.host)
-        pattern = patterns.fold_args([str(a) for a in record.args])
+        pattern = _pattern(tuple(str(a) for a in record.args))
         if pattern in self.paths or len(self.paths) < MAX_PATTERNS:
             self.paths[pattern] += 1
         else:
@@ -138,13 +147,14 @@ class Collector:
             return
         self.add(record)
 
-    def add(self, record: Record) -> None:
+    def add(self, record: Record) -> bool:
+        """Count ``record`` into its group; False (and nothing counted) when it was seen before."""
         identity = hash(
             (record.host, record.pid, record.time, record.op, record.decision, tuple(str(a) for a in record.args))
         )
         if identity in self._seen:
             self.duplicates += 1
-            return
+            return False
         self._seen.add(identity)
         self.records += 1
         site_text = record.site_text()
@@ -153,6 +163,7 @@ class Collector:
         if group is None:
             group = self.groups[key] = Group(record.op, record.site, site_text)
         group.add(record)
+        return True
 
     def end(self) -> list[str]:
         if not self._damaged:
@@ -178,20 +189,31 @@ COLUMNS = (
 )
 
 
-def _mix(group: Group) -> str:
+def mix(group: Group) -> str:
+    """``1 hazard, 1 absorbed``: the group's decisions, worst first."""
     return ", ".join(f"{n} {d}" for d, n in sorted(group.decisions.items(), key=lambda kv: _severity(kv[0])))
 
 
+def path_patterns(group: Group, shown: int = 3) -> tuple[list[str], int]:
+    """The group's most frequent path patterns, and how many more there are."""
+    top = [pattern for pattern, _ in group.paths.most_common(shown)]
+    return top, len(group.paths) - len(top) + (1 if group.other_paths else 0)
+
+
+def more_patterns(hidden: int) -> str:
+    return f"(and {hidden} more path pattern{'s' if hidden > 1 else ''})"
+
+
 def _path_details(group: Group) -> list[tables.Detail]:
-    shown = group.paths.most_common(3)
-    details = [("path" if i == 0 else "", pattern, tables.PATH) for i, (pattern, _) in enumerate(shown)]
-    hidden = len(group.paths) - len(shown) + (1 if group.other_paths else 0)
+    shown, hidden = path_patterns(group)
+    details = [("path" if i == 0 else "", pattern, tables.PATH) for i, pattern in enumerate(shown)]
     if hidden > 0:
-        details.append(("", f"(and {hidden} more path pattern{'s' if hidden > 1 else ''})", tables.CUT))
+        details.append(("", more_patterns(hidden), tables.CUT))
     return details
 
 
-def _summary(collector: Collector, read: int) -> str:
+def summary(collector: Collector, read: int) -> str:
+    """``10 records at 3 call sites in 1 input; 1 with hazards or conflicts (!!)``."""
     groups = collector.sorted_groups()
     attention = sum(1 for g in groups if g.attention)
     head = (
@@ -205,89 +227,120 @@ def _summary(collector: Collector, read: int) -> str:
     return head
 
 
+def nothing_found(read: int) -> str:
+    return f"no fsguard records in {read} input{'s' if read != 1 else ''}"
+
+
+def sites(n: int) -> str:
+    return f"{n} call site{'s' if n != 1 else ''}"
+
+
+AT_RISK = "DATA MAY HAVE BEEN LOST: hazards and conflicts"
+OTHERS = "OTHER RECORDS"
+
+
+def _row(g: Group) -> tables.Row:
+    details: list[tables.Detail] = [("at", g.site_text, tables.PATH)]
+    details += _path_details(g)
+    if len(g.decisions) > 1:
+        details.append(("mix", mix(g), tables.WRAP))
+    if g.hosts:
+        details.append(("hosts", ", ".join(sorted(g.hosts)), tables.WRAP))
+    if g.evidence:
+        details.append(("why", g.evidence, tables.WRAP))
+    return tables.Row(
+        "!!" if g.attention else "",
+        [
+            g.decision,
+            g.op,
+            str(g.count),
+            tables.ranks_text(g.ranks),
+            str(len(g.hosts) or "?"),
+            f"{g.longest_wait:.2f}s",
+            tables.clock(g.first),
+            tables.clock(g.last),
+        ],
+        details,
+    )
+
+
 def render_human(collector: Collector, read: int, width: int, wide: bool = False) -> str:
+    """The table; call sites with hazards or conflicts first, under their own heading."""
     groups = collector.sorted_groups()
     if not groups:
-        return f"fsguard report: no fsguard records in {read} input{'s' if read != 1 else ''}"
-    lines = textwrap.wrap(f"fsguard report: {_summary(collector, read)}", width, break_on_hyphens=False)
-    if groups:
-        first = min(g.first for g in groups)
-        last = max(g.last for g in groups)
-        lines.append(f"from {tables.stamp(first)} to {tables.stamp(last)} (local time)")
+        return f"fsguard report: {nothing_found(read)}"
+    lines = textwrap.wrap(f"fsguard report: {summary(collector, read)}", width, break_on_hyphens=False)
+    first = min(g.first for g in groups)
+    last = max(g.last for g in groups)
+    lines.append(f"from {tables.stamp(first)} to {tables.stamp(last)} (local time)")
     lines.append("")
-    rows = []
-    for g in groups:
-        details: list[tables.Detail] = [("at", g.site_text, tables.PATH)]
-        details += _path_details(g)
-        if len(g.decisions) > 1:
-            details.append(("mix", _mix(g), tables.WRAP))
-        if g.hosts:
-            details.append(("hosts", ", ".join(sorted(g.hosts)), tables.WRAP))
-        if g.evidence:
-            details.append(("why", g.evidence, tables.WRAP))
-        rows.append(
-            tables.Row(
-                "!!" if g.attention else "",
-                [
-                    g.decision,
-                    g.op,
-                    str(g.count),
-                    tables.ranks_text(g.ranks),
-                    str(len(g.hosts) or "?"),
-                    f"{g.longest_wait:.2f}s",
-                    tables.clock(g.first),
-                    tables.clock(g.last),
-                ],
-                details,
-            )
-        )
-    lines += tables.human(COLUMNS, rows, width, wide)
+    at_risk = [g for g in groups if g.attention]
+    rest = [g for g in groups if not g.attention]
+    if at_risk:
+        lines.append(f"!! {AT_RISK} at {sites(len(at_risk))}")
+        lines += tables.human(COLUMNS, [_row(g) for g in at_risk], width, wide)
+        if rest:
+            lines += ["", f"{OTHERS}: {sites(len(rest))}"]
+    if rest:
+        lines += tables.human(COLUMNS, [_row(g) for g in rest], width, wide)
     return "\n".join(lines)
+
+
+MARKDOWN_HEADERS = (
+    "",
+    "Decision",
+    "Op",
+    "Call site",
+    "Paths",
+    "N",
+    "Ranks",
+    "Hosts",
+    "Longest wait",
+    "First",
+    "Last",
+    "Evidence",
+)
+
+
+def _markdown_row(g: Group) -> list[str]:
+    decision = mix(g) if len(g.decisions) > 1 else g.decision
+    return [
+        "⚠️" if g.attention else "",
+        f"**{decision}**" if g.attention else decision,
+        g.op,
+        tables.code(g.site_text),
+        "<br>".join(tables.code(p) for p in path_patterns(g)[0]),
+        str(g.count),
+        tables.ranks_text(g.ranks),
+        ", ".join(sorted(g.hosts)),
+        f"{g.longest_wait:.2f} s",
+        tables.stamp(g.first),
+        tables.stamp(g.last),
+        g.evidence,
+    ]
 
 
 def render_markdown(collector: Collector, read: int) -> str:
     groups = collector.sorted_groups()
     if not groups:
-        return f"**fsguard report**: no fsguard records in {read} input{'s' if read != 1 else ''}."
-    headers = [
-        "",
-        "Decision",
-        "Op",
-        "Call site",
-        "Paths",
-        "N",
-        "Ranks",
-        "Hosts",
-        "Longest wait",
-        "First",
-        "Last",
-        "Evidence",
-    ]
-    rows = []
-    for g in groups:
-        decision = _mix(g) if len(g.decisions) > 1 else g.decision
-        rows.append(
-            [
-                "⚠️" if g.attention else "",
-                f"**{decision}**" if g.attention else decision,
-                g.op,
-                tables.code(g.site_text),
-                "<br>".join(tables.code(p) for p, _ in g.paths.most_common(3)),
-                str(g.count),
-                tables.ranks_text(g.ranks),
-                ", ".join(sorted(g.hosts)),
-                f"{g.longest_wait:.2f} s",
-                tables.stamp(g.first),
-                tables.stamp(g.last),
-                g.evidence,
-            ]
-        )
-    return "\n".join([f"**fsguard report**: {_summary(collector, read)}.", "", *tables.markdown(headers, rows)])
+        return f"**fsguard report**: {nothing_found(read)}."
+    lines = [f"**fsguard report**: {summary(collector, read)}."]
+    at_risk = [g for g in groups if g.attention]
+    rest = [g for g in groups if not g.attention]
+    if at_risk:
+        lines += ["", f"**⚠️ {AT_RISK}** at {sites(len(at_risk))}:", ""]
+        lines += tables.markdown(MARKDOWN_HEADERS, [_markdown_row(g) for g in at_risk])
+        if rest:
+            lines += ["", f"**{OTHERS.capitalize()}**: {sites(len(rest))}"]
+    if rest:
+        lines.append("")
+        lines += tables.markdown(MARKDOWN_HEADERS, [_markdown_row(g) for g in rest])
+    return "\n".join(lines)
 
 
-def collect(paths: list[str], problems: tables.Problems) -> tuple[Collector, int]:
-    """The records of every input, and how many inputs were read."""
-    collector = Collector()
+def collect(paths: list[str], problems: tables.Problems, collector: Collector | None = None) -> tuple[Collector, int]:
+    """The records of every input (into ``collector``, a new one by default), and how many inputs were read."""
+    collector = Collector() if collector is None else collector
     return collector, inputs.process(paths, collector, problems)
 
 

@@ -3,8 +3,9 @@
 The job (``fsguard.demo.workload``) is started as a distributed launcher would: by ``torchrun`` when torch
 is importable, otherwise by fsguard's minimal launcher, which sets the same rank variables. Every rank is
 a fresh interpreter of this Python, so in the guarded run (``FSGUARD=1``) it is fsguard's installed
-``.pth`` that activates it, exactly as in a user's job. Afterwards: a before/after table, and the
-``fsguard report`` of the guarded run's records.
+``.pth`` that activates it, exactly as in a user's job. Afterwards: a before/after table, the
+``fsguard report`` of the guarded run's records, and the path of the same report as a web page
+(``fsguard report --html``).
 """
 
 from __future__ import annotations
@@ -296,16 +297,30 @@ def _table(before: Outcome, after: Outcome, ranks: int) -> str:
     return "\n".join(lines)
 
 
-def _report(records_dir: Path, found: list[records.Record]) -> None:
+def _report(records_dir: Path, found: list[records.Record], page: Path) -> bool:
+    """``fsguard report`` of the guarded run, also written as the web page ``page``; False if none was."""
     if importlib.util.find_spec("fsguard.cli.report") is not None:
-        _say(f"$ fsguard report {records_dir}")
-        done = subprocess.run([sys.executable, "-m", "fsguard", "report", str(records_dir)], check=False)
+        _say(f"$ fsguard report --html {page} {records_dir}")
+        done = subprocess.run(
+            [sys.executable, "-m", "fsguard", "report", "--html", str(page), str(records_dir)], check=False
+        )
         if done.returncode in (0, 1):  # report's statuses: 0 no records, 1 records found, 2 errors
-            return
+            return True
         _say(f"(fsguard report exited {done.returncode}; a plain count of the records follows)")
     _say(f"records in {records_dir}: {len(found)}")
     for (decision, op, site), n in sorted(_count_pairs(found).items()):
         _say(f"  {decision:<10} {op:<10} {n:>4}  at {site}")
+    return False
+
+
+def _page_path(root: Path, keep: bool) -> Path:
+    """Where the web page goes: in ``--keep``'s directory, else a file of its own in the temporary directory
+    (the run's directory is removed at the end, the page is kept)."""
+    if keep:
+        return root / "report.html"
+    fd, name = tempfile.mkstemp(prefix="fsguard-demo-report-", suffix=".html")
+    os.close(fd)
+    return Path(name)
 
 
 def _count_pairs(found: list[records.Record]) -> dict[tuple[str, str, str], int]:
@@ -350,7 +365,8 @@ def run(args: argparse.Namespace) -> int:
         _say(f"\n[2/2] with fsguard (FSGUARD=1{extra}, records in FSGUARD_LOG)")
         after = _run("with fsguard", True, args, launcher, root / "with-fsguard")
         _say("\n" + _table(before, after, args.ranks) + "\n")
-        _report(root / "with-fsguard" / "records", after.records)
+        page = _page_path(root, bool(args.keep))
+        page_written = _report(root / "with-fsguard" / "records", after.records, page)
         ok = after.succeeded(args.ranks)
         summary = {
             "ranks": args.ranks,
@@ -370,6 +386,10 @@ def run(args: argparse.Namespace) -> int:
             + ("succeeded" if ok else "FAILED (see the table above)")
             + (f"; logs, records and files in {root}" if args.keep else "")
         )
+        if page_written:
+            _say(f"HTML report of the guarded run: {page}")
+        elif not args.keep:
+            page.unlink(missing_ok=True)
         return 0 if ok else 1
     finally:
         if not args.keep:

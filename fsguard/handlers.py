@@ -9,13 +9,12 @@ must get that failure: absorbing it would hand two ranks one name. So before a f
   an ``except`` clause that matches the raised error (its class, a base class, a tuple holding one, a bare
   ``except``), ``with contextlib.suppress(...)`` of a matching class, or a ``@contextmanager`` helper whose
   ``yield`` is inside such a handler, active around the call;
-* further up (``DEPTH`` frames, the standard library's not counted), following the error outwards: the first
-  frame that catches it decides, if its handler can swallow it (not every path raises) and its class is
-  *specific* (narrower than ``OSError``), or if it is a retry: a handler of any class that swallows the error
-  and goes round a loop again to call a function it was handed (tenacity, retrying, retry, backoff, a
-  hand-written decorator). A handler there that raises on every path (``except Exception: log; raise``), and
-  a broad one that is no retry (``except Exception: log`` around a whole run), is error reporting: fsguard
-  decides.
+* further up (``DEPTH`` frames, the standard library's not counted), following the error outwards past
+  handlers that raise on every path (``except Exception: log; raise`` passes it on): the first frame that
+  swallows it decides, if its class is *specific* (narrower than ``OSError``), or if it is a retry: a handler of
+  any class that swallows the error and goes round a loop again to call a function it was handed (tenacity,
+  retrying, retry, backoff, a hand-written decorator). A broad one that is no retry (``except Exception: log``
+  around a whole run) is error reporting: fsguard decides.
 
 A ``with`` block in general (a lock, an open file: ``__exit__`` sees the error and re-raises) and
 ``try/finally`` are not handlers; the search goes on outwards past them.
@@ -82,10 +81,14 @@ def _search(error: BaseException, frame: Any) -> dict[str, Any] | None:
             if found.get("unknown"):
                 return None
             fate, broad = found.pop("fate", "swallow"), found.pop("broad", False)
+            if depth and fate == "raise":  # passes the error on (``except Exception: log; raise``)
+                depth += 1
+                frame = frame.f_back
+                continue
             if depth:
-                # Further up, the first frame that catches the error decides only by swallowing it: with a
-                # specific class, or as a retry of a function it was handed. Anything else is reporting.
-                if fate == "raise" or (broad and not (fate == "retry" and _takes_callable(frame))):
+                # Further up, the frame that swallows the error decides: with a specific class, or as a retry
+                # of a function it was handed. A broad handler that is no retry is reporting: fsguard decides.
+                if broad and not (fate == "retry" and _takes_callable(frame)):
                     return None
                 found["frames_up"] = depth
             found["frame"] = f"{filename}:{frame.f_lineno}"
@@ -298,7 +301,7 @@ def _helper_suppresses(callee: Any, args: tuple[Any, ...]) -> Any:
     """The classes a ``@contextlib.contextmanager`` helper called with ``args`` swallows around its one
     ``yield`` (``try: yield`` / ``except FileExistsError: pass``), read from its bytecode (3.11+); None where
     it swallows nothing fsguard can tell."""
-    generator = getattr(callee, "__wrapped__", None)
+    generator: Any = getattr(callee, "__wrapped__", None)
     helper = getattr(callee, "__code__", None)
     code = getattr(generator, "__code__", None)
     if (
@@ -306,20 +309,30 @@ def _helper_suppresses(callee: Any, args: tuple[Any, ...]) -> Any:
         or helper is None
         or not helper.co_filename.endswith("contextlib.py")
         or not code.co_flags & 0x20  # CO_GENERATOR
-        or sys.version_info < (3, 11)
     ):
         return None
     import builtins
     import dis
     import types
 
-    yields = [ins.offset for ins in dis.get_instructions(code) if ins.opname == "YIELD_VALUE"]
+    yields, line = [], None
+    for ins in dis.get_instructions(code):
+        if sys.version_info < (3, 11) and ins.starts_line is not None:
+            line = ins.starts_line
+        if ins.opname == "YIELD_VALUE":
+            yields.append((ins.offset, line))
     if len(yields) != 1:
         return None
-    key = (code, -yields[0])
+    key = (code, -1 - yields[0][0])
     layers = _cache.get(key)
     if layers is None:
-        layers = _cache[key] = _bytecode_layers(code, yields[0])
+        if sys.version_info >= (3, 11):
+            layers = _bytecode_layers(code, yields[0][0])
+        elif yields[0][1] is not None:
+            layers = _source_layers(code, yields[0][1], generator.__globals__)
+        else:
+            return None
+        _cache[key] = layers
     # The helper's names: its arguments as called, its module's globals, its closure.
     count = code.co_argcount + code.co_kwonlyargcount
     bound: dict[str, Any] = dict(zip(code.co_varnames[: code.co_argcount], args, strict=False))

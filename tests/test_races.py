@@ -24,6 +24,7 @@ import fsguard
 from fsguard.launcher import hostname
 from fsguard.records import Record, jsonl_path, parse_line
 from tests.conftest import TORCHRUN_ENV, clean_env, run_python
+from tests.support.records import check_lines_stand_for
 from tests.workers import race_worker as worker
 
 RANKS = 4
@@ -183,15 +184,7 @@ def check_race_absorbed(fsguard_python: Path, tmp_path: Path, race: Race) -> Non
     assert all(isinstance(rec, Record) for rec in from_stderr)
     from_log = [parse_line(line) for path in job.log_dir.glob("*.jsonl") for line in path.read_text().splitlines()]
 
-    def identity(rec: Record) -> tuple[object, ...]:
-        return (rec.pid, rec.time, rec.op, rec.decision, tuple(rec.args))
-
-    logged = {identity(rec): rec for rec in from_log if rec}
-    for rec in from_stderr:
-        assert rec is not None and identity(rec) in logged, rec
-        if not rec.detail.get("more"):
-            assert rec.to_json() == logged[identity(rec)].to_json()
-    assert sum(1 + int(rec.detail.get("more", 0)) for rec in map(parse_line, lines) if rec) == len(logged)
+    check_lines_stand_for([rec for rec in from_stderr if rec], [rec for rec in from_log if rec])
 
     rank_of_pid = {report["pid"]: report["rank"] for report in job.reports}
     iteration_of = {tuple(race.args(job.root, k)): k for k in range(race.iterations)}

@@ -385,10 +385,8 @@ _LIMITER = _Limiter()
 def _say_held_back() -> None:
     """At the end of the process: the lines held back, one per site (the JSONL file has them all)."""
     try:
-        from . import state as _state
-
         with _lock:
             for record in _LIMITER.held_back():
-                _log(record, _state.STATE.settings.stderr)
+                _log(record, state.STATE.settings.stderr)
     except Exception:  # noqa: BLE001 - interpreter shutdown: nothing to report to
         pass

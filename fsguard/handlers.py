@@ -81,10 +81,6 @@ def _search(error: BaseException, frame: Any) -> dict[str, Any] | None:
             if found.get("unknown"):
                 return None
             fate, broad = found.pop("fate", "swallow"), found.pop("broad", False)
-            if depth and fate == "raise":  # passes the error on (``except Exception: log; raise``)
-                depth += 1
-                frame = frame.f_back
-                continue
             if depth:
                 # Further up, the frame that swallows the error decides: with a specific class, or as a retry
                 # of a function it was handed. A broad handler that is no retry is reporting: fsguard decides.
@@ -164,18 +160,24 @@ def _in_frame(error: BaseException, frame: Any, immediate: bool) -> dict[str, An
         kind = layer[0]
         if kind == "unknown":
             return {"unknown": layer[1]}
+        # Further up, a handler that raises on every path passes the error on (``except Exception: log;
+        # raise``): to the layers around it, and on outwards, as the interpreter does.
         if kind == "bare":
+            if not immediate and layer[2] == "raise":
+                continue
             return {"handler": layer[1], "fate": layer[2], "broad": True}
         if kind == "except":
+            found = None
             for clause, label, fate in layer[1]:
                 value = _resolve(clause, frame)
                 counts = _matches(error, value, immediate)
                 if counts is None:
                     return {"unknown": f"cannot resolve {label}"}
-                if counts:
-                    return {"handler": label, "fate": fate}
-                if _matches(error, value, True):  # a broad clause further up catches it
-                    return {"handler": label, "fate": fate, "broad": True}
+                if counts or _matches(error, value, True):  # a specific clause, or a broad one
+                    found = {"handler": label, "fate": fate, **({} if counts else {"broad": True})}
+                    break
+            if found is not None and (immediate or found["fate"] != "raise"):
+                return found
             continue
         if kind == "suppress":
             classes = _resolve(layer[1], frame, call=True) if layer[1] is not None else None

@@ -275,9 +275,14 @@ def contextmanager_helper(d: str, out: Outcome) -> None:
         out["handled"] = "not raised"
 
 
+def make_another(path: str) -> None:
+    """``make_one`` at a call site of its own (stderr shows a few records per call site and decision)."""
+    os.makedirs(path)  # <- call
+
+
 def logged(path: str, out: Outcome) -> None:
     try:
-        make_one(path)
+        make_another(path)
     except Exception:  # reporting that passes the error on: the handler above decides
         out["logged"] = True
         raise
@@ -290,6 +295,19 @@ def specific_handler_above_one_that_reraises(d: str, out: Outcome) -> None:
         logged(path, out)
     except FileExistsError as error:
         seen(out, "above reraise", error)
+
+
+@row("deferred", "with suppress(FileExistsError)")
+def suppress_around_a_handler_that_reraises(d: str, out: Outcome) -> None:
+    path = peer_made(d)  # filelock's release: ``with suppress(FileNotFoundError): try: ... except OSError: raise``
+    out["handled"] = "suppress"
+    with suppress(FileExistsError):
+        try:
+            make_another(path)
+        except OSError as error:
+            out["errno"] = error.errno
+            raise
+        out["handled"] = "not raised"
 
 
 # --- not a handler of this call: absorbed ----------------------------------------------------------------

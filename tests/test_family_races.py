@@ -196,7 +196,7 @@ def test_remove_in_a_job_absorbs_only_a_name_gone_from_a_directory_changed_momen
     raised."""
     old = tmp_path / "old"
     old.mkdir()
-    time.sleep(1.5)  # older than the job below (FSGUARD_FRESH_S=0); /proc start times read up to ~1 s early
+    time.sleep(1.5)  # older than the job below (FSGUARD_FRESH_S=0), with a margin
     env = {
         **TORCHRUN_ENV,
         "FSGUARD": "1",

@@ -98,7 +98,7 @@ class Settings(Frozen):
         mode: str = "off",
         ops: tuple[str, ...] = ALL_OPS,
         settle_s: float = 2.0,
-        fresh_s: float = 60.0,
+        fresh_s: float = 5.0,
         log_dir: str | None = None,
         stderr: bool = True,
         serialize: bool = False,

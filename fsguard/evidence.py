@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import time
 
 # Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
@@ -23,7 +24,7 @@ TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see 
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import TypeVar
+    from typing import Any, TypeVar
 
     T = TypeVar("T")
 
@@ -153,43 +154,144 @@ def _unescape(field: str) -> str:
 
 
 # --- freshness -----------------------------------------------------------------------------------------
+#
+# "During this job" starts when this node's launcher started (torchrun's agent, mpirun's daemon, slurmstepd):
+# every rank of a job starts after it. With a rendezvous (torchrun, and accelerate and deepspeed's torchrun-
+# style launchers; mpirun launching its ranks once all daemons reported in) a peer node's ranks start only
+# after every agent has joined, this node's included, so this node's agent start bounds every peer's action;
+# launchers without one (srun tasks, deepspeed's pdsh fan-out, hydra's proxies) start nodes a little apart,
+# and file times come from the file server's clock: ``FSGUARD_FRESH_S`` (``Rules.is_fresh``) allows for both.
 
 _job_start: float | None = None
+job_start_source = "this process's start"
+
+# Process names (``comm``) of launchers' per-node daemons, and of slurm's step daemon.
+_LAUNCHER_DAEMONS = frozenset(
+    {"orted", "prted", "prterun", "orterun", "mpirun", "mpiexec", "hydra_pmi_proxy", "mpiexec.hydra", "slurmstepd"}
+)
+
+
+def _proc_stat(pid: int | str) -> tuple[str, int, float] | None:
+    """(name, parent pid, wall-clock start time) of a process, from /proc (Linux); None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            head, _, tail = f.read().rpartition(b")")
+        fields = tail.split()
+        ticks = int(fields[19])  # field 22 of stat(5); the split starts at field 3
+        name = head.partition(b"(")[2].decode("utf-8", "replace")
+        return name, int(fields[1]), _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+_boot: float | None = None
+
+
+def _boot_time() -> float:
+    """The wall-clock time of boot, to the microsecond, read once per process (so that every start time this
+    process computes is on one scale). Not /proc/stat's ``btime``: whole seconds, up to 1 s early."""
+    global _boot
+    if _boot is None:
+        _boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return _boot
 
 
 def _proc_start(pid: int | str) -> float | None:
     """Wall-clock start time of a process, from /proc (Linux); None elsewhere."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        ticks = int(fields[19])  # field 22 of stat(5); the split starts at field 3
-        with open("/proc/stat", "rb") as f:
-            for line in f:
-                if line.startswith(b"btime "):
-                    boot = int(line.split()[1])
-                    break
-            else:
-                return None
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+    found = _proc_stat(pid)
+    return None if found is None else found[2]
+
+
+def _launcher_ancestor(limit: int = 8) -> tuple[str, float] | None:
+    """(what, start time) of the nearest ancestor that is a launcher's agent or daemon: a process
+    ``launcher.is_launcher_process`` recognises by its command line (torchrun, deepspeed's and accelerate's
+    launchers, mpirun), or one of ``_LAUNCHER_DAEMONS`` by name."""
+    from .launcher import is_launcher_process
+
+    pid = os.getppid()
+    for _ in range(limit):
+        if pid <= 1:
+            return None
+        found = _proc_stat(pid)
+        if found is None:
+            return None
+        name, parent, started = found
+        if name in _LAUNCHER_DAEMONS:
+            return f"{name} (pid {pid})", started
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            argv = []
+        if argv and is_launcher_process(argv):
+            program = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else os.path.basename(argv[0])
+            return f"{program} agent (pid {pid})", started
+        pid = parent
+    return None
 
 
 def job_start(launched: bool) -> float:
-    """When this job started, as well as this process can tell: the earliest of its own start, its
-    launcher agent's start (the parent, when a launcher was detected) and ``SLURM_JOB_START_TIME``."""
-    global _job_start
+    """When this job started on this node, as well as this process can tell (``job_start_source`` says how):
+    inside a launch, the start of the nearest launcher ancestor (see above); without one it can see (a PID
+    namespace, an unknown launcher), ``SLURM_JOB_START_TIME``, else its parent's start; outside a launch
+    (``FSGUARD=force``), this process's own start."""
+    global _job_start, job_start_source
     if _job_start is None:
-        candidates = [t for t in (_proc_start("self"),) if t is not None] or [time.time()]
+        own = _proc_start("self")
+        start, source = (own, "this process's start") if own is not None else (time.time(), "fsguard's start")
         if launched:
-            parent = _proc_start(os.getppid())
-            if parent is not None and os.getppid() > 1:
-                candidates.append(parent)
-            slurm = os.environ.get("SLURM_JOB_START_TIME")
-            if slurm and slurm.isdigit():
-                candidates.append(float(slurm))
-        _job_start = min(candidates)
+            ancestor = _launcher_ancestor()
+            slurm = os.environ.get("SLURM_JOB_START_TIME", "")
+            parent = _proc_start(os.getppid()) if os.getppid() > 1 else None
+            if ancestor is not None:
+                source, start = f"the start of {ancestor[0]}", ancestor[1]
+            elif slurm.isdigit():
+                source, start = "SLURM_JOB_START_TIME", min(start, float(slurm))
+            elif parent is not None:
+                source, start = "the parent process's start", min(start, parent)
+        _job_start, job_start_source = start, source
     return _job_start
+
+
+_statx: Any = None  # libc's statx (glibc 2.28+), False where there is none
+
+
+def birth_time(path: str) -> float | None:
+    """When the file at ``path`` (not following a final symlink) was created: ``statx``'s ``btime``, where
+    the filesystem keeps it (ext4, xfs, btrfs, tmpfs, ...; NFS and many FUSE filesystems do not); None
+    where it is not known. Called on the failure path only (ctypes is imported here, not at startup)."""
+    global _statx
+    if _statx is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            function = libc.statx
+            function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+            function.restype = ctypes.c_int
+            _statx = (function, ctypes.create_string_buffer)
+        except (AttributeError, OSError, ImportError):
+            _statx = False
+    if not _statx:
+        return None
+    function, buffer = _statx
+    out = buffer(256)  # struct statx
+    at_fdcwd, at_symlink_nofollow, statx_btime = -100, 0x100, 0x800
+    if function(at_fdcwd, os.fsencode(path), at_symlink_nofollow, statx_btime, out) != 0:
+        return None
+    raw = out.raw
+    if not int.from_bytes(raw[0:4], sys.byteorder) & statx_btime:  # stx_mask: the filesystem did not fill btime
+        return None
+    seconds = int.from_bytes(raw[80:88], sys.byteorder, signed=True)  # stx_btime.tv_sec
+    nanoseconds = int.from_bytes(raw[88:92], sys.byteorder)
+    return seconds + nanoseconds / 1e9
+
+
+def created(path: str, st: os.stat_result) -> tuple[float, str]:
+    """(when ``path`` was created, what that time is): birth time where the filesystem keeps it, else the
+    ctime of ``st`` (its last change: a directory made long ago that changed moments ago looks new)."""
+    born = birth_time(path)
+    return (born, "created") if born is not None else (st.st_ctime, "changed")
 
 
 # --- bounded waiting -----------------------------------------------------------------------------------

@@ -5,11 +5,16 @@ must get that failure: absorbing it would hand two ranks one name. So before a f
 ``caller_handles`` looks at the calling frames, on the failure path only:
 
 * the immediate caller (the first frame outside fsguard and wrapt, passing over the thin standard wrappers in
-  ``_pass_through``, such as ``pathlib.Path.mkdir``): an ``except`` clause that matches the raised error (its
-  class, a base class, a tuple holding one, a bare ``except``) or ``with contextlib.suppress(...)`` of a
-  matching class, active around the call;
-* up to two frames further up: only a *specific* matching class (narrower than ``OSError``); a broad one there
-  (``except Exception: log; raise`` around a whole training run) is error reporting, not a decision.
+  ``_pass_through``, such as ``pathlib.Path.mkdir``, and the standard library's own frames, ``_STANDARD``):
+  an ``except`` clause that matches the raised error (its class, a base class, a tuple holding one, a bare
+  ``except``), ``with contextlib.suppress(...)`` of a matching class, or a ``@contextmanager`` helper whose
+  ``yield`` is inside such a handler, active around the call;
+* further up (``DEPTH`` frames, the standard library's not counted), following the error outwards past
+  handlers that raise on every path (``except Exception: log; raise`` passes it on): the first frame that
+  swallows it decides, if its class is *specific* (narrower than ``OSError``), or if it is a retry: a handler of
+  any class that swallows the error and goes round a loop again to call a function it was handed (tenacity,
+  retrying, retry, backoff, a hand-written decorator). A broad one that is no retry (``except Exception: log``
+  around a whole run) is error reporting: fsguard decides.
 
 A ``with`` block in general (a lock, an open file: ``__exit__`` sees the error and re-raises) and
 ``try/finally`` are not handlers; the search goes on outwards past them.
@@ -30,11 +35,15 @@ from typing import Any
 
 # Handlers of these classes (and bare ``except``) count only in the immediate caller's frame.
 BROAD: tuple[type[BaseException], ...] = (BaseException, Exception, OSError)
-DEPTH = 3  # frames looked at: the immediate caller and two above it (thin standard wrappers not counted)
+DEPTH = 8  # frames looked at: the immediate caller and those above it (the standard library's not counted)
+# Modules whose frames are passed over: their handlers of a guarded call's error are the caller's business
+# (``shutil.copytree``'s ``os.makedirs``), and the frames do not count towards ``DEPTH``.
+_STANDARD = frozenset({"os", "posixpath", "genericpath", "shutil", "tempfile", "pathlib", "contextlib"})
 _CACHE_SIZE = 2048
 
-# A layer of handling, innermost first. ("except", [(instructions or ast node, label), ...]),
-# ("bare", label), ("suppress", (instructions or ast node), label), ("unknown", why).
+# A layer of handling, innermost first. ("except", [(instructions or ast node, label, fate), ...]),
+# ("bare", label, fate), ("suppress", (instructions or ast node), label), ("unknown", why). A handler's fate:
+# "raise" (every path raises), "swallow" (a path leaves it normally), "retry" (and goes back round a loop).
 _Layer = tuple[Any, ...]
 _cache: dict[tuple[Any, int], list[_Layer]] = {}
 _passing: frozenset[Any] | None = None
@@ -60,20 +69,47 @@ def _search(error: BaseException, frame: Any) -> dict[str, Any] | None:
     while frame is not None and depth < DEPTH:
         code = frame.f_code
         filename = code.co_filename
-        if (filename.startswith(own) and not filename.startswith(applications)) or code in passing:
+        if (
+            (filename.startswith(own) and not filename.startswith(applications))
+            or code in passing
+            or _standard(frame.f_globals.get("__name__"))
+        ):
             frame = frame.f_back
             continue
         found = _in_frame(error, frame, immediate=depth == 0)
         if found is not None:
             if found.get("unknown"):
                 return None
-            found["frame"] = f"{filename}:{frame.f_lineno}"
+            fate, broad = found.pop("fate", "swallow"), found.pop("broad", False)
             if depth:
+                # Further up, the frame that swallows the error decides: with a specific class, or as a retry
+                # of a function it was handed. A broad handler that is no retry is reporting: fsguard decides.
+                if broad and not (fate == "retry" and _takes_callable(frame)):
+                    return None
                 found["frames_up"] = depth
+            found["frame"] = f"{filename}:{frame.f_lineno}"
             return found
         depth += 1
         frame = frame.f_back
     return None
+
+
+def _standard(module: Any) -> bool:
+    return isinstance(module, str) and (module in _STANDARD or module.startswith("pathlib."))
+
+
+def _takes_callable(frame: Any) -> bool:
+    """Whether the frame's function was handed a function (an argument or a closure variable): a retry
+    decorator's ``fn``, ``target`` or ``f``, or a ``functools.partial`` of one."""
+    import functools
+    import types
+
+    code = frame.f_code
+    count = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
+    names = code.co_varnames[:count] + code.co_freevars
+    local = frame.f_locals
+    kinds = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+    return any(isinstance(local.get(name), kinds) for name in names)
 
 
 def _pass_through() -> frozenset[Any]:
@@ -124,29 +160,33 @@ def _in_frame(error: BaseException, frame: Any, immediate: bool) -> dict[str, An
         kind = layer[0]
         if kind == "unknown":
             return {"unknown": layer[1]}
+        # Further up, a handler that raises on every path passes the error on (``except Exception: log;
+        # raise``): to the layers around it, and on outwards, as the interpreter does.
         if kind == "bare":
-            if immediate:
-                return {"handler": layer[1]}
-            continue
+            if not immediate and layer[2] == "raise":
+                continue
+            return {"handler": layer[1], "fate": layer[2], "broad": True}
         if kind == "except":
-            for clause, label in layer[1]:
+            found = None
+            for clause, label, fate in layer[1]:
                 value = _resolve(clause, frame)
                 counts = _matches(error, value, immediate)
                 if counts is None:
                     return {"unknown": f"cannot resolve {label}"}
-                if counts:
-                    return {"handler": label}
-                if _matches(error, value, True):
-                    break  # a broad clause further up catches it: error reporting, the search goes on outwards
+                if counts or _matches(error, value, True):  # a specific clause, or a broad one
+                    found = {"handler": label, "fate": fate, **({} if counts else {"broad": True})}
+                    break
+            if found is not None and (immediate or found["fate"] != "raise"):
+                return found
             continue
         if kind == "suppress":
             classes = _resolve(layer[1], frame, call=True) if layer[1] is not None else None
-            if classes is not None and _matches(error, classes, immediate):
+            if classes is not None and _matches(error, classes, True):
                 label = layer[2]
                 if "(" not in label:  # ``with cm:``: say what it expects
                     names = classes if isinstance(classes, tuple) else (classes,)
                     label += " (expecting " + ", ".join(getattr(c, "__name__", "?") for c in names) + ")"
-                return {"handler": label}
+                return {"handler": label, "fate": "swallow", "broad": not _matches(error, classes, immediate)}
             # otherwise a with block (a lock, an open file): its __exit__ re-raises, not a handler
     return None
 
@@ -256,7 +296,63 @@ def _suppressed(callee: Any, args: tuple[Any, ...]) -> Any:
         return args[:1] if args else None
     if getattr(callee, "__name__", None) == "raises" and str(getattr(callee, "__module__", "")).startswith("_pytest"):
         return args[:1] if args else None
-    return None
+    return _helper_suppresses(callee, args)
+
+
+def _helper_suppresses(callee: Any, args: tuple[Any, ...]) -> Any:
+    """The classes a ``@contextlib.contextmanager`` helper called with ``args`` swallows around its one
+    ``yield`` (``try: yield`` / ``except FileExistsError: pass``), read from its bytecode (3.11+); None where
+    it swallows nothing fsguard can tell."""
+    generator: Any = getattr(callee, "__wrapped__", None)
+    helper = getattr(callee, "__code__", None)
+    code = getattr(generator, "__code__", None)
+    if (
+        code is None
+        or helper is None
+        or not helper.co_filename.endswith("contextlib.py")
+        or not code.co_flags & 0x20  # CO_GENERATOR
+    ):
+        return None
+    import builtins
+    import dis
+    import types
+
+    yields, line = [], None
+    for ins in dis.get_instructions(code):
+        if sys.version_info < (3, 11) and ins.starts_line is not None:
+            line = ins.starts_line
+        if ins.opname == "YIELD_VALUE":
+            yields.append((ins.offset, line))
+    if len(yields) != 1:
+        return None
+    key = (code, -1 - yields[0][0])
+    layers = _cache.get(key)
+    if layers is None:
+        if sys.version_info >= (3, 11):
+            layers = _bytecode_layers(code, yields[0][0])
+        elif yields[0][1] is not None:
+            layers = _source_layers(code, yields[0][1], generator.__globals__)
+        else:
+            return None
+        _cache[key] = layers
+    # The helper's names: its arguments as called, its module's globals, its closure.
+    count = code.co_argcount + code.co_kwonlyargcount
+    bound: dict[str, Any] = dict(zip(code.co_varnames[: code.co_argcount], args, strict=False))
+    if code.co_flags & 4:  # *args
+        bound[code.co_varnames[count]] = args[code.co_argcount :]
+    for name, cell in zip(code.co_freevars, getattr(generator, "__closure__", None) or (), strict=False):
+        bound[name] = cell.cell_contents
+    scope = types.SimpleNamespace(f_locals=bound, f_globals=generator.__globals__, f_builtins=vars(builtins))
+    caught: list[Any] = []
+    for layer in layers:
+        if layer[0] == "except":
+            for clause, _, fate in layer[1]:
+                value = _resolve(clause, scope)
+                if value is not _MISSING and fate != "raise":
+                    caught.append(value)
+        elif layer[0] == "bare" and layer[2] != "raise":
+            caught.append(BaseException)
+    return tuple(caught) if caught else None
 
 
 def _suppressing(value: Any) -> Any:
@@ -268,6 +364,9 @@ def _suppressing(value: Any) -> Any:
     context = getattr(unittest, "_AssertRaisesContext", None)
     if context is not None and isinstance(value, context):
         return getattr(value, "expected", None)
+    tenacity = sys.modules.get("tenacity")  # ``for attempt in Retrying(...): with attempt: ...`` swallows all
+    if tenacity is not None and isinstance(value, getattr(tenacity, "AttemptManager", ())):
+        return BaseException
     return None
 
 
@@ -370,7 +469,7 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
             layers.append(("suppress", run, label))
             at = next_reraise(n + 1, 6)
         elif second.opname == "POP_TOP":
-            layers.append(("bare", "except"))
+            layers.append(("bare", "except", _fate(instructions, index, n + 2, offset)))
             return layers
         else:
             clauses, at, bare = _clauses(instructions, index, n + 1)
@@ -379,9 +478,11 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
             elif clauses == "unknown":
                 return [*layers, ("unknown", "an except clause fsguard cannot read")]
             else:
-                layers.append(("except", clauses))
-                if bare:
-                    layers.append(("bare", "except"))
+                layers.append(
+                    ("except", [(run, label, _fate(instructions, index, body, offset)) for run, label, body in clauses])
+                )
+                if bare is not None:
+                    layers.append(("bare", "except", _fate(instructions, index, bare, offset)))
                     return layers
     return [*layers, ("unknown", "too deep")]
 
@@ -391,11 +492,45 @@ _CLEANUP_OPS = frozenset(
 )
 
 
-def _clauses(instructions: list[Any], index: dict[int, int], n: int) -> tuple[Any, int | None, bool]:
-    """The ``except`` clauses starting at instruction ``n``: ([(instructions, label)], offset of the RERAISE
-    after the last clause, whether a bare ``except`` ends them); (None, None, False) for a block that is no
-    ``except`` (``finally``); ("unknown", None, False) for clauses fsguard cannot read."""
-    clauses: list[tuple[list[Any], str]] = []
+def _fate(instructions: list[Any], index: dict[int, int], body: int, call: int) -> str:
+    """What a handler whose body starts at instruction ``body`` does with the error: "raise" (every path
+    raises), "swallow" (a path leaves the handler normally: ``POP_EXCEPT``), "retry" (and then jumps back to
+    the loop around the call at offset ``call``). Normal flow only, bounded."""
+    todo: list[tuple[int, bool]] = [(body, False)]
+    seen: set[tuple[int, bool]] = set()
+    swallowed = False
+    while todo and len(seen) < 2000:
+        n, left = todo.pop()
+        if n >= len(instructions) or (n, left) in seen:
+            continue
+        seen.add((n, left))
+        ins = instructions[n]
+        op = ins.opname
+        if op in ("RERAISE", "RAISE_VARARGS"):
+            continue
+        if op in ("RETURN_VALUE", "RETURN_CONST"):
+            swallowed = swallowed or left
+            continue
+        if op == "POP_EXCEPT":
+            swallowed = left = True
+        if "JUMP" in op or op == "FOR_ITER":
+            target = index.get(ins.argval) if isinstance(ins.argval, int) else None
+            if left and "BACKWARD" in op and isinstance(ins.argval, int) and ins.argval <= call:
+                return "retry"
+            if target is not None:
+                todo.append((target, left))
+            if op.startswith(("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE")) or op == "JUMP":
+                continue  # unconditional
+        todo.append((n + 1, left))
+    return "swallow" if swallowed else "raise"
+
+
+def _clauses(instructions: list[Any], index: dict[int, int], n: int) -> tuple[Any, int | None, int | None]:
+    """The ``except`` clauses starting at instruction ``n``: ([(instructions, label, body)], offset of the
+    RERAISE after the last clause, the body of a bare ``except`` that ends them, or None); (None, None, None)
+    for a block that is no ``except`` (``finally``); ("unknown", None, None) for clauses fsguard cannot read.
+    ``body``: the index of a clause's first instruction after its match."""
+    clauses: list[tuple[list[Any], str, int]] = []
     for _ in range(256):
         run: list[Any] = []
         m = n
@@ -408,20 +543,20 @@ def _clauses(instructions: list[Any], index: dict[int, int], n: int) -> tuple[An
             run.append(ins)
             m += 1
         if m >= len(instructions) or instructions[m].opname != "CHECK_EXC_MATCH" or not run:
-            return (None, None, False) if not clauses else ("unknown", None, False)
-        clauses.append((run, "except " + _label(run)))
+            return (None, None, None) if not clauses else ("unknown", None, None)
+        clauses.append((run, "except " + _label(run), m + 2))
         jump = instructions[m + 1] if m + 1 < len(instructions) else None
         if jump is None or "IF_FALSE" not in jump.opname:
-            return "unknown", None, False
+            return "unknown", None, None
         n = index.get(jump.argval, -1)
         if n < 0:
-            return "unknown", None, False
+            return "unknown", None, None
         nxt = instructions[n]
         if nxt.opname == "RERAISE":
-            return clauses, nxt.offset, False
+            return clauses, nxt.offset, None
         if nxt.opname == "POP_TOP":
-            return clauses, None, True
-    return "unknown", None, False
+            return clauses, None, n + 1
+    return "unknown", None, None
 
 
 def _label(run: list[Any]) -> str:
@@ -495,6 +630,8 @@ def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
             _trees.clear()
         _trees[code.co_filename] = tree
     chain: list[Any] = []
+    looped: set[int] = set()  # the ``try`` statements inside a loop of the same function
+    loop = False
     scope: Any = None
     node: Any = tree[1]
     while True:
@@ -507,9 +644,13 @@ def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
         if inner is None:
             break
         if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            chain, scope = [], inner
+            chain, scope, loop = [], inner, False
         elif isinstance(inner, (ast.Try, ast.With, ast.AsyncWith)):
             chain.append(inner)
+            if loop:
+                looped.add(id(inner))
+        elif isinstance(inner, (ast.For, ast.AsyncFor, ast.While)):
+            loop = True
         node = inner
     if code.co_name == "<module>":
         if scope is not None:
@@ -522,14 +663,16 @@ def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
         if not (body[0].lineno <= line <= (body[-1].end_lineno or 0)):
             continue  # in a handler, else or finally, or a with statement's header: not protected by it
         if isinstance(block, ast.Try):
-            clauses: list[tuple[Any, str]] = []
+            clauses: list[tuple[Any, str, str]] = []
             for clause in block.handlers:
+                raises = bool(clause.body) and isinstance(clause.body[-1], ast.Raise)
+                fate = "raise" if raises else "retry" if id(block) in looped else "swallow"
                 if clause.type is None:
                     if clauses:
                         layers.append(("except", clauses))
-                    layers.append(("bare", "except"))
+                    layers.append(("bare", "except", fate))
                     return layers
-                clauses.append((clause.type, "except " + ast.unparse(clause.type)))
+                clauses.append((clause.type, "except " + ast.unparse(clause.type), fate))
             if clauses:
                 layers.append(("except", clauses))
         else:

@@ -191,6 +191,7 @@ def _after_fork_in_child() -> None:
     global _lock, _jsonl, _held_for_fork
     _lock = threading.RLock()
     _held_for_fork = False
+    _LIMITER.sites.clear()  # the parent's counts are the parent's to report
     if _jsonl is not None:
         _inherited.append(_jsonl[1])
         _jsonl = None
@@ -291,15 +292,101 @@ def _write_jsonl(record: Record, log_dir: str) -> None:
 
 
 def emit(record: Record, *, stderr: bool = True, log_dir: str | None = None) -> None:
-    """Write a record to the logger and the per-process file. Never raises into the caller."""
+    """Write a record to the per-process file (every record) and to the logger (rate-limited per call site
+    and decision: ``_Limiter``). Never raises into the caller."""
     try:
         with _lock:
             if log_dir:
                 _write_jsonl(record, log_dir)
-            logger = _get_logger(stderr)
-            if stderr or logger.handlers:
-                logger.warning(record.to_line()) if record.decision in ("hazard", "conflict") else logger.info(
-                    record.to_line()
-                )
+            for shown in _LIMITER.admit(record):
+                _log(shown, stderr)
     except Exception as error:  # noqa: BLE001 - logging must never break the guarded call
         _warn(f"could not write a record ({type(error).__name__}: {error})")
+
+
+def _log(record: Record, stderr: bool) -> None:
+    """One record's line through the ``fsguard`` logger's handlers. Callers hold ``_lock``.
+
+    While fsguard's own handler is the writer, the line is handed to that handler directly: an application's
+    ``logging.config.dictConfig`` (whose default ``disable_existing_loggers`` disables the ``fsguard`` logger
+    if it existed) or ``logging.disable`` cannot silence the audit trail (``FSGUARD_STDERR=0`` does). A level
+    the application set on the ``fsguard`` logger still holds. Where the application's own handlers are on
+    the ``fsguard`` logger, the logger is used as configured (disabled or not)."""
+    logger = _get_logger(stderr)
+    level = logging.WARNING if record.decision in ("hazard", "conflict") else logging.INFO
+    handler = _handler
+    if handler is not None and handler in logger.handlers:
+        if level >= logger.getEffectiveLevel():
+            handler.handle(logger.makeRecord(logger.name, level, __file__, 0, record.to_line(), (), None))
+    elif logger.handlers:
+        logger.log(level, record.to_line())
+
+
+# --- floods: rate-limited lines per call site and decision -------------------------------------------------
+
+BURST = 3  # lines per call site, operation and decision within one window
+WINDOW_S = 30.0
+
+
+class _Limiter:
+    """At most ``BURST`` stderr lines per (operation, decision, call site) every ``WINDOW_S`` seconds.
+
+    A rank polling a mkdir lock makes a ``deferred`` record per try (hundreds a second). The rest of a window's
+    records are counted, not printed: the first record of that site after the window (or, at the end of the
+    process, the last one held back) is printed with ``detail.more`` = how many lines like it were not, so
+    ``fsguard report`` reading stderr alone still counts every record. ``FSGUARD_LOG`` files keep every
+    record, printed or not."""
+
+    def __init__(self) -> None:
+        self.sites: dict[Any, list[Any]] = {}  # key -> [window start, shown in window, held back, last held]
+        self.registered = False
+
+    def admit(self, record: Record) -> list[Record]:
+        site = record.site or {}
+        key = (record.op, record.decision, site.get("file"), site.get("line"))
+        now = record.time
+        entry = self.sites.get(key)
+        if entry is None or now - entry[0] >= WINDOW_S:
+            held = entry[2] if entry is not None else 0
+            self.sites[key] = [now, 1, 0, None]
+            return [_with_more(record, held)] if held else [record]
+        if entry[1] < BURST:
+            entry[1] += 1
+            return [record]
+        entry[2] += 1
+        entry[3] = record
+        if not self.registered:
+            import atexit
+
+            atexit.register(_say_held_back)
+            self.registered = True
+        return []
+
+    def held_back(self) -> list[Record]:
+        """The last record held back at each site, carrying the count of the others; forgets them."""
+        out = [_with_more(entry[3], entry[2] - 1) for entry in self.sites.values() if entry[2] and entry[3]]
+        for entry in self.sites.values():
+            entry[2], entry[3] = 0, None
+        return out
+
+
+def _with_more(record: Record, more: int) -> Record:
+    if more <= 0:
+        return record
+    fields = record.as_dict()
+    fields["detail"] = {**record.detail, "more": more}
+    fields["evidence"] = f"{record.evidence} (and {more} more like it)"
+    return from_dict(fields)
+
+
+_LIMITER = _Limiter()
+
+
+def _say_held_back() -> None:
+    """At the end of the process: the lines held back, one per site (the JSONL file has them all)."""
+    try:
+        with _lock:
+            for record in _LIMITER.held_back():
+                _log(record, state.STATE.settings.stderr)
+    except Exception:  # noqa: BLE001 - interpreter shutdown: nothing to report to
+        pass

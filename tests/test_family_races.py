@@ -27,6 +27,7 @@ import pytest
 import fsguard
 from fsguard.records import Record, parse_line
 from tests.conftest import TORCHRUN_ENV, clean_env
+from tests.support.records import check_lines_stand_for
 from tests.workers import family_race_worker as worker
 
 RANKS = 4
@@ -124,7 +125,8 @@ def test_workload_absorbed_with_fsguard(fsguard_python: Path, tmp_path: Path) ->
     from_log = [
         parse_line(line) for path in (tmp_path / "log").glob("*.jsonl") for line in path.read_text().splitlines()
     ]
-    assert sorted(r.to_json() for r in from_log if r) == sorted(r.to_json() for r in records if r)
+    check_lines_stand_for([r for r in records if r], [r for r in from_log if r])
+    records = from_log  # every record (stderr shows a few per call site, with the count held back)
 
     by_line = sites()
     rank_of_pid = {report["pid"]: report["rank"] for report in reports}
@@ -194,7 +196,7 @@ def test_remove_in_a_job_absorbs_only_a_name_gone_from_a_directory_changed_momen
     raised."""
     old = tmp_path / "old"
     old.mkdir()
-    time.sleep(1.5)  # older than the job below (FSGUARD_FRESH_S=0); /proc start times read up to ~1 s early
+    time.sleep(1.5)  # older than the job below (FSGUARD_FRESH_S=0), with a margin
     env = {
         **TORCHRUN_ENV,
         "FSGUARD": "1",

@@ -53,8 +53,8 @@ class Collector(report.Collector):
         super().__init__()
         self.timeline = timeline.Timeline()
 
-    def add(self, record: Record) -> bool:
-        if not super().add(record):
+    def add(self, record: Record, stderr: bool = False) -> bool:
+        if not super().add(record, stderr):
             return False
         self.timeline.add(record)
         return True

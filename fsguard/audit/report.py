@@ -11,6 +11,8 @@ Records are grouped by operation and call site; within a group the paths are fol
 heading that says data may have been lost; the others follow under their own. ``--html OUT.html``
 (``fsguard.audit.html``) also writes the same analysis as a web page with a timeline.
 The same record read twice (a job's log *and* its JSON-lines files) counts once.
+A stderr line that stands for lines held back (``detail.more``: fsguard prints a few lines per call site
+and decision, then counts) counts for them too, unless the JSON-lines files read show them one by one.
 
 A line that announces a record (``fsguard: <decision> ...`` or a JSON object with a ``decision``) but does
 not parse is a damaged or truncated record: named with its line number, and the exit status is 2.
@@ -130,6 +132,9 @@ class Collector:
         self.duplicates = 0
         self._seen: set[int] = set()
         self._damaged: list[int] = []
+        # per process, call site and decision: (records read, records shown on stderr + their ``more``)
+        self._shown: dict[tuple[Any, ...], list[int]] = {}
+        self._more_added = False
 
     def begin(self, source: str) -> None:
         self._damaged = []
@@ -145,16 +150,22 @@ class Collector:
             if _ANNOUNCED.search(text) or (stripped.startswith("{") and '"decision"' in stripped):
                 self._damaged.append(lineno)
             return
-        self.add(record)
+        self.add(record, stderr=not text.lstrip().startswith("{"))
 
-    def add(self, record: Record) -> bool:
+    def add(self, record: Record, stderr: bool = False) -> bool:
         """Count ``record`` into its group; False (and nothing counted) when it was seen before."""
         identity = hash(
             (record.host, record.pid, record.time, record.op, record.decision, tuple(str(a) for a in record.args))
         )
+        process = (record.host, record.pid, record.op, record.decision, record.site_text())
+        tally = self._shown.setdefault(process, [0, 0])
+        if stderr:
+            more = record.detail.get("more") if isinstance(record.detail, dict) else None
+            tally[1] += 1 + (more if isinstance(more, int) and more > 0 else 0)
         if identity in self._seen:
             self.duplicates += 1
             return False
+        tally[0] += 1
         self._seen.add(identity)
         self.records += 1
         site_text = record.site_text()
@@ -174,7 +185,20 @@ class Collector:
         return [f"line{plural} {lines}{more}: damaged or truncated fsguard record{plural}, skipped"]
 
     def sorted_groups(self) -> list[Group]:
+        self.finish()
         return sorted(self.groups.values(), key=Group.sort_key)
+
+    def finish(self) -> None:
+        """Count the records a process's stderr lines stand for beyond those read one by one (once)."""
+        if self._more_added:
+            return
+        self._more_added = True
+        for (_, _, op, decision, site_text), (read, shown) in self._shown.items():
+            group = self.groups.get((op, site_text))
+            if group is not None and shown > read:
+                group.count += shown - read
+                group.decisions[decision] += shown - read
+                self.records += shown - read
 
 
 COLUMNS = (
@@ -341,7 +365,9 @@ def render_markdown(collector: Collector, read: int) -> str:
 def collect(paths: list[str], problems: tables.Problems, collector: Collector | None = None) -> tuple[Collector, int]:
     """The records of every input (into ``collector``, a new one by default), and how many inputs were read."""
     collector = Collector() if collector is None else collector
-    return collector, inputs.process(paths, collector, problems)
+    read = inputs.process(paths, collector, problems)
+    collector.finish()
+    return collector, read
 
 
 def document(collector: Collector, read: int, problems: tables.Problems, status: int, version: str) -> dict[str, Any]:

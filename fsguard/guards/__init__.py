@@ -70,6 +70,16 @@ class Rules(Frozen):
         """The same numbers with no settle budget: decide from what the fresh listings show now."""
         return Rules(0.0, self.fresh_s, self.job_start, self.peers)
 
-    def is_fresh(self, ctime: float) -> bool:
-        """Changed during this job (with ``fresh_s`` of slack for launch stagger and clock skew)."""
-        return ctime >= self.job_start - self.fresh_s
+    def is_fresh(self, when: float) -> bool:
+        """Made or changed (``when``: a birth time or a ctime) during this job: at most ``fresh_s`` before its
+        start on this node (``fsguard.evidence.job_start``), for clock skew between nodes and the file server
+        and for the start stagger of launchers without a rendezvous."""
+        return when >= self.job_start - self.fresh_s
+
+    def since(self) -> str:
+        """The job's start, for a record: ``job started 12.3 s ago (the start of torchrun agent (pid 7))``."""
+        import time
+
+        from ..evidence import job_start_source
+
+        return f"job started {time.time() - self.job_start:.1f} s ago ({job_start_source}; {self.fresh_s:g} s allowed)"

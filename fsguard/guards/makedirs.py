@@ -53,10 +53,12 @@ def made_by_peer(path: str, rules: Rules) -> Verdict:
         )
     if evidence.kind_of(st) != "dir":
         return reraise()
-    age = time.time() - st.st_ctime
-    if not rules.is_fresh(st.st_ctime):
-        return reraise(f"directory is older than the job ({age:.1f} s)")
-    return absorb(f"directory created by a peer {age:.2f} s ago, during this job")
+    # Made before this job (its birth time, where the filesystem keeps one): never a peer's duplicate.
+    made, what = evidence.created(path, st)
+    age = time.time() - made
+    if not rules.is_fresh(made):
+        return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since()})")
+    return absorb(f"directory {what} by a peer {age:.2f} s ago, during this job")
 
 
 def directory_in_listing(path: str) -> bool | None:

@@ -56,6 +56,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     age = time.time() - st.st_ctime
     if own is not None and own.kind == "made" and (own.time is None or st.st_ctime <= own.time):
         return reraise("this process made it itself (it has not changed since)")
-    if not rules.is_fresh(st.st_ctime):
-        return reraise(f"identical symlink older than the job ({age:.1f} s)")
+    made, _ = evidence.created(path, st)
+    if not rules.is_fresh(made):
+        return reraise(f"identical symlink older than the job ({time.time() - made:.1f} s; {rules.since()})")
     return absorb(f"identical symlink made by a peer {age:.2f} s ago, during this job", waited)

@@ -39,3 +39,21 @@ def from_log_dir(log_dir: Path) -> list[Record]:
 def json_records(log_dir: Path) -> list[dict[str, Any]]:
     """``from_log_dir`` as JSON objects (field name -> value), for tests that compare plain data."""
     return [record.as_dict() for record in from_log_dir(log_dir)]
+
+
+def check_lines_stand_for(shown: Iterable[Record], logged: Iterable[Record]) -> None:
+    """stderr's records (a few per call site and decision, the last of a run carrying ``detail.more``, the
+    count held back) are records of the complete ``FSGUARD_LOG`` files, and stand for all of them."""
+
+    def identity(record: Record) -> tuple[object, ...]:
+        return (record.pid, record.time, record.op, record.decision, tuple(record.args))
+
+    complete = {identity(r): r for r in logged}
+    total = 0
+    for record in shown:
+        assert identity(record) in complete, record
+        more = int(record.detail.get("more", 0))
+        if not more:
+            assert record.to_json() == complete[identity(record)].to_json()
+        total += 1 + more
+    assert total == len(complete), (total, len(complete))

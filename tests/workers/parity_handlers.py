@@ -230,7 +230,97 @@ def unittest_assert_raises_callable(d: str, out: Outcome) -> None:
     out["handled"] = "assertRaises"
 
 
+ATTEMPTS = 1
+
+
+def retry_every_error(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A hand-written retry decorator: catches in its own frame (broadly), and calls the function again."""
+
+    def wrapper(*args: Any) -> Any:
+        for _ in range(ATTEMPTS):  # one here: each failed try would make its own record
+            try:
+                return function(*args)
+            except Exception as error:
+                seen(args[1], "retry", error)
+        return None
+
+    return wrapper
+
+
+@retry_every_error
+def make_or_retry(path: str, out: Outcome) -> None:
+    os.makedirs(path)  # <- call
+
+
+@row("deferred", "except Exception")
+def retry_decorator_one_frame_up(d: str, out: Outcome) -> None:
+    path = peer_made(d)
+    make_or_retry(path, out)
+
+
+@contextlib.contextmanager
+def ignoring(*classes: type[BaseException]) -> Any:
+    try:
+        yield
+    except classes:
+        pass
+
+
+@row("deferred", "with ignoring(FileExistsError)")
+def contextmanager_helper(d: str, out: Outcome) -> None:
+    path = peer_made(d)
+    out["handled"] = "suppress"  # a suppressing helper: the error does not reach the row
+    with ignoring(FileExistsError):
+        os.makedirs(path)  # <- call
+        out["handled"] = "not raised"
+
+
+def make_another(path: str) -> None:
+    """``make_one`` at a call site of its own (stderr shows a few records per call site and decision)."""
+    os.makedirs(path)  # <- call
+
+
+def logged(path: str, out: Outcome) -> None:
+    try:
+        make_another(path)
+    except Exception:  # reporting that passes the error on: the handler above decides
+        out["logged"] = True
+        raise
+
+
+@row("deferred", "except FileExistsError")
+def specific_handler_above_one_that_reraises(d: str, out: Outcome) -> None:
+    path = peer_made(d)
+    try:
+        logged(path, out)
+    except FileExistsError as error:
+        seen(out, "above reraise", error)
+
+
+@row("deferred", "with suppress(FileExistsError)")
+def suppress_around_a_handler_that_reraises(d: str, out: Outcome) -> None:
+    path = peer_made(d)  # filelock's release: ``with suppress(FileNotFoundError): try: ... except OSError: raise``
+    out["handled"] = "suppress"
+    with suppress(FileExistsError):
+        try:
+            make_another(path)
+        except OSError as error:
+            out["errno"] = error.errno
+            raise
+        out["handled"] = "not raised"
+
+
 # --- not a handler of this call: absorbed ----------------------------------------------------------------
+
+
+@row("absorbed")
+def broad_handler_in_a_loop_is_no_retry(d: str, out: Outcome) -> None:
+    path = peer_made(d)
+    for item in [path]:  # a batch loop, not handed a function: its broad handler is reporting
+        try:
+            make_one(item)
+        except Exception as error:
+            seen(out, "batch", error)
 
 
 @row("absorbed")

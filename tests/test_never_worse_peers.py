@@ -107,7 +107,7 @@ GATE = """
 SNAPSHOT_CLAIMS = (
     GATE
     + """
-    import json, shutil
+    import json, shutil, sys
     source = os.path.join(root, f"source-{rank}")
     os.makedirs(source, exist_ok=True)
     with open(os.path.join(source, "weights"), "w") as f:
@@ -123,7 +123,7 @@ SNAPSHOT_CLAIMS = (
             break
         except FileExistsError:
             i += 1
-    print(json.dumps({"claimed": i}))
+    sys.stdout.write(json.dumps({"claimed": i}) + "\\n")  # one write: ranks share the pipe
 """
 )
 
@@ -155,7 +155,7 @@ def test_claim_loop_around_copytree(fsguard_python: Path, tmp_path: Path) -> Non
 LOCK_IN_A_RETRY = (
     GATE
     + """
-    import json
+    import json, sys
     lock = os.path.join(root, "lock")
     RETRY = os.environ["RETRY"]
     tries = [0]
@@ -193,7 +193,8 @@ LOCK_IN_A_RETRY = (
         os.rmdir(mark)
         os.rmdir(lock)
         time.sleep(0.005)
-    print(json.dumps({"most_inside": most, "retries": tries[0]}))
+    found = {"most_inside": most, "retries": tries[0]}
+    sys.stdout.write(json.dumps(found) + "\\n")  # one write: ranks share the pipe
 """
 )
 
@@ -253,7 +254,7 @@ PREVIOUS_JOB = """
             out["fresh"] = "ok"
         except Exception as error:
             out["fresh"] = type(error).__name__
-    print(json.dumps(out))
+    sys.stdout.write(json.dumps(out) + "\\n")  # one write: ranks share the pipe
 """
 
 
@@ -320,7 +321,8 @@ def test_job_start_is_the_launchers(fsguard_python: Path, tmp_path: Path) -> Non
         started = evidence.job_start(True)
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             agent = f.read().split(b"\\0")
-        print(json.dumps({"start": started, "source": evidence.job_start_source, "agent": agent[1].decode()}))
+        found = {"start": started, "source": evidence.job_start_source, "agent": agent[1].decode()}
+        sys.stdout.write(json.dumps(found) + "\\n")  # one write: ranks share the pipe
     """
     script = tmp_path / "program.py"
     script.write_text(textwrap.dedent(code))
@@ -367,7 +369,7 @@ CLAIM_AFTER_LOGGING = """
         logging.disable(logging.INFO)
     logging.getLogger("app").error("configured")
     second = claim("after")
-    print(json.dumps({"claims": [first, second]}))
+    sys.stdout.write(json.dumps({"claims": [first, second]}) + "\\n")  # one write: ranks share the pipe
 """
 
 
@@ -398,7 +400,7 @@ def test_records_survive_the_applications_logging_configuration(
 POLLING = (
     GATE
     + """
-    import json
+    import json, sys
     lock = os.path.join(root, "lock")
     polls = 0
     if rank == 0:
@@ -416,7 +418,7 @@ POLLING = (
                 polls += 1
                 time.sleep(0.002)
         os.rmdir(lock)
-    print(json.dumps({"polls": polls}))
+    sys.stdout.write(json.dumps({"polls": polls}) + "\\n")  # one write: ranks share the pipe
 """
 )
 

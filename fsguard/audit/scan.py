@@ -14,6 +14,12 @@ removed while this rank still listed or wrote into it (``os.listdir``, ``open``,
 "Parent directory ... does not exist", safetensors' "os error 2"). No patch of ``os.*`` can fix those;
 they are reported ``not fixable`` *and* make the exit status 1, with what would fix them in the program.
 
+Known library bugs count too (``KNOWN_BUGS``): a traceback through the library code of an ordering or
+shared-writer bug that users filed upstream (``torch.hub.load`` on every rank, pytorch/pytorch #68320; a
+``datasets`` cache entry built by several nodes whose lock does not lock across them, transformers #30859)
+is ``not fixable`` whatever call it failed in, and counts as a race, with the library's fix: fsguard may
+absorb a duplicated call inside it, but the job still fails (``tests/test_real_programs.py`` runs both).
+
 Verdicts, one per (operation, error) - the rules fsguard's guards apply, read backwards:
 
 =========================  ==============================  ===========================================

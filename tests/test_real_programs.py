@@ -229,32 +229,59 @@ def test_accelerate_total_limit_every_process_removes(fsguard_python: Path, tmp_
 TENSORBOARD_STEPS = 2
 
 
-def test_tensorboardx_every_rank_makes_the_log_directory(fsguard_python: Path, tmp_path: Path) -> None:
-    """tensorboardX 1.x to 2.6.2 (the latest): ``record_writer.directory_check`` makes a writer's directory with
-    ``if not os.path.exists(path): os.makedirs(path)``; every rank writing to one run directory (allennlp's
-    trainer did: allenai/allennlp #3841) fails with ``FileExistsError`` where a peer made it in between."""
-    site = pinned_site("tensorboardX==2.6.2", "protobuf==4.25.3")
-    worker = REAL / "tensorboardx_logdir.py"
+TENSORBOARD = {
+    # library -> (pinned releases, the "exists, else make" call its traceback shows)
+    "tensorboardX": (("tensorboardX==2.6.2", "protobuf==4.25.3"), "os.makedirs(path)"),
+    # tensorboard <= 2.5 needs numpy < 1.24 (np.object) and protobuf 3
+    "torch": (
+        ("tensorboard==2.5.0", "protobuf==3.20.3", "six==1.16.0", "absl-py==2.1.0", "numpy==1.23.5"),
+        "AlreadyExistsError",
+    ),
+}
+
+
+DEFERRED_TO_A_RERAISING_HANDLER = pytest.mark.xfail(
+    strict=False,
+    reason="fsguard does not absorb this genuine peer duplicate: tensorboard's gfile.makedirs calls "
+    "os.makedirs(path) inside 'try: ... except FileExistsError: raise errors.AlreadyExistsError', so fsguard "
+    "defers the error to that handler (a 'deferred' record, as for a program that claims a name by it), and the "
+    "handler re-raises it as AlreadyExistsError: the job crashes as without fsguard whenever the race happens. "
+    "Measured: 5/5 crashes with fsguard against 2/5 without (5 runs each). Telling a re-raising handler from a "
+    "claiming one is a change of the rules, not this test's to make.",
+)
+
+
+@pytest.mark.parametrize("library", ["tensorboardX", pytest.param("torch", marks=DEFERRED_TO_A_RERAISING_HANDLER)])
+def test_tensorboard_every_rank_makes_the_log_directory(fsguard_python: Path, tmp_path: Path, library: str) -> None:
+    """Every rank writing to one TensorBoard run directory (allenai/allennlp #3841, lanpa/tensorboardX #534 and
+    #546, ultralytics/yolov5 #2275, huggingface/transformers #8321): the writer makes its directory with "exists,
+    else make", and a rank whose peer made it in between crashes. tensorboardX 1.x to 2.6.2 (the latest):
+    ``record_writer.directory_check``, ``FileExistsError``. ``torch.utils.tensorboard`` (torch 2.13.0) with
+    tensorboard up to 2.5 (``exist_ok=True`` from 2.6): ``EventFileWriter``, ``FileExistsError`` re-raised by
+    tensorboard's own ``gfile.makedirs`` as ``AlreadyExistsError``."""
+    requirements, crash = TENSORBOARD[library]
+    site = pinned_site(*requirements)
+    worker = REAL / "tensorboard_logdir.py"
 
     def run(where: Path, guarded: bool = False) -> Job:
-        logdir = where / "runs"
-        return torchrun(
-            fsguard_python, worker, [str(logdir), str(TENSORBOARD_STEPS)], where, guarded=guarded, site=site
-        )
+        args = [library, str(where / "runs"), str(TENSORBOARD_STEPS)]
+        return torchrun(fsguard_python, worker, args, where, guarded=guarded, site=site)
 
     without = until_it_races(run, tmp_path, lambda job: job.returncode != 0)
-    assert "FileExistsError" in without.stderr and "os.makedirs(path)" in without.stderr, without.stderr[-3000:]
+    assert "FileExistsError" in without.stderr and crash in without.stderr, without.stderr[-3000:]
 
     on = run(tmp_path / "with", guarded=True)
     assert on.returncode == 0, on.stderr[-4000:]
     tree = on.last_json()
     tags = ("accuracy", "grad_norm", "loss", "lr", "memory", "throughput")
-    expected_dirs = {".", *(split for split in ("train", "validation"))}
-    expected_dirs |= {f"{split}/metrics" for split in ("train", "validation")}
-    expected_dirs |= {f"{split}/metrics/{tag}" for split in ("train", "validation") for tag in tags}
+    splits = ("train", "validation")
+    # add_scalars' writer per tag: tensorboardX's in <split>/metrics/<tag>, torch's in <split>/metrics_<tag>
+    sep = "/" if library == "tensorboardX" else "_"
+    tag_dirs = {f"{split}/metrics{sep}{tag}" for split in splits for tag in tags}
+    expected_dirs = {".", *splits, *tag_dirs} | ({f"{split}/metrics" for split in splits} if sep == "/" else set())
     assert set(tree) == expected_dirs, tree
     assert tree["train"] == tree["validation"] == 4, tree  # one main event file per rank (its suffix)
-    assert all(tree[f"{s}/metrics/{t}"] >= 1 for s in ("train", "validation") for t in tags), tree
+    assert all(tree[d] >= 1 for d in tag_dirs), tree
     assert decisions(on.records) == [("makedirs", "absorbed")] * len(on.records), on.records
     made = {str(tmp_path / "with" / "runs" / d) for d in expected_dirs}
     assert all(r["args"][0] in made for r in on.records), on.records

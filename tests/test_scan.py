@@ -110,6 +110,61 @@ def test_real_torchrun_logs(fsguard_python: Path, name: str) -> None:
     assert doc["problems"] == []
 
 
+# Known library bugs (scan.KNOWN_BUGS): whatever the failing call, the job's failure is the library's ordering
+# or shared writer (tests/test_real_programs.py runs both jobs), so every finding is not fixable and counts.
+KNOWN_BUGS = {
+    "torch-hub-reload.log": [
+        (
+            "not fixable",
+            "torch.hub",
+            "/work/main/.venv/lib/python3.11/site-packages/torch/hub.py:118 in _import_module",
+            "FileNotFoundError",
+            "ENOENT",
+            1,
+            [2],
+        ),
+        (
+            "not fixable",
+            "torch.hub",
+            "/work/main/.venv/lib/python3.11/site-packages/torch/hub.py:125 in _remove_if_exists",
+            "FileNotFoundError",
+            "ENOENT",
+            1,
+            [3],
+        ),
+        (
+            "not fixable",
+            "torch.hub",
+            "/work/main/.venv/lib/python3.11/site-packages/torch/hub.py:169 in _safe_extract_zip",
+            "FileExistsError",
+            "EEXIST",
+            1,
+            [0],
+        ),
+    ],
+    "datasets-two-nodes.log": [
+        (
+            "not fixable",
+            "datasets",
+            "/root/.cache/fsguard-tests/pinned/2935ff3b4f304dbc/datasets/builder.py:1124 in _download_and_prepare",
+            "OSError",
+            None,
+            1,
+            [],
+        )
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_BUGS))
+def test_known_library_bugs(fsguard_python: Path, name: str) -> None:
+    status, doc = scan_json(fsguard_python, str(UNGUARDED / name))
+    assert status == 1
+    assert findings(doc) == KNOWN_BUGS[name]
+    assert all(f["race"] and f["why"] for f in doc["findings"])
+    assert doc["problems"] == []
+
+
 def test_details_of_a_finding(fsguard_python: Path) -> None:
     _, doc = scan_json(fsguard_python, str(UNGUARDED / "rename-record.log"))
     (finding,) = doc["findings"]

@@ -14,6 +14,12 @@ removed while this rank still listed or wrote into it (``os.listdir``, ``open``,
 "Parent directory ... does not exist", safetensors' "os error 2"). No patch of ``os.*`` can fix those;
 they are reported ``not fixable`` *and* make the exit status 1, with what would fix them in the program.
 
+Known library bugs count too (``KNOWN_BUGS``): a traceback through the library code of an ordering or
+shared-writer bug that users filed upstream (``torch.hub.load`` on every rank, pytorch/pytorch #68320; a
+``datasets`` cache entry built by several nodes whose lock does not lock across them, transformers #30859)
+is ``not fixable`` whatever call it failed in, and counts as a race, with the library's fix: fsguard may
+absorb a duplicated call inside it, but the job still fails (``tests/test_real_programs.py`` runs both).
+
 Verdicts, one per (operation, error) - the rules fsguard's guards apply, read backwards:
 
 =========================  ==============================  ===========================================
@@ -305,6 +311,59 @@ class Finding:
 _MOVES = ("rename", "replace", "move", "rmtree")
 
 
+@dataclass(frozen=True)
+class KnownBug:
+    """Library code whose failures, whatever error they end in, are an ordering or shared-writer bug of the
+    library when its ranks run it together: no patch of ``os.*`` can fix them, and the fix is the program's."""
+
+    op: str  # shown in the OP column
+    file: re.Pattern[str]  # a frame of the library, by its file
+    functions: frozenset[str]  # ... and its function
+    errors: frozenset[str]  # exception types (last dotted part) that this bug ends in
+    why: str
+
+
+_FS_ERRORS = frozenset({"OSError", "IOError", "FileNotFoundError", "FileExistsError", "NotADirectoryError"})
+KNOWN_BUGS = (
+    KnownBug(
+        "torch.hub",
+        re.compile(r"[/\\]torch[/\\]hub\.py$"),
+        frozenset({"_get_cache_or_reload", "_load_local"}),
+        _FS_ERRORS | {"ModuleNotFoundError", "ImportError", "BadZipFile", "Error"},
+        "torch.hub.load run by several ranks at once on one hub directory (pytorch/pytorch #68320): each rank "
+        "removes the shared zip and <owner>_<repo>_<ref>, extracts over the peers' extraction and moves its own "
+        "there, so a rank imports hubconf.py from a directory a peer just removed, or shutil.move finds a peer's "
+        "tree at the destination and moves its own into it. fsguard absorbs the duplicated removals, not the "
+        "ordering: call torch.hub.load on one rank first (or torch.hub.download on one rank), barrier, then "
+        "load on the others without force_reload; or give each rank its own TORCH_HOME.",
+    ),
+    KnownBug(
+        "datasets",
+        re.compile(r"[/\\]datasets[/\\](?:builder|arrow_reader|arrow_writer|table)\.py$"),
+        frozenset({"download_and_prepare", "_download_and_prepare", "incomplete_dir", "as_dataset"}),
+        _FS_ERRORS | {"ArrowInvalid", "ArrowIOError", "DatasetGenerationError"},
+        "datasets built one cache entry from several nodes at once (transformers #30859): its FileLock did not "
+        "lock across nodes (flock on NFS or Lustre with localflock: tox-dev/filelock #389), so the nodes wrote "
+        "one <entry>.incomplete directory and moved or read it under each other: a shared writer, not a "
+        "duplicated call. Prepare the dataset on one rank first (with training_args.main_process_first(): or "
+        "a barrier), or put HF_DATASETS_CACHE on node-local disk, or mount the filesystem with working "
+        "cross-node locks (Lustre -o flock).",
+    ),
+)
+
+
+def known_bug(tb: Traceback) -> tuple[KnownBug, Frame] | None:
+    """The known library bug a traceback ends in, and the library's innermost frame of it."""
+    name = tb.exception.rsplit(".", 1)[-1]
+    for bug in KNOWN_BUGS:
+        if name not in bug.errors:
+            continue
+        frames = [f for f in tb.frames if bug.file.search(f.file)]
+        if any(f.function in bug.functions for f in frames):
+            return bug, frames[-1]
+    return None
+
+
 class Findings:
     """Tracebacks of filesystem operations, grouped; the same rank's traceback read twice counts once."""
 
@@ -315,6 +374,8 @@ class Findings:
         self._finished = False
 
     def add(self, tb: Traceback) -> None:
+        if self._add_known(tb):
+            return
         error = parse_error(tb.exception, tb.message)
         if error is not None:
             error_type, errno_name, paths = error
@@ -362,6 +423,39 @@ class Findings:
                 finding.paths[pattern] += 1
         if len(finding.sources) < MAX_PATTERNS:
             finding.sources.add(tb.source)
+
+    def _add_known(self, tb: Traceback) -> bool:
+        """A traceback of a known library bug (``KNOWN_BUGS``): one not-fixable finding, counted as a race."""
+        found = known_bug(tb)
+        if found is None:
+            return False
+        bug, site = found
+        error = parse_error(tb.exception, tb.message)
+        error_type, errno_name, paths = error if error is not None else (tb.exception.rsplit(".", 1)[-1], None, [])
+        key = (bug.op, site.text(), error_type, errno_name)
+        finding = self.groups.get(key)
+        if finding is None:
+            finding = self.groups[key] = Finding(
+                bug.op, site, error_type, errno_name, tb.message, NOT_FIXABLE, bug.why, tb.source, tb.lineno
+            )
+            finding.race = True
+        if tb.host:
+            finding.hosts.add(tb.host)
+        if tb.rank is not None:
+            seen = (tb.source, tb.rank, key, tb.message)
+            if seen in self._seen:
+                return True
+            if len(self._seen) < MAX_SEEN_KEYS:
+                self._seen.add(seen)
+            finding.ranks.add(tb.rank)
+        finding.count += 1
+        if paths:
+            pattern = patterns.fold_args(paths)
+            if pattern in finding.paths or len(finding.paths) < MAX_PATTERNS:
+                finding.paths[pattern] += 1
+        if len(finding.sources) < MAX_PATTERNS:
+            finding.sources.add(tb.source)
+        return True
 
     def finish(self) -> None:
         """Decide the ordering findings, now that every input is read (their evidence is in other tracebacks)."""

@@ -43,9 +43,11 @@ def main() -> None:
         disable_tqdm=True,
     )
     Trainer(model=model, args=args, train_dataset=Tokens()).train()
+    torch.distributed.barrier()  # every rank's last save is done
     if int(os.environ["RANK"]) == 0:
         left = {name: sorted(os.listdir(os.path.join(out, name))) for name in sorted(os.listdir(out))}
         print(json.dumps(left), flush=True)
+    torch.distributed.destroy_process_group()  # not at interpreter exit, where gloo's threads may abort
 
 
 if __name__ == "__main__":

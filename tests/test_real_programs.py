@@ -303,14 +303,6 @@ TRAINER_438_FILES = sorted(
 )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="fsguard does not always keep the checkpoint (3/5 kept, measured): when node 1's rank made "
-    "tmp-checkpoint-N itself (its _save_rng_state makedirs ran before rank 0's), guards/rmtree.py should_yield "
-    "treats the tree as its own (own_event == 'made') and removes it at once, although rank 0 wrote into it "
-    "during this job and renames it next: lost with no record, or partly removed with a hazard record when the "
-    "rename lands mid-walk. The rules are not this test's to change.",
-)
 def test_transformers_438_other_nodes_remove_the_staging_checkpoint(fsguard_python: Path, tmp_path: Path) -> None:
     """transformers 4.38.0 to 4.38.2 (huggingface/transformers #28119, from PR #28848; LlamaFactory #2593;
     changed in 4.39): after every rank wrote into ``tmp-checkpoint-N``, the world's main process renames it to

@@ -287,7 +287,8 @@ _SERIALIZED = object()  # passed as ``instance``: this call already holds the se
 
 
 def _path_wrapper(op: str) -> Callable[..., Any]:
-    remember = STATE.memory.append
+    # Directories made are remembered apart, so that they stay known while they exist (fsguard.memory).
+    remember = (STATE.dirs if op in ("mkdir", "makedirs") else STATE.memory).append
     state = STATE
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).

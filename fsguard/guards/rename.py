@@ -8,9 +8,11 @@ A destination in the listing that this node's lookups do not show yet (a negativ
 there moments ago by a peer; but when the source is back, or this process moved the same source before,
 that alone cannot tell whose it is: the rest of the same budget waits for the lookup to show it, and its
 ctime decides as for a visible one (re-raised if it never shows).
-Not a peer's doing, so re-raised: this process moved the source away itself and the destination has not
-changed since (``OWN_SLACK_S``); a later move onto it, as in a rotation that reuses one temp name every
-step, is a peer's.
+Not a peer's doing, so re-raised: this process moved the source away itself, or the destination's last
+change was this process's own move (or link) onto it, and the destination has not changed since
+(``OWN_SLACK_S``): the missing source was this process's own to produce (a per-rank ``state.{step}.tmp``
+whose writer wrote nothing). A later move onto it, as in a rotation that reuses one temp name every step,
+is a peer's.
 Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory.
 Re-raised unchanged: everything else, including calls with ``src_dir_fd``/``dst_dir_fd`` (passed through,
 never resolved against the wrong directory).

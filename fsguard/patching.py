@@ -130,7 +130,8 @@ class GuardedFunction(_Wrapper):
 def _shutting_down() -> bool:
     """Whether the interpreter is finalizing (``__del__`` of module globals, late finalizers): imports fail then
     (``sys.meta_path`` is None) and records could not be written, so a guarded call is the unpatched call.
-    Asked only where fsguard would import or record: a failure's decision, every rmtree."""
+    Asked only where fsguard would import or record: a failure's decision, a serialized call (every rmtree
+    asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
     return sys.meta_path is None or sys.is_finalizing()
 
 
@@ -391,7 +392,7 @@ def _rmtree_wrapper() -> Callable[..., Any]:
     use_onexc = _takes_onexc(shutil.rmtree)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if busy() or not (args or "path" in kwargs) or _shutting_down():
+        if busy() or not (args or "path" in kwargs) or sys.meta_path is None:  # (shutting down: unguarded)
             return wrapped(*args, **kwargs)
         if kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
             wrapped(*args, **kwargs)

@@ -285,10 +285,11 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
         work = Path(tmp) / "w"
         os.mkdir(work)
         if memory_full:  # a long job: the own-memory deque is full of unrelated calls
-            other = str(Path(tmp) / "other")
+            other, moved = str(Path(tmp) / "other"), str(Path(tmp) / "other-moved")
             os.mkdir(other)
-            for _ in range(evidence.MEMORY_SIZE):
-                os.makedirs(other, exist_ok=True)
+            for _ in range(evidence.MEMORY_SIZE // 2):  # (mkdir and makedirs are remembered apart: fsguard.memory)
+                os.rename(other, moved)
+                os.rename(moved, other)
         counter = iter(range(10**9))
         source = str(Path(tmp) / "source")
         Path(source).write_bytes(b"x")
@@ -334,6 +335,7 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
                 setup()
                 if not memory_full:
                     evidence.MEMORY.clear()  # absorbed calls are remembered too: keep it empty
+                    evidence.DIRS.clear()
                 t = time.perf_counter()
                 try:
                     call()

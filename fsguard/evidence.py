@@ -13,6 +13,7 @@ import sys
 import time
 
 # Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
+from .memory import DIRS as DIRS
 from .memory import MEMORY as MEMORY
 from .memory import MEMORY_SIZE as MEMORY_SIZE
 from .memory import fspath as fspath

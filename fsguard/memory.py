@@ -4,11 +4,15 @@ The happy path pays one ``deque.append`` of the call's own arguments (rename, re
 the wall-clock time, so a later decision can tell its own old move or link from a peer's newer one).
 Nothing is normalised then: the first failing call that asks indexes the entries appended since the last
 question, newest wins, so a decision costs a few dictionary lookups however full the memory is.
+``MEMORY`` holds the last ``MEMORY_SIZE`` calls; mkdir and makedirs go to ``DIRS`` instead, which the index
+drains into directories kept while they exist: a process's own ``mkdtemp`` tree stays its own however many
+calls come before its cleanup.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 
 from . import state
@@ -24,6 +28,8 @@ if TYPE_CHECKING:
 
 MEMORY_SIZE = state.MEMORY_SIZE
 MEMORY = state.STATE.memory  # the happy path appends here (fsguard.patching)
+DIRS = state.STATE.dirs  # mkdir and makedirs append here instead
+DIRS_SIZE = state.DIRS_SIZE
 
 
 class Event:
@@ -78,19 +84,34 @@ def _ancestry(path: str) -> list[str]:
 
 
 class _Index:
-    """Normalised view of ``MEMORY``, brought up to date lazily, entry by entry, when a decision asks.
+    """Normalised view of ``MEMORY`` and ``DIRS``, brought up to date lazily when a decision asks.
 
-    Values are ``(seq, kind, time)`` tuples: ``seq`` orders events, the newest wins.
+    Values are ``(seq, kind, time)`` tuples: ``seq`` orders events, the newest wins. ``MEMORY``'s entries get
+    even numbers (twice their count), the directories drained from ``DIRS`` at one update the odd number after
+    that update's last ``MEMORY`` entry (the order between the two deques within one update is not known: a
+    directory that one of that update's removals or moves could have taken counts only if it is there now).
+    What ``MEMORY`` tells is kept while its entries are in it; the directories this process made are kept while
+    they exist (swept by ``lstat`` when there are many), however many calls come between.
     """
 
-    # Start over from MEMORY when the index holds this many more paths than MEMORY can.
+    # Forget what fell out of MEMORY when the index holds this many more paths than MEMORY can.
     LIMIT = 4 * MEMORY_SIZE
+    # Sweep the kept directories that no longer exist when more than this many are kept.
+    DIRS_LIMIT = 4096
 
     def __init__(self) -> None:
+        self.dirs: dict[str, tuple[int, str, float | None]] = {}  # made (or found) by mkdir/makedirs
+        self.forget()
+
+    def forget(self) -> None:
+        """Everything, the kept directories too (a child forked while another thread updated the index)."""
+        self.count = 0  # MEMORY entries indexed so far
+        self.dirs.clear()
+        self.sweep_at = self.DIRS_LIMIT
         self.clear()
 
     def clear(self) -> None:
-        self.seq = 0
+        """What MEMORY told (the kept directories stay, and the numbering goes on)."""
         self.last: Entry | None = None  # newest entry indexed so far (by identity)
         self.made: dict[str, tuple[int, str, float | None]] = {}  # made at the path
         self.gone: dict[str, tuple[int, str, float | None]] = {}  # removed or moved away, with all below it
@@ -105,55 +126,95 @@ class _Index:
                     break
             else:
                 self.clear()  # more than MEMORY_SIZE calls since the last question: start over
-        if len(self.made) + len(self.gone) > self.LIMIT:
-            self.clear()
-            start = 0
-        made, gone = self.made, self.gone
-        seq = self.seq
+        first = 2 * (self.count + 1)  # this update's first number
         try:
             cwd: str | None = os.getcwd()  # relative paths: as the decision will see them (cwd is not remembered)
         except OSError:
             cwd = None
         for entry in entries[start:]:
-            seq += 1
-            op, args, kwargs = entry[0], entry[1], entry[2]
-            when = entry[3] if len(entry) > 3 else None
-            try:
-                if op == "makedirs":
-                    made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made", when)
-                elif op == "makedirs-shared":  # makedirs(exist_ok=True) that made it: a name others make too
-                    made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made-shared", when)
-                elif op == "makedirs-found":  # makedirs(exist_ok=True) that found the directory there
-                    made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "found", when)
-                elif op in _MADE_AT:  # mkdir, symlink, link (calls with directory descriptors are not remembered)
-                    position, keyword = _MADE_AT[op]
-                    made[norm(args[position] if len(args) > position else kwargs[keyword], cwd)] = (seq, "made", when)
-                elif op in ("remove", "rmdir"):
-                    gone[norm(args[0] if args else kwargs["path"], cwd)] = (seq, "removed", when)
-                elif op == "rmtree":
-                    if kwargs.get("dir_fd") is None:
-                        gone[norm(args[0] if args else kwargs["path"], cwd)] = (seq, "removed", when)
-                elif not kwargs or (kwargs.get("src_dir_fd") is None and kwargs.get("dst_dir_fd") is None):
-                    gone[norm(args[0] if args else kwargs["src"], cwd)] = (seq, "moved-away", when)
-                    made[norm(args[1] if len(args) > 1 else kwargs["dst"], cwd)] = (seq, "made", when)
-            except (KeyError, IndexError, TypeError, ValueError):
-                pass  # a call this index cannot place (it succeeded, so there is nothing to learn)
-        self.seq = seq
+            self.count += 1
+            self._place(entry, 2 * self.count, cwd, self.made)
         if entries:
             self.last = entries[-1]
+        if len(self.made) + len(self.gone) > self.LIMIT:  # keep only what the entries still in MEMORY told
+            oldest = 2 * (self.count - len(entries) + 1)
+            self.made = {path: value for path, value in self.made.items() if value[0] >= oldest}
+            self.gone = {path: value for path, value in self.gone.items() if value[0] >= oldest}
+        self._drain(2 * self.count + 1, first, cwd)
+
+    def _drain(self, seq: int, first: int, cwd: str | None) -> None:
+        """Index the directories made since the last update (numbered ``seq``, after this update's MEMORY
+        entries, which are numbered from ``first``)."""
+        dirs, gone = self.dirs, self.gone
+        while True:
+            try:
+                entry = DIRS.popleft()  # atomic: other threads append meanwhile
+            except IndexError:
+                break
+            new: dict[str, tuple[int, str, float | None]] = {}
+            self._place(entry, seq, cwd, new)
+            for path, value in new.items():
+                if any(gone.get(above, (0,))[0] >= first for above in _ancestry(path)) and not _is_dir(path):
+                    continue  # removed or moved away in this update's span, after it was made
+                dirs.pop(path, None)
+                dirs[path] = value
+        if len(dirs) > self.sweep_at:
+            for path in [path for path in dirs if not _is_dir(path)]:
+                del dirs[path]
+            self.sweep_at = max(self.DIRS_LIMIT, 2 * len(dirs))
+
+    def _place(self, entry: Entry, seq: int, cwd: str | None, made: dict[str, tuple[int, str, float | None]]) -> None:
+        """Put one remembered call into ``made`` (the index's, or for DIRS's entries a batch) and ``gone``."""
+        op, args, kwargs = entry[0], entry[1], entry[2]
+        when = entry[3] if len(entry) > 3 else None
+        try:
+            if op == "makedirs":
+                made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made", when)
+            elif op == "makedirs-shared":  # makedirs(exist_ok=True) that made it: a name others make too
+                made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made-shared", when)
+            elif op == "makedirs-found":  # makedirs(exist_ok=True) that found the directory there
+                made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "found", when)
+            elif op in _MADE_AT:  # mkdir, symlink, link (calls with directory descriptors are not remembered)
+                position, keyword = _MADE_AT[op]
+                made[norm(args[position] if len(args) > position else kwargs[keyword], cwd)] = (seq, "made", when)
+            elif op in ("remove", "rmdir"):
+                self._gone(norm(args[0] if args else kwargs["path"], cwd), (seq, "removed", when))
+            elif op == "rmtree":
+                if kwargs.get("dir_fd") is None:
+                    self._gone(norm(args[0] if args else kwargs["path"], cwd), (seq, "removed", when))
+            elif not kwargs or (kwargs.get("src_dir_fd") is None and kwargs.get("dst_dir_fd") is None):
+                self._gone(norm(args[0] if args else kwargs["src"], cwd), (seq, "moved-away", when))
+                made[norm(args[1] if len(args) > 1 else kwargs["dst"], cwd)] = (seq, "made", when)
+        except (KeyError, IndexError, TypeError, ValueError):
+            pass  # a call this index cannot place (it succeeded, so there is nothing to learn)
+
+    def _gone(self, path: str, value: tuple[int, str, float | None]) -> None:
+        self.gone[path] = value
+        self.dirs.pop(path, None)  # older than this (directories below it go at the next sweep)
 
     def last_event(self, path: str, within: bool) -> Event | None:
         found = self.made.get(path)
+        kept = self.dirs.get(path)
+        if kept is not None and (found is None or kept[0] > found[0]):
+            found = kept
         if within:
             prefix = path.rstrip(os.sep) + os.sep
-            for made, value in self.made.items():
-                if (found is None or value[0] > found[0]) and made.startswith(prefix):
-                    found = value
+            for index in (self.made, self.dirs):
+                for made, value in index.items():
+                    if (found is None or value[0] > found[0]) and made.startswith(prefix):
+                        found = value
         for above in _ancestry(path):
             gone = self.gone.get(above)
             if gone is not None and (found is None or gone[0] > found[0]):
                 found = gone
         return None if found is None else Event(found[1], found[2], found[0])
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 _index = _Index()
@@ -164,8 +225,9 @@ _index_lock = threading.Lock()
 @state.at_fork
 def _after_fork_in_child() -> None:
     global _index_lock
+    if _index_lock.locked():  # another thread was bringing it up to date: start again from the deques
+        _index.forget()
     _index_lock = threading.Lock()  # a fork while another thread decided must not leave it held forever
-    _index.clear()  # it may have been half brought up to date: index again from MEMORY
 
 
 def own_last(path: str, *, within: bool = False) -> Event | None:

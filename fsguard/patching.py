@@ -127,6 +127,14 @@ class GuardedFunction(_Wrapper):
         return self
 
 
+def _shutting_down() -> bool:
+    """Whether the interpreter is finalizing (``__del__`` of module globals, late finalizers): imports fail then
+    (``sys.meta_path`` is None) and records could not be written, so a guarded call is the unpatched call.
+    Asked only where fsguard would import or record: a failure's decision, a serialized call (every rmtree
+    asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
+    return sys.meta_path is None or sys.is_finalizing()
+
+
 def _rules() -> Rules:
     """The rules' numbers, made once per settings object (every guarded rmtree asks, not only failures)."""
     settings = STATE.settings
@@ -202,7 +210,7 @@ def _left_to_caller(depth: int = 2) -> bool:
 
 def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True to absorb. Any failure inside fsguard's own decision means: re-raise the original."""
-    if busy() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _left_to_caller()):
+    if busy() or _shutting_down() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _left_to_caller()):
         return False
     try:
         with Busy():
@@ -244,7 +252,10 @@ def _rule_failed(op: str, failure: Exception) -> None:
     """One line on stderr, once per operation, when its rule raised (the caller's error is re-raised)."""
     if op not in _failed_rules:
         _failed_rules.add(op)
-        from ._warn import warn
+        try:
+            from ._warn import warn
+        except ImportError:  # nothing importable any more (dropped privileges): the original error, silently
+            return
 
         warn(
             f"the {op} rule failed ({type(failure).__name__}: {failure}); the original error is re-raised "
@@ -277,7 +288,8 @@ _SERIALIZED = object()  # passed as ``instance``: this call already holds the se
 
 
 def _path_wrapper(op: str) -> Callable[..., Any]:
-    remember = STATE.memory.append
+    # Directories made are remembered apart, so that they stay known while they exist (fsguard.memory).
+    remember = (STATE.dirs if op in ("mkdir", "makedirs") else STATE.memory).append
     state = STATE
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
@@ -306,6 +318,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             and instance is not _SERIALIZED
             and not busy()
             and not (passes_fds and _left_to_caller(1))
+            and not _shutting_down()
         ):
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
         shared = makes and bool(kwargs.get("exist_ok") or (len(args) > 2 and args[2]))
@@ -384,7 +397,7 @@ def _rmtree_wrapper() -> Callable[..., Any]:
     use_onexc = _takes_onexc(shutil.rmtree)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if busy() or not (args or "path" in kwargs):
+        if busy() or not (args or "path" in kwargs) or sys.meta_path is None:  # (shutting down: unguarded)
             return wrapped(*args, **kwargs)
         if kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
             wrapped(*args, **kwargs)

@@ -3,8 +3,8 @@ held locks.
 
 ``STATE`` holds what an active fsguard knows about this process: the settings, the launch, the original
 functions it patched, the serializer (``FSGUARD_SERIALIZE=1``), the rules' numbers, and the memory of its own
-guarded calls (the one ``deque`` the happy path appends to). ``patching.install`` fills it, ``uninstall`` of
-the last operation empties it again.
+guarded calls (the ``deque`` the happy path appends to: ``memory``, or ``dirs`` for mkdir and makedirs).
+``patching.install`` fills it, ``uninstall`` of the last operation empties it again.
 
 Forks: ranks fork while another thread may be inside fsguard (DataLoader workers, compile pools, async
 checkpoints). A fork copies only the forking thread, so a lock another thread held at that moment would stay
@@ -28,17 +28,22 @@ if TYPE_CHECKING:
     from typing import Any
 
 MEMORY_SIZE = 4096
+# mkdir and makedirs calls waiting for the next decision to index them (fsguard.memory keeps the directories
+# from there on while they exist): only more directory-making calls than this between two decisions are lost.
+DIRS_SIZE = 1 << 15
 
 
 class State:
     """What an active fsguard knows about this process (one instance: ``STATE``)."""
 
-    __slots__ = ("launch", "lock", "memory", "originals", "rules_for", "serializer", "settings")
+    __slots__ = ("dirs", "launch", "lock", "memory", "originals", "rules_for", "serializer", "settings")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()  # install/uninstall
         # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): see fsguard.memory
         self.memory: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=MEMORY_SIZE)
+        # the same entries for mkdir and makedirs (they are not in ``memory``): see fsguard.memory
+        self.dirs: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=DIRS_SIZE)
         self.originals: dict[str, Any] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
         self.reset()
 

@@ -8,9 +8,11 @@ A destination in the listing that this node's lookups do not show yet (a negativ
 there moments ago by a peer; but when the source is back, or this process moved the same source before,
 that alone cannot tell whose it is: the rest of the same budget waits for the lookup to show it, and its
 ctime decides as for a visible one (re-raised if it never shows).
-Not a peer's doing, so re-raised: this process moved the source away itself and the destination has not
-changed since (``OWN_SLACK_S``); a later move onto it, as in a rotation that reuses one temp name every
-step, is a peer's.
+Not a peer's doing, so re-raised: this process moved the source away itself, or the destination's last
+change was this process's own move (or link) onto it, and the destination has not changed since
+(``OWN_SLACK_S``): the missing source was this process's own to produce (a per-rank ``state.{step}.tmp``
+whose writer wrote nothing). A later move onto it, as in a rotation that reuses one temp name every step,
+is a peer's.
 Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory.
 Re-raised unchanged: everything else, including calls with ``src_dir_fd``/``dst_dir_fd`` (passed through,
 never resolved against the wrong directory).
@@ -58,6 +60,11 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if own is not None and own.kind == "moved-away" and own.time is None:
         return reraise("this process moved the source away itself")
     own_move = own.time if own is not None and own.kind == "moved-away" else None
+    # This process's own newest change of the destination (a move, symlink or link onto it; an absorbed move
+    # is remembered as one): while nobody changed it since, the missing source was this process's own.
+    put = evidence.own_last(dst)
+    own_put = put.time if put is not None and put.kind == "made" else None
+    own_times = [t for t in (own_move, own_put) if t is not None]
 
     # Present again means re-published by a peer after the call found it missing (the destination's parent
     # is checked below: a missing one is the other way this call fails with ENOENT).
@@ -76,13 +83,13 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
 
     later = f", appeared {waited:.2f} s later" if waited > 0.001 else ""
     st = evidence.lstat_or_none(dst)
-    if st is None and (own_move is not None or republished):
+    if st is None and (own_times or republished):
         # In the fresh listing, not yet in this node's lookup cache, and whose move it was needs its ctime (the
         # test below): wait, within the same budget, for the lookup to show it.
         st, more = evidence.settle(lambda: evidence.lstat_or_none(dst), max(rules.settle_s - waited, 0.0))
         waited += more
     if st is None:
-        if own_move is not None or republished:
+        if own_times or republished:
             return reraise("destination not yet visible to this node's lookups: cannot tell whose it is", waited)
         return absorb(
             f"source gone; destination in a fresh listing but not yet in this node's lookup "
@@ -92,9 +99,15 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     age = time.time() - st.st_ctime
     if not rules.is_fresh(st.st_ctime):
         return reraise(f"source gone but destination is older than the job ({age:.1f} s)", waited)
+    if own_put is not None and st.st_ctime <= own_put + OWN_SLACK_S:
+        return reraise(
+            "the destination's last change was this process's own move onto it, nobody changed it since: "
+            "the missing source was this process's own",
+            waited,
+        )
     if own_move is not None and st.st_ctime <= own_move + OWN_SLACK_S:
         return reraise("this process moved the source away itself; the destination has not changed since", waited)
-    again = f", {time.time() - own_move:.1f} s after this process's own move" if own_move is not None else ""
+    again = f", {time.time() - max(own_times):.1f} s after this process's own move" if own_times else ""
     return absorb(
         f"source gone{republished}, destination present and changed {age:.2f} s ago{later}{again}: "
         f"a peer did the same move",

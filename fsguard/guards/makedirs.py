@@ -31,7 +31,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if not exist_ok:
         return made_by_peer(path, rules)
 
-    seen, waited = evidence.settle(lambda: directory_in_listing(path), rules.settle_s)
+    seen, waited = evidence.settle(lambda: directory_in_listing(path), rules.settle_s, path)
     if not seen:
         return reraise("not a directory in its parent's listing", waited)
     return absorb("directory present in a fresh listing of its parent (lookup cache was stale)", waited)

@@ -1,8 +1,9 @@
 """``os.rename`` and ``os.replace``: absorb ``FileNotFoundError`` when a peer already did the same move.
 
-Absorbed: the source was missing and the destination is present and changed during this job, as fresh
-listings of both parents show (waiting up to ``FSGUARD_SETTLE_S`` for a destination that a shared
-filesystem has not shown yet). The source may be back already: a peer writing the same temp name again
+Absorbed: the source was missing and the destination is present and changed during this job, as the
+mount's fresh probe shows (``evidence.look``: the name's own lstat on a coherent local filesystem, where
+nothing is waited for; elsewhere the parents' listings, waiting up to ``FSGUARD_SETTLE_S``, or the mount's
+own shorter cache time, for a destination that a shared filesystem has not shown yet). The source may be back already: a peer writing the same temp name again
 (compile caches whose temp names collide across nodes) re-publishes it between the failure and the look.
 A destination in the listing that this node's lookups do not show yet (a negative lookup cache) was put
 there moments ago by a peer; but when the source is back, or this process moved the same source before,
@@ -69,7 +70,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
             return seen  # decided: nothing to wait for
         return seen if seen.present else None
 
-    seen, waited = evidence.settle(destination_present, rules.settle_s)
+    seen, waited = evidence.settle(destination_present, rules.settle_s, dst)
     if seen is None or not seen.present:
         where = "destination's parent is missing" if seen is not None else "destination absent"
         return reraise(f"source gone, {where} after {waited:.2f} s", waited)
@@ -79,7 +80,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if st is None and (own_move is not None or republished):
         # In the fresh listing, not yet in this node's lookup cache, and whose move it was needs its ctime (the
         # test below): wait, within the same budget, for the lookup to show it.
-        st, more = evidence.settle(lambda: evidence.lstat_or_none(dst), max(rules.settle_s - waited, 0.0))
+        st, more = evidence.settle(lambda: evidence.lstat_or_none(dst), max(rules.settle_s - waited, 0.0), dst)
         waited += more
     if st is None:
         if own_move is not None or republished:

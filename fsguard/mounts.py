@@ -290,7 +290,8 @@ def _seconds(text: str) -> float | None:
 
 def _juicefs_cache_s(point: str) -> float | None:
     """JuiceFS keeps its mount's settings in a virtual ``.config`` file at the mount's root (JSON; timeouts in
-    nanoseconds, or Go duration text): the longest of its entry, directory-entry and attribute cache times."""
+    nanoseconds, or Go duration text): the longest of its entry, directory-entry, negative-entry and attribute
+    cache times. None where it is hidden (``--hide-internal``)."""
     try:
         with open(os.path.join(point, ".config"), "rb") as f:
             import json
@@ -303,7 +304,7 @@ def _juicefs_cache_s(point: str) -> float | None:
     for section in (config, vfs):
         if not isinstance(section, dict):
             continue
-        for key in ("EntryTimeout", "DirEntryTimeout", "AttrTimeout"):
+        for key in ("EntryTimeout", "DirEntryTimeout", "NegEntryTimeout", "AttrTimeout"):
             value = section.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 found.append(value / 1e9)

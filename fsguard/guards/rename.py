@@ -3,8 +3,9 @@
 Absorbed: the source was missing and the destination is present and changed during this job, as the
 mount's fresh probe shows (``evidence.look``: the name's own lstat on a coherent local filesystem, where
 nothing is waited for; elsewhere the parents' listings, waiting up to ``FSGUARD_SETTLE_S``, or the mount's
-own shorter cache time, for a destination that a shared filesystem has not shown yet). The source may be back already: a peer writing the same temp name again
-(compile caches whose temp names collide across nodes) re-publishes it between the failure and the look.
+own shorter cache time, for a destination that a shared filesystem has not shown yet). The source may be
+back already: a peer writing the same temp name again (compile caches whose temp names collide across nodes)
+re-publishes it between the failure and the look.
 A destination in the listing that this node's lookups do not show yet (a negative lookup cache) was put
 there moments ago by a peer; but when the source is back, or this process moved the same source before,
 that alone cannot tell whose it is: the rest of the same budget waits for the lookup to show it, and its

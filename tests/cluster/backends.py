@@ -84,16 +84,22 @@ class JuiceVolume:
     def meta(self) -> str:
         return f"sqlite3://{self.root / 'meta.db'}"
 
-    def mount_command(self, point: Path | str, cache_s: float | None = None, *, daemon: bool = False) -> list[str]:
+    def mount_command(
+        self, point: Path | str, cache_s: float | None = None, *, daemon: bool = False, hide_internal: bool = False
+    ) -> list[str]:
         """``juicefs mount`` of this volume at ``point`` (foreground unless ``daemon``); ``cache_s``: the
-        entry, directory-entry and attribute cache times (None: JuiceFS's defaults, 1 s)."""
+        entry, directory-entry, negative-entry and attribute cache times (None: JuiceFS's defaults, 1 s and no
+        negative cache); ``hide_internal``: no ``.config``/``.stats``/``.trash`` in the root's listing."""
         binary = juicefs_binary() or "juicefs"
         command = [binary, "mount", "--no-usage-report", "--cache-size", "0", "--log-level", "warning"]
         if daemon:
             command += ["-d", "--log", str(self.root / "mount.log")]
+        if hide_internal:
+            command.append("--hide-internal")
         if cache_s is not None:
             value = f"{cache_s:g}"
-            command += ["--entry-cache", value, "--dir-entry-cache", value, "--attr-cache", value]
+            for option in ("--entry-cache", "--dir-entry-cache", "--negative-entry-cache", "--attr-cache"):
+                command += [option, value]
         return [*command, self.meta, str(point)]
 
 
@@ -130,7 +136,9 @@ def juicefs_volume(root: Path) -> Iterator[JuiceVolume]:
 
 
 @contextlib.contextmanager
-def juicefs_mount(volume: JuiceVolume, point: Path, cache_s: float | None = None) -> Iterator[Path]:
+def juicefs_mount(
+    volume: JuiceVolume, point: Path, cache_s: float | None = None, *, hide_internal: bool = False
+) -> Iterator[Path]:
     """One JuiceFS client of ``volume`` at ``point`` (our own child, in the foreground), unmounted and ended when
     the ``with`` ends. Two clients mounting one SQLite volume at the same instant sometimes hang in the FUSE
     handshake: a mount that is not up within 20 s is ended and tried again (3 tries)."""
@@ -138,8 +146,12 @@ def juicefs_mount(volume: JuiceVolume, point: Path, cache_s: float | None = None
     errors = []
     for _ in range(3):
         log = open(volume.root / f"client-{point.name}.log", "ab")  # noqa: SIM115 - closed in finally
-        client = subprocess.Popen(
-            volume.mount_command(point, cache_s), stdin=subprocess.DEVNULL, stdout=log, stderr=log
+        client = subprocess.Popen(  # its own process group: the client forks the process that serves the mount
+            volume.mount_command(point, cache_s, hide_internal=hide_internal),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         try:
             deadline = time.monotonic() + 20
@@ -266,13 +278,28 @@ def _client_pid(point: Path) -> int | None:
 
 
 def _end_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
+    """End our child and every process of its own process group (started with ``start_new_session``): TERM,
+    then KILL what is left after 3 s."""
+    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + grace
+        while (proc.poll() is None or _group_alive(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is not None and not _group_alive(proc.pid):
+            return
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process (not a zombie) of process group ``pgid`` still runs."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
 
 
 def _end_pid(pid: int) -> None:

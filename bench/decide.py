@@ -2,8 +2,9 @@
 
 Each filesystem is a directory on it: ``local`` (a temporary directory on this machine's disk), ``tmpfs``
 (``/dev/shm``), ``bindfs`` (a FUSE view of a local directory, caches 1 s), ``juicefs`` (a volume with SQLite
-metadata and a local-directory bucket, mounted by its client: caches 1 s) and ``glusterfs`` (a one-brick
-volume of this machine's ``glusterd``, mounted by its client). One that cannot run here is reported skipped,
+metadata and a local-directory bucket, mounted by its client: caches 1 s), ``glusterfs`` (a one-brick
+volume of this machine's ``glusterd``, mounted by its client) and ``moosefs`` (a master and a chunkserver of
+this machine, mounted by ``mfsmount``). One that cannot run here is reported skipped,
 with the reason. In a fresh interpreter that is rank 1 of a 2-rank torchrun job (``fsguard.install()`` on the
 working tree), on that filesystem:
 
@@ -38,7 +39,7 @@ if __package__ in (None, ""):
 
 from bench import _common as common
 
-FILESYSTEMS = ("local", "tmpfs", "bindfs", "juicefs", "glusterfs")
+FILESYSTEMS = ("local", "tmpfs", "bindfs", "juicefs", "glusterfs", "moosefs")
 SIZES = (0, 1000, 10000, 100000)
 JOB = {
     "RANK": "1",
@@ -191,6 +192,10 @@ def filesystem(name: str, scratch: Path) -> Iterator[str]:
         return
     if name == "juicefs":
         with backends.juicefs_volume(scratch / "juicefs") as volume, backends.juicefs_mount(volume, point):
+            yield str(point)
+        return
+    if name == "moosefs":
+        with backends.moosefs_volume(scratch / "moosefs") as mvolume, backends.moosefs_mount(mvolume, point):
             yield str(point)
         return
     with backends.gluster_volume(scratch / "gluster") as gvolume, backends.gluster_mount(gvolume, point):

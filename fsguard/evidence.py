@@ -22,6 +22,7 @@ from .memory import fspath as fspath
 from .memory import norm as norm
 from .memory import own_last as own_last
 from .memory import own_last_event as own_last_event
+from .mounts import lookups_may_be_stale as lookups_may_be_stale
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 

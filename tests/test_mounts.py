@@ -116,3 +116,29 @@ def test_juicefs_shows_its_own_cache_time(tmp_path: Path) -> None:
         assert (found.fstype, found.stale, found.shared, found.cache_s) == ("fuse.juicefs", True, True, 1.0)
         assert mounts.wait_budget(point, 2.0) == 1.0 and mounts.wait_budget(point, 0.5) == 0.5
     assert not backends.mounted(tmp_path / "m")
+
+
+@needs_fuse
+def test_a_rename_failing_on_a_stale_entry_of_its_source_is_decided_as_a_missing_source(
+    stale_mounts: StaleViews,
+) -> None:
+    """GlusterFS fails a peer-raced directory rename with EEXIST when this node's stale entry of the source still
+    names the directory a peer already moved onto the destination. The rule, in-process on a caching FUSE view:
+    the source gone from the fresh listing and the destination fresh -> absorbed; the source still listed (two
+    different results for one path) -> a conflict, as on any filesystem."""
+    import errno
+
+    from fsguard.guards import Rules
+    from fsguard.guards import rename as rule
+
+    mounts.forget()
+    rules = Rules(settle_s=0.5, fresh_s=60.0, job_start=0.0, peers=True)
+    (stale_mounts.backing / "checkpoint-2").mkdir()
+    (stale_mounts.backing / "checkpoint-2" / "shard").write_text("x")  # the peer's move: staging -> checkpoint-2
+    src, dst = str(stale_mounts.b / "staging"), str(stale_mounts.b / "checkpoint-2")
+    error = FileExistsError(errno.EEXIST, "File exists", src, None, dst)
+    verdict = rule.decide(error, (src, dst), {}, rules)
+    assert verdict.absorb and verdict.decision == "absorbed" and "stale entry" in verdict.evidence, verdict
+    (stale_mounts.backing / "staging").mkdir()  # a source still there: a real second result
+    verdict = rule.decide(error, (src, dst), {}, rules)
+    assert not verdict.absorb and verdict.decision == "conflict", verdict

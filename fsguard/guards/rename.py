@@ -13,7 +13,9 @@ ctime decides as for a visible one (re-raised if it never shows).
 Not a peer's doing, so re-raised: this process moved the source away itself and the destination has not
 changed since (``OWN_SLACK_S``); a later move onto it, as in a rotation that reuses one temp name every
 step, is a peer's.
-Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory.
+Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory. Except where lookups
+may be stale and the source is gone from its parent's fresh listing: this node's stale entry of the source made
+the call fail so (seen on GlusterFS), and it is decided as a missing source.
 Re-raised unchanged: everything else, including calls with ``src_dir_fd``/``dst_dir_fd`` (passed through,
 never resolved against the wrong directory).
 """
@@ -48,13 +50,17 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if paths is None:
         return reraise("directory file descriptors given: passed through")
     src, dst = paths
+    stale_source = ""
     if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
-        return conflict(
-            "destination is a non-empty directory: two different results for one path (left in place, error raised)",
-            src=src,
-            dst=dst,
-        )
-    if error.errno != errno.ENOENT:
+        if not _source_moved_under_a_stale_entry(src):
+            return conflict(
+                "destination is a non-empty directory: two different results for one path (left in place, "
+                "error raised)",
+                src=src,
+                dst=dst,
+            )
+        stale_source = f" (the call failed with {errno.errorcode[error.errno]} on this node's stale entry of it)"
+    elif error.errno != errno.ENOENT:
         return reraise()
     own = evidence.own_last(src)
     if own is not None and own.kind == "moved-away" and own.time is None:
@@ -98,7 +104,17 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise("this process moved the source away itself; the destination has not changed since", waited)
     again = f", {time.time() - own_move:.1f} s after this process's own move" if own_move is not None else ""
     return absorb(
-        f"source gone{republished}, destination present and changed {age:.2f} s ago{later}{again}: "
+        f"source gone{stale_source}{republished}, destination present and changed {age:.2f} s ago{later}{again}: "
         f"a peer did the same move",
         waited,
     )
+
+
+def _source_moved_under_a_stale_entry(src: str) -> bool:
+    """A directory rename that failed as if onto a non-empty directory, although its source is no longer in its
+    parent's fresh listing: on a filesystem whose lookups may be stale (GlusterFS), this node's cached entry of
+    the source still named the directory a peer already moved, and that is what the call tried to move."""
+    if not evidence.lookups_may_be_stale(src):
+        return False
+    seen = evidence.look(src)
+    return seen.parent_exists and not seen.present

@@ -156,8 +156,10 @@ def check_checkpoints(backing: Path, recs: list[Record], world: int, nodes: int,
     assert set(r.args[1].rsplit("/", 1)[1] for r in renames) <= {f"checkpoint-{s}" for s in range(1, STEPS + 1)}
     for old in range(1, STEPS - KEEP + 1):
         removals = [r for r in recs if r.op == "rmtree" and r.args[0].endswith(f"/checkpoint-{old}")]
-        # Every rank removes it; only one can remove the top directory, so at least world-1 saw a peer's work.
-        assert world - 1 <= len(removals) <= world, [r.to_line() for r in removals]
+        # Every rank removes it; only one can remove the top directory, so at least world-1 saw a peer's work
+        # (on a real FUSE client a rank may also find the tree already gone without any failure: not exact).
+        assert world - 1 <= len(removals) <= world or not exact_renames, [r.to_line() for r in removals]
+        assert len(removals) <= world, [r.to_line() for r in removals]
     assert {r.op for r in recs} <= {"rename", "rmtree", "makedirs"}
 
 

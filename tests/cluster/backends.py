@@ -217,7 +217,7 @@ def _gluster(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
 @contextlib.contextmanager
 def gluster_volume(root: Path) -> Iterator[GlusterVolume]:
     """A one-brick volume under ``root`` served by ``glusterd`` (started here when none runs, and then stopped
-    here again); stopped and deleted when the ``with`` ends."""
+    here again unless another volume is still served); stopped and deleted when the ``with`` ends."""
     reason = unavailable("glusterfs")
     if reason is not None:
         raise RuntimeError(f"glusterfs unavailable: {reason}")
@@ -251,8 +251,9 @@ def gluster_volume(root: Path) -> Iterator[GlusterVolume]:
         if created:
             _gluster("volume", "stop", volume.name, "force")
             _gluster("volume", "delete", volume.name)
-        if started is not None:
-            _end_pid(started)
+        others = _gluster("volume", "list", timeout=15).stdout.split()
+        if started is not None and not [v for v in others if v != "No"]:  # "No volumes present in cluster"
+            _end_pid(started)  # left running while another user's volume is still served by it
 
 
 @contextlib.contextmanager

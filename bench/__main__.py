@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = (
                     decide.run(sizes=(0, 100), filesystems=("local", "juicefs"), iterations=3, genuine_iterations=2)
                     if args.quick
-                    else decide.run()
+                    else decide.run(filesystems=("local", "tmpfs", "bindfs", "juicefs"))
                 )
             else:
                 results[name] = scale.run(ws, sizes=(2, 4), trials=1) if args.quick else scale.run(ws)

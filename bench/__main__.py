@@ -1,8 +1,9 @@
 """Run every benchmark, print one summary table, and write the results as JSON to compare over time.
 
-``python -m bench [--quick] [--only startup calls scale] [--out FILE]``; the default file is
+``python -m bench [--quick] [--only startup calls scale decide] [--out FILE]``; the default file is
 ``bench/results/<date>-<commit>.json``. The benchmarks share one workspace (the wheel and venvs are made
-once). Each benchmark also runs alone: ``python bench/startup.py``, ``bench/calls.py``, ``bench/scale.py``.
+once). Each benchmark also runs alone: ``python bench/startup.py``, ``bench/calls.py``, ``bench/scale.py``,
+``bench/decide.py``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import _common as common
-from bench import calls, scale, startup
+from bench import calls, decide, scale, startup
 
-NAMES = ("startup", "calls", "scale")
+NAMES = ("startup", "calls", "scale", "decide")
 
 
 def summary_rows(results: dict[str, Any]) -> list[list[str]]:
@@ -73,6 +74,28 @@ def summary_rows(results: dict[str, Any]) -> list[list[str]]:
                         "<< 1 s",
                     ]
                 )
+    if "decide" in results:
+        for fs, r in results["decide"]["filesystems"].items():
+            if "skipped" in r:
+                rows.append([f"decide on {fs}", f"skipped: {r['skipped']}", ""])
+                continue
+            sizes = list(r["decision"])
+            first, last = r["decision"][sizes[0]], r["decision"][sizes[-1]]
+            rows.append(
+                [
+                    f"decide on {fs}: makedirs race, {int(sizes[0]):,} / {int(sizes[-1]):,} entries beside",
+                    f"{first['median_ms']:.3f} / {last['median_ms']:.3f} ms",
+                    "<= 2x" if not r["mount"]["stale"] else "",
+                ]
+            )
+            worst = max(c["median_ms"] for cells in r["genuine"].values() for c in cells.values())
+            rows.append(
+                [
+                    f"decide on {fs}: genuine error raised after (worst)",
+                    f"{worst:.2f} ms",
+                    "<= 5 ms" if not r["mount"]["stale"] else "",
+                ]
+            )
     if "scale" in results:
         sc = results["scale"]
         top = max(sc["sizes"])
@@ -110,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
                     else calls.run()
                 )
                 print(calls.render(results[name]))
+            elif name == "decide":
+                results[name] = (
+                    decide.run(sizes=(0, 100), filesystems=("local", "juicefs"), iterations=3, genuine_iterations=2)
+                    if args.quick
+                    else decide.run(filesystems=("local", "tmpfs", "bindfs", "juicefs"))
+                )
             else:
                 results[name] = scale.run(ws, sizes=(2, 4), trials=1) if args.quick else scale.run(ws)
                 print(scale.render(results[name]))

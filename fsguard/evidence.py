@@ -1,8 +1,10 @@
-"""What the decision rules may ask about the world: fresh listings, freshness, bounded settle, own memory.
+"""What the decision rules may ask about the world: presence by the mount's fresh probe, freshness, bounded
+settle, own memory.
 
 Shared filesystems cache lookups (``stat``, ``open``) for seconds, but a directory listing is read fresh
-from the server; so the rules ask "is the name in its parent's listing?" before anything else, and
-only then fall back to a short bounded wait.
+from the server; so there the rules ask "is the name in its parent's listing?" before anything else, and
+only then fall back to a short bounded wait. On a coherent local filesystem (``fsguard.mounts``) the name's
+own ``lstat`` is already the truth: no listing, and nothing to wait for.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import stat
 import sys
 import time
 
+from . import mounts
+
 # Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
 from .memory import DIRS as DIRS
 from .memory import MEMORY as MEMORY
@@ -20,6 +24,7 @@ from .memory import fspath as fspath
 from .memory import norm as norm
 from .memory import own_last as own_last
 from .memory import own_last_event as own_last_event
+from .mounts import lookups_may_be_stale as lookups_may_be_stale
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
 
 
 class Look:
-    """A name as its parent's fresh listing shows it."""
+    """A name as the freshest view of its parent shows it."""
 
     __slots__ = ("kind", "parent_exists", "present")
 
@@ -47,8 +52,13 @@ class Look:
 
 
 def look(path: str) -> Look:
-    """Read ``path``'s parent directory listing (not served from the lookup cache) and find ``path`` in it."""
+    """Find ``path`` by the cheapest probe its mount honours: its own ``lstat`` on a coherent local filesystem;
+    elsewhere its parent's directory listing (not served from the lookup cache), read up to the name."""
     parent, name = os.path.split(path.rstrip(os.sep) or os.sep)
+    if not mounts.lookups_may_be_stale(parent or os.curdir):
+        seen = _look_own(path.rstrip(os.sep) or os.sep, parent or os.curdir)
+        if seen is not None:
+            return seen
     try:
         with os.scandir(parent or os.curdir) as entries:
             for entry in entries:
@@ -59,6 +69,24 @@ def look(path: str) -> Look:
     except NotADirectoryError:
         return Look(False, False)
     return Look(True, False)
+
+
+def _look_own(path: str, parent: str) -> Look | None:
+    """The name's own ``lstat`` (and its parent's ``stat`` when it is missing); None: no answer, list instead."""
+    try:
+        return Look(True, True, kind_of(os.lstat(path)))
+    except NotADirectoryError:
+        return Look(False, False)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    try:
+        return Look(stat.S_ISDIR(os.stat(parent).st_mode), False)
+    except (FileNotFoundError, NotADirectoryError):
+        return Look(False, False)
+    except OSError:
+        return None
 
 
 def later_generation(path: str) -> str | None:
@@ -298,14 +326,20 @@ def created(path: str, st: os.stat_result) -> tuple[float, str]:
 # --- bounded waiting -----------------------------------------------------------------------------------
 
 
-def settle(probe: Callable[[], T | None], budget_s: float) -> tuple[T | None, float]:
-    """Call ``probe`` with backoff (5 ms doubling to 200 ms) until it returns non-None or ``budget_s`` passes.
+def settle(probe: Callable[[], T | None], budget_s: float, where: str | None = None) -> tuple[T | None, float]:
+    """Call ``probe`` with backoff (5 ms doubling to 200 ms) until it returns non-None or the budget passes.
 
+    ``where``: a path whose mount bounds the budget (``fsguard.mounts.wait_budget``): nothing to wait for on a
+    coherent local filesystem, at most the mount's own lookup cache time where it is known, else ``budget_s``.
     Returns (result or None, seconds waited). Never waits longer than the budget.
     """
     started = time.monotonic()
-    delay = 0.005
     result = probe()
+    if result is not None:
+        return result, time.monotonic() - started
+    if where is not None:
+        budget_s = mounts.wait_budget(os.path.dirname(where.rstrip(os.sep)) or os.curdir, budget_s)
+    delay = 0.005
     while result is None:
         waited = time.monotonic() - started
         if waited >= budget_s:

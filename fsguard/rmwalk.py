@@ -206,7 +206,7 @@ class Walk:
         self.removed_count = 0
         # Whether this mount may answer lookups from a cache (then every check also reads a fresh listing),
         # and the inode number the listing gave the top's name at the first check (None: not listed then).
-        self.cached_lookups = self.top_st is not None and lookups_may_be_stale(self.top_st.st_dev)
+        self.cached_lookups = self.top_st is not None and evidence.lookups_may_be_stale(self.top_st.st_dev)
         self.listed_ino: Any = _UNSET
         self.fresh_after = 0.0  # monotonic time before which no listing is read between directories
         self.settle_on_vanish = False  # set by run(): stop at the first vanished entry and wait for the peer
@@ -439,14 +439,6 @@ class _Failures:
 
     def add(self, func: Callable[..., Any], path: Any, exc: Any) -> None:
         self.seen.append(exc if isinstance(exc, BaseException) else exc[1])
-
-
-def lookups_may_be_stale(dev: int) -> bool:
-    """Whether the filesystem of device ``dev`` may answer a lookup from a cache that another node's change has
-    not reached (NFS, FUSE, Lustre...): there a name's ``lstat`` is not proof of where the tree is."""
-    from .locks.flight import shared_fs  # the one classification of mounts (cached per device)
-
-    return shared_fs(dev)
 
 
 def _lstat_quietly(path: str) -> os.stat_result | None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command (README and .ci/run): installs what the tests need, then runs every check.
-# Debian packages (bindfs, fuse3, openmpi-bin, slurmctld/slurmd/slurm-client, chromium) are installed when missing and we are root; the Python
+# Debian packages (bindfs, fuse3, openmpi-bin, slurmctld/slurmd/slurm-client, chromium, glusterfs-server/-client) are installed when missing and we are root; the Python
 # test dependencies go into .venv (torch pinned to the CPU build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,8 @@ command -v slurmd >/dev/null || missing+=(slurmd)
 command -v srun >/dev/null || missing+=(slurm-client)
 command -v nsenter >/dev/null || missing+=(util-linux)
 command -v chromium >/dev/null || missing+=(chromium)  # tests/test_report_html.py: the page in a real browser
+command -v glusterd >/dev/null || missing+=(glusterfs-server)  # tests/cluster/backends.py: a real GlusterFS
+command -v mount.glusterfs >/dev/null || missing+=(glusterfs-client)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "scripts/test.sh: installing Debian packages: ${missing[*]}"

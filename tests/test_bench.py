@@ -81,7 +81,7 @@ def test_runner_writes_one_json(tmp_path: Path) -> None:
     out = tmp_path / "all.json"
     done = bench("-m", "bench", "--quick", "--out", str(out), cwd=ROOT)
     data = json.loads(out.read_text())
-    assert {"machine", "startup", "calls", "scale"} <= set(data)
+    assert {"machine", "startup", "calls", "scale", "decide"} <= set(data)
     assert "== summary ==" in done.stdout
 
 
@@ -99,3 +99,20 @@ def test_yield_window_alone(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "y.json").read_text())
     assert set(result["arms"]) == {"own", "old", "peer-window-off", "peer-renamed", "peer-stays"}
+
+
+@pytest.mark.timeout(420)
+def test_decide_alone(tmp_path: Path) -> None:
+    done = bench(str(ROOT / "bench" / "decide.py"), "--quick", "--json", str(tmp_path / "d.json"), cwd=tmp_path)
+    result = json.loads((tmp_path / "d.json").read_text())["decide"]
+    local = result["filesystems"]["local"]
+    assert set(local["decision"]) == {"0", "100"}
+    for cell in local["decision"].values():
+        assert cell["raised"] == 0  # a peer's mkdir: absorbed
+    for cells in local["genuine"].values():
+        assert {op: c["raised"] for op, c in cells.items()} == {
+            "rename-missing-source": ["FileNotFoundError"],
+            "makedirs-onto-file": ["FileExistsError"],
+            "makedirs-exist-ok-onto-file": ["FileExistsError"],
+        }
+    assert "juicefs" in result["filesystems"] and "genuine error" in done.stdout

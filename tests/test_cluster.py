@@ -130,7 +130,7 @@ def expected_rng_state(rank: int, step: int) -> object:
     return generator.get_state()
 
 
-def check_checkpoints(backing: Path, recs: list[Record], world: int, nodes: int) -> None:
+def check_checkpoints(backing: Path, recs: list[Record], world: int, nodes: int, exact_renames: bool = True) -> None:
     import torch
 
     kept = sorted(p.name for p in backing.iterdir())
@@ -147,15 +147,19 @@ def check_checkpoints(backing: Path, recs: list[Record], world: int, nodes: int)
             assert torch.equal(state, expected_rng_state(rank, step)), (step, rank)  # type: ignore[arg-type]
 
     renames = [r for r in recs if r.op == "rename"]
-    # Each step, every node's first process renames staging; exactly one rename per step can succeed.
-    assert len(renames) == STEPS * (nodes - 1), [r.to_line() for r in renames]
-    assert sorted(r.args[1].rsplit("/", 1)[1] for r in renames) == sorted(
-        f"checkpoint-{s}" for s in range(1, STEPS + 1) for _ in range(nodes - 1)
-    )
+    # Each step, every node's first process renames staging; exactly one rename per step can succeed. On a
+    # real FUSE client (JuiceFS, GlusterFS) a later rename may succeed too: its stale entry cache resolves both
+    # names to the one inode, and the kernel returns 0 for a rename onto the same inode without asking the
+    # filesystem (nothing failed, nothing to absorb).
+    assert len(renames) <= STEPS * (nodes - 1), [r.to_line() for r in renames]
+    assert exact_renames is False or len(renames) == STEPS * (nodes - 1), [r.to_line() for r in renames]
+    assert set(r.args[1].rsplit("/", 1)[1] for r in renames) <= {f"checkpoint-{s}" for s in range(1, STEPS + 1)}
     for old in range(1, STEPS - KEEP + 1):
         removals = [r for r in recs if r.op == "rmtree" and r.args[0].endswith(f"/checkpoint-{old}")]
-        # Every rank removes it; only one can remove the top directory, so at least world-1 saw a peer's work.
-        assert world - 1 <= len(removals) <= world, [r.to_line() for r in removals]
+        # Every rank removes it; only one can remove the top directory, so at least world-1 saw a peer's work
+        # (on a real FUSE client a rank may also find the tree already gone without any failure: not exact).
+        assert world - 1 <= len(removals) <= world or not exact_renames, [r.to_line() for r in removals]
+        assert len(removals) <= world, [r.to_line() for r in removals]
     assert {r.op for r in recs} <= {"rename", "rmtree", "makedirs"}
 
 

@@ -8,6 +8,7 @@ worker as JSON). With ``FSGUARD=1`` no call fails, the files end up right, and e
 a well-formed record, on stderr and in ``FSGUARD_LOG``, naming the worker's line of the racing call.
 """
 
+# ruff: noqa: F811  (pytest fixtures are imported, then named as parameters)
 from __future__ import annotations
 
 import json
@@ -23,6 +24,7 @@ import pytest
 import fsguard
 from fsguard.launcher import hostname
 from fsguard.records import Record, jsonl_path, parse_line
+from tests.cluster.fixtures import StaleViews, needs_fuse, stale_mounts  # noqa: F401 (fixture)
 from tests.conftest import TORCHRUN_ENV, clean_env, run_python
 from tests.support.records import check_lines_stand_for
 from tests.workers import race_worker as worker
@@ -393,7 +395,7 @@ def check_rmtree_retry(fsguard_python: Path, variant: str) -> None:
 
 STALE_EXIST_OK = """
     import json, os, sys, tempfile, time
-    d = os.path.join(tempfile.mkdtemp(), "results")
+    d = os.path.join(tempfile.mkdtemp(dir=os.environ["BASE"]), "results")
     variant = os.environ["VARIANT"]
     state = {"mkdir": False, "look": False}
 
@@ -417,16 +419,22 @@ STALE_EXIST_OK = """
 """
 
 
+@needs_fuse
 @pytest.mark.parametrize("variant", ["peer", "file"])
-def test_makedirs_exist_ok_decides_from_the_listing(fsguard_python: Path, variant: str) -> None:
+def test_makedirs_exist_ok_decides_from_the_listing(
+    fsguard_python: Path, variant: str, stale_mounts: StaleViews
+) -> None:
     """Race 1 with ``exist_ok=True``: mkdir says EEXIST while this node's lookup says "no directory".
     "peer": the fresh listing shows a peer's directory (a stale lookup cache) -> absorbed, recorded.
-    "file": the listing shows a file: a genuine error, raised at once (no settle wait), as without fsguard."""
+    "file": the listing shows a file: a genuine error, raised at once (no settle wait), as without fsguard.
+    On a FUSE view (bindfs), where lookups may be stale and fsguard reads the listing; on a coherent local
+    filesystem a lookup is never stale, and the name's own lstat decides (tests/test_mounts.py)."""
     import json
 
     runs = {}
     for fsguard_value in ("0", "1"):
         env = {**TORCHRUN_ENV, "FSGUARD": fsguard_value, "FSGUARD_SETTLE_S": "5", "VARIANT": variant}
+        env["BASE"] = str(stale_mounts.a)
         result = run_python(fsguard_python, STALE_EXIST_OK, env)
         assert result.returncode == 0, result.stderr
         runs[fsguard_value] = (json.loads(result.stdout), result.stderr)

@@ -84,6 +84,25 @@ def gather(env: Any = None, command: str | None = None) -> dict[str, Any]:
             {"name": v.name, "value": env.get(v.name), "default": v.default, "help": v.help} for v in config.VARIABLES
         ],
         "problems": problems,
+        "filesystem": filesystem(os.getcwd(), settings.settle_s),
+    }
+
+
+def filesystem(path: str, settle_s: float) -> dict[str, Any]:
+    """What the rules decide from on ``path``'s mount: the probe that finds a name, and what they wait for."""
+    from .. import mounts
+
+    found = mounts.mount_of(path)
+    return {
+        "path": path,
+        "mount_point": found.point or None,
+        "type": found.fstype or "unknown",
+        "lookups_may_be_stale": found.stale,
+        "shared": found.shared,
+        "cache_s": found.cache_s,
+        "wait_s": mounts.wait_budget_for(found, settle_s),
+        "probe": found.probe(),
+        "waits": found.waits(settle_s),
     }
 
 
@@ -110,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
     for item in info["settings"]:
         value = "(unset)" if item["value"] is None else repr(item["value"])
         print(f"    {item['name']:<22} {value:<14} default {item['default']!r}")
+    fs = info["filesystem"]
+    print(f"  filesystem:  {fs['type']} at {fs['mount_point'] or '?'} (for {fs['path']})")
+    print(f"    probe:     {fs['probe']}")
+    print(f"    waits:     {fs['waits']}")
     if info["problems"]:
         print("  problems:")
         for problem in info["problems"]:

@@ -31,7 +31,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if not exist_ok:
         return made_by_peer(path, rules)
 
-    seen, waited = evidence.settle(lambda: directory_in_listing(path), rules.settle_s)
+    seen, waited = evidence.settle(lambda: directory_in_listing(path), rules.settle_s, path)
     if not seen:
         return reraise("not a directory in its parent's listing", waited)
     return absorb("directory present in a fresh listing of its parent (lookup cache was stale)", waited)
@@ -41,24 +41,29 @@ def made_by_peer(path: str, rules: Rules) -> Verdict:
     """The directory at ``path`` (which a mkdir found existing) was made by a peer during this job."""
     if evidence.own_last_event(path, within=True) in ("made", "made-shared", "found"):
         return reraise("this process made it (or found it there) itself")
-    if not directory_in_listing(path):
-        return reraise("not a directory in its parent's listing")
+    # mkdir's EEXIST is the server's word that the name exists; a shared filesystem's listing may show a peer's
+    # new directory a moment later (seen on GlusterFS): wait for it there, bounded by the mount's budget.
+    listed, waited = evidence.settle(lambda: directory_in_listing(path), rules.settle_s, path)
+    if not listed:
+        return reraise("not a directory in its parent's listing", waited)
     st = evidence.lstat_or_none(path)
     if st is None:
         # The listing has it but a lookup does not: this node cached "missing" moments ago, so a peer
         # created it within the cache period.
         return absorb(
             "directory present in a fresh listing but missing from this node's lookup cache: "
-            "a peer created it moments ago"
+            "a peer created it moments ago",
+            waited,
         )
     if evidence.kind_of(st) != "dir":
-        return reraise()
+        return reraise("", waited)
     # Made before this job (its birth time, where the filesystem keeps one): never a peer's duplicate.
     made, what = evidence.created(path, st)
     age = time.time() - made
     if not rules.is_fresh(made):
-        return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since()})")
-    return absorb(f"directory {what} by a peer {age:.2f} s ago, during this job")
+        return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since()})", waited)
+    later = f", listed {waited:.2f} s later" if waited > 0.001 else ""
+    return absorb(f"directory {what} by a peer {age:.2f} s ago, during this job{later}", waited)
 
 
 def directory_in_listing(path: str) -> bool | None:

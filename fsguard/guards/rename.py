@@ -1,9 +1,11 @@
 """``os.rename`` and ``os.replace``: absorb ``FileNotFoundError`` when a peer already did the same move.
 
-Absorbed: the source was missing and the destination is present and changed during this job, as fresh
-listings of both parents show (waiting up to ``FSGUARD_SETTLE_S`` for a destination that a shared
-filesystem has not shown yet). The source may be back already: a peer writing the same temp name again
-(compile caches whose temp names collide across nodes) re-publishes it between the failure and the look.
+Absorbed: the source was missing and the destination is present and changed during this job, as the
+mount's fresh probe shows (``evidence.look``: the name's own lstat on a coherent local filesystem, where
+nothing is waited for; elsewhere the parents' listings, waiting up to ``FSGUARD_SETTLE_S``, or the mount's
+own shorter cache time, for a destination that a shared filesystem has not shown yet). The source may be
+back already: a peer writing the same temp name again (compile caches whose temp names collide across nodes)
+re-publishes it between the failure and the look.
 A destination in the listing that this node's lookups do not show yet (a negative lookup cache) was put
 there moments ago by a peer; but when the source is back, or this process moved the same source before,
 that alone cannot tell whose it is: the rest of the same budget waits for the lookup to show it, and its
@@ -14,6 +16,8 @@ change was this process's own move (or link) onto it, and the destination has no
 whose writer wrote nothing). A later move onto it, as in a rotation that reuses one temp name every step,
 is a peer's.
 Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory.
+Except where lookups may be stale and the source is gone from its parent's fresh listing: this node's stale
+entry of the source made the call fail so (seen on GlusterFS), and it is decided as a missing source.
 Re-raised unchanged: everything else, including calls with ``src_dir_fd``/``dst_dir_fd`` (passed through,
 never resolved against the wrong directory).
 """
@@ -48,13 +52,17 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if paths is None:
         return reraise("directory file descriptors given: passed through")
     src, dst = paths
+    stale_source = ""
     if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
-        return conflict(
-            "destination is a non-empty directory: two different results for one path (left in place, error raised)",
-            src=src,
-            dst=dst,
-        )
-    if error.errno != errno.ENOENT:
+        if not _source_moved_under_a_stale_entry(src):
+            return conflict(
+                "destination is a non-empty directory: two different results for one path (left in place, "
+                "error raised)",
+                src=src,
+                dst=dst,
+            )
+        stale_source = f" (the call failed with {errno.errorcode[error.errno]} on this node's stale entry of it)"
+    elif error.errno != errno.ENOENT:
         return reraise()
     own = evidence.own_last(src)
     if own is not None and own.kind == "moved-away" and own.time is None:
@@ -76,7 +84,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
             return seen  # decided: nothing to wait for
         return seen if seen.present else None
 
-    seen, waited = evidence.settle(destination_present, rules.settle_s)
+    seen, waited = evidence.settle(destination_present, rules.settle_s, dst)
     if seen is None or not seen.present:
         where = "destination's parent is missing" if seen is not None else "destination absent"
         return reraise(f"source gone, {where} after {waited:.2f} s", waited)
@@ -86,7 +94,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if st is None and (own_times or republished):
         # In the fresh listing, not yet in this node's lookup cache, and whose move it was needs its ctime (the
         # test below): wait, within the same budget, for the lookup to show it.
-        st, more = evidence.settle(lambda: evidence.lstat_or_none(dst), max(rules.settle_s - waited, 0.0))
+        st, more = evidence.settle(lambda: evidence.lstat_or_none(dst), max(rules.settle_s - waited, 0.0), dst)
         waited += more
     if st is None:
         if own_times or republished:
@@ -109,7 +117,17 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         return reraise("this process moved the source away itself; the destination has not changed since", waited)
     again = f", {time.time() - max(own_times):.1f} s after this process's own move" if own_times else ""
     return absorb(
-        f"source gone{republished}, destination present and changed {age:.2f} s ago{later}{again}: "
+        f"source gone{stale_source}{republished}, destination present and changed {age:.2f} s ago{later}{again}: "
         f"a peer did the same move",
         waited,
     )
+
+
+def _source_moved_under_a_stale_entry(src: str) -> bool:
+    """A directory rename that failed as if onto a non-empty directory, although its source is no longer in its
+    parent's fresh listing: on a filesystem whose lookups may be stale (GlusterFS), this node's cached entry of
+    the source still named the directory a peer already moved, and that is what the call tried to move."""
+    if not evidence.lookups_may_be_stale(src):
+        return False
+    seen = evidence.look(src)
+    return seen.parent_exists and not seen.present

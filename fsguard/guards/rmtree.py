@@ -124,7 +124,7 @@ def top_gone_before_by_peer(top: str, rules: Rules) -> tuple[bool, float]:
 
     # A stale lookup cache can say "missing" while peers are still deleting the tree: wait (bounded)
     # for the fresh listing to drop the name.
-    seen, waited = evidence.settle(gone_from_listing, rules.settle_s)
+    seen, waited = evidence.settle(gone_from_listing, rules.settle_s, top)
     if seen is None or not seen.parent_exists:
         return False, waited
     st = evidence.lstat_or_none(os.path.dirname(top))
@@ -140,7 +140,7 @@ def escaped_gone(top: str, rules: Rules) -> tuple[bool, float]:
         seen = evidence.look(top)
         return True if seen.parent_exists and not seen.present else None
 
-    result, waited = evidence.settle(gone, rules.settle_s)
+    result, waited = evidence.settle(gone, rules.settle_s, top)
     return result is not None, waited
 
 

@@ -27,9 +27,9 @@ ranks waited for its outcome (the count is sealed when it closes the flight: a r
 was not counted and writes its own ``shared`` record, ranks=1) next to its own record (if any); the other
 waiting ranks write none: their call was the performer's call. N ranks' identical call: one line, not N.
 
-Local or shared filesystem, from ``/proc/self/mountinfo`` (the mount whose device number is the parent's
-``st_dev``), cached per device: NFS, Lustre, GPFS, BeeGFS, CephFS, FUSE, SMB... are shared; anything else
-(ext4, xfs, tmpfs, overlay, or unknown) is node-local, so its flights collapse within a node only.
+Local or shared filesystem: ``fsguard.mounts`` (the mount whose device number is the parent's ``st_dev``, read
+from ``/proc/self/mountinfo`` once per device): NFS, Lustre, GPFS, BeeGFS, CephFS, FUSE, SMB... are shared;
+anything else (ext4, xfs, tmpfs, overlay, or unknown) is node-local, so its flights collapse within a node only.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ import os
 from hashlib import sha1
 from typing import Any
 
-SHARED_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb3", "smbfs", "glusterfs", "panfs")
+from .. import mounts
+
 PLAIN = (int, str, bytes, bool, float, type(None))
 PATH_ARGS = {"makedirs": 1, "rename": 2, "replace": 2, "rmtree": 1}
 PATH_NAMES = {"makedirs": ("name",), "rename": ("src", "dst"), "replace": ("src", "dst"), "rmtree": ("path",)}
@@ -46,28 +47,10 @@ PATH_NAMES = {"makedirs": ("name",), "rename": ("src", "dst"), "replace": ("src"
 # this process's own: such calls are never shared.
 OWN = ("onerror", "onexc", "dir_fd")
 
-_fs_shared: dict[int, bool] = {}
-
 
 def shared_fs(dev: int) -> bool:
-    """Whether the filesystem of device ``dev`` is one all nodes see (cached per device; unknown: local)."""
-    known = _fs_shared.get(dev)
-    if known is not None:
-        return known
-    wanted = f"{os.major(dev)}:{os.minor(dev)}"
-    fstype = ""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            for line in mounts:
-                fields = line.split()
-                if len(fields) > 7 and fields[2] == wanted:
-                    after = fields[fields.index("-") + 1 :] if "-" in fields else []
-                    fstype = after[0] if after else ""
-    except OSError:
-        fstype = ""
-    result = fstype.startswith("fuse") or fstype.split(".")[0] in SHARED_TYPES
-    _fs_shared[dev] = result
-    return result
+    """Whether the filesystem of device ``dev`` is one all nodes see (``fsguard.mounts``; unknown: local)."""
+    return mounts.shared(dev)
 
 
 def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[str, Any], host: str) -> str | None:

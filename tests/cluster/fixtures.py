@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from . import backends
 from .harness import Cluster, bindfs_options, cluster, mounts_under, unavailable_reason
+
+# Skip messages by backend: tests/conftest.py's STRICT_SKIPS turns the JuiceFS one into a failure in CI.
+BACKEND_SKIP = {
+    "bindfs": "FUSE unavailable",
+    "juicefs": "JuiceFS unavailable",
+    "glusterfs": "GlusterFS unavailable",
+    "moosefs": "MooseFS unavailable",
+}
 
 PROBE = Path(__file__).resolve().parent / "probe"
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -40,15 +49,26 @@ def job_env(base: Mapping[str, str], probe_dir: Path | None = None, **extra: str
 
 @pytest.fixture
 def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """``make_cluster(nodes=2, cache_s=0, ...)``: a simulated cluster under this test's ``tmp_path``,
-    torn down (processes ended, mounts gone) when the test ends, pass, fail or timeout."""
+    """``make_cluster(nodes=2, cache_s=None, backend="bindfs", ...)``: a simulated cluster under this test's
+    ``tmp_path`` on ``backend`` (``bindfs``, ``juicefs``, ``glusterfs``: ``tests/cluster/backends.py``), torn
+    down (processes ended, mounts gone, volumes stopped) when the test ends, pass, fail or timeout. A backend
+    that cannot run here skips the test, naming the error."""
     with contextlib.ExitStack() as stack:
         count = 0
 
-        def make(nodes: int = 2, cache_s: float = 0.0, **options: object) -> Cluster:
+        def make(nodes: int = 2, cache_s: float | None = None, backend: str = "bindfs", **options: object) -> Cluster:
             nonlocal count
             count += 1
-            return stack.enter_context(cluster(nodes, cache_s, root=tmp_path / f"cluster{count}", **options))  # type: ignore[arg-type]
+            reason = backends.unavailable(backend)
+            if reason is not None:
+                pytest.skip(f"{BACKEND_SKIP[backend]}: {reason}")
+            root = tmp_path / f"cluster{count}"
+            try:
+                return stack.enter_context(cluster(nodes, cache_s, root=root, backend=backend, **options))  # type: ignore[arg-type]
+            except RuntimeError as error:
+                if backend == "bindfs":
+                    raise
+                pytest.skip(f"{BACKEND_SKIP[backend]}: {error}")
 
         yield make
 

@@ -7,10 +7,17 @@ where each node has its own process ids and its own (stale) lookup cache. So eve
   nodes as on a real cluster, and each node has its own host name (``node0``, ``node1``, ...);
 * a node-local tmpfs at ``<root>/local`` (the same path on every node, private to each), and a private
   ``/dev/shm`` (as every real node has its own: fsguard's node-local file locks there serialize one node only);
-* the shared backing directory ``<root>/backing`` seen at ``<root>/shared`` through the node's own
-  ``bindfs`` FUSE mount, whose ``entry_timeout``/``attr_timeout``/``negative_timeout`` make lookups stale
-  between nodes for that long, like NFS's attribute and lookup caches. A fresh ``os.listdir`` of a directory
-  is never cached, which is the evidence fsguard relies on.
+* the shared data seen at ``<root>/shared`` through the node's own client of the cluster's *backend*:
+  - ``bindfs`` (default): the backing directory ``<root>/backing`` through the node's own ``bindfs`` FUSE
+    mount, whose ``entry_timeout``/``attr_timeout``/``negative_timeout`` make lookups stale between nodes for
+    that long, like NFS's attribute and lookup caches;
+  - ``juicefs``: one JuiceFS volume (SQLite metadata, a local-directory bucket), one ``juicefs mount`` per
+    node (its own 1 s entry and attribute caches);
+  - ``glusterfs``: one GlusterFS volume of this machine's ``glusterd``, one ``mount -t glusterfs`` per node;
+  - ``moosefs``: a MooseFS master and chunkserver of this machine, one ``mfsmount`` per node.
+  For the last three, ``<root>/backing`` is the test's own client of the volume, without caches (what the "file
+  server" holds). A fresh ``os.listdir`` of a directory is never cached on any of them, which is the evidence
+  fsguard relies on (``tests/cluster/backends.py``).
 
 Nodes live for one ``Cluster.run``: a run boots K nodes, runs one command on each at once and tears them
 down; the backing directory (the "file server") persists across runs of one ``cluster()``. Teardown never
@@ -35,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.cluster import backends
 from tests.support.net import free_port as free_port
 
 Command = Sequence[str] | Callable[[int], Sequence[str]]
@@ -48,7 +56,7 @@ set -u
 hostname "$FSG_NODE_NAME"
 mount -t tmpfs -o size="$FSG_LOCAL_SIZE",mode=1777 fsguard-local "$FSG_LOCAL" || exit 90
 mount -t tmpfs -o size="$FSG_LOCAL_SIZE",mode=1777 fsguard-shm /dev/shm || exit 92
-bindfs -o "$FSG_BINDFS_OPTS" "$FSG_BACKING" "$FSG_SHARED" || exit 91
+eval "$FSG_MOUNT_SHARED" || exit 91
 echo "$FSG_NODE_NAME up" > "$FSG_READY"
 cd "$FSG_CWD"
 "$@"
@@ -133,6 +141,8 @@ class Cluster:
     root: Path
     bindfs_options: str
     local_size: str = "256m"
+    backend: str = "bindfs"
+    mount_shared: str = ""  # the shell command a node runs to mount its client at $FSG_SHARED (bindfs: empty)
     runs: int = 0
     _live: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -188,6 +198,8 @@ class Cluster:
                     FSG_SHARED=str(self.shared),
                     FSG_BACKING=str(self.backing),
                     FSG_BINDFS_OPTS=self.bindfs_options,
+                    FSG_MOUNT_SHARED=self.mount_shared or _BINDFS_MOUNT,
+                    FSG_NODE_INDEX=str(node),
                     FSG_LOCAL_SIZE=self.local_size,
                     FSG_READY=str(run_dir / f"node{node}.ready"),
                     FSG_CWD=str(cwd or self.root),
@@ -314,6 +326,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
+_BINDFS_MOUNT = 'bindfs -o "$FSG_BINDFS_OPTS" "$FSG_BACKING" "$FSG_SHARED"'
+
+
+def _retried_mount(command: Sequence[str]) -> str:
+    """A node's mount command, staggered by node (0.4 s apart) and tried 3 times (20 s each): two JuiceFS clients
+    mounting one SQLite volume at the same instant sometimes hang in the FUSE handshake."""
+    line = " ".join(shlex.quote(a) for a in command)
+    return (
+        'sleep "$(( FSG_NODE_INDEX * 4 / 10 )).$(( FSG_NODE_INDEX * 4 % 10 ))"; '
+        f'for try in 1 2 3; do timeout 20 {line} >>"$FSG_READY.mount.log" 2>&1 && mountpoint -q "$FSG_SHARED" && break; '
+        'umount -l "$FSG_SHARED" 2>/dev/null; sleep 0.5; done; mountpoint -q "$FSG_SHARED"'
+    )
+
+
 def bindfs_options(
     cache_s: float = 0.0,
     *,
@@ -346,36 +372,57 @@ def mounts_under(path: Path) -> list[str]:
 @contextlib.contextmanager
 def cluster(
     nodes: int = 2,
-    cache_s: float = 0.0,
+    cache_s: float | None = None,
     *,
     root: Path | None = None,
     entry_timeout: float | None = None,
     attr_timeout: float | None = None,
     negative_timeout: float | None = None,
     local_size: str = "256m",
+    backend: str = "bindfs",
 ) -> Iterator[Cluster]:
-    """A cluster of ``nodes`` simulated nodes whose shared mounts cache lookups for ``cache_s`` seconds.
+    """A cluster of ``nodes`` simulated nodes sharing one filesystem of ``backend`` (``bindfs``, ``juicefs``,
+    ``glusterfs``, ``moosefs``) whose clients cache lookups for ``cache_s`` seconds (None: bindfs 0, the others their
+    own defaults, 1 s).
 
     ``root`` (default: a new temporary directory, removed afterwards) holds ``backing/``, the mount points
     and ``logs/``. A given ``root`` is kept, so its logs can be read after a failure.
     """
-    reason = unavailable_reason()
+    reason = unavailable_reason() or backends.unavailable(backend)
     if reason is not None:
         raise RuntimeError(f"simulated cluster unavailable: {reason}")
     owned = root is None
     base = Path(tempfile.mkdtemp(prefix="fsguard-cluster-")) if root is None else Path(root)
     base.mkdir(parents=True, exist_ok=True)
     options = bindfs_options(
-        cache_s, entry_timeout=entry_timeout, attr_timeout=attr_timeout, negative_timeout=negative_timeout
+        cache_s or 0.0, entry_timeout=entry_timeout, attr_timeout=attr_timeout, negative_timeout=negative_timeout
     )
-    made = Cluster(nodes=nodes, root=base, bindfs_options=options, local_size=local_size)
+    made = Cluster(nodes=nodes, root=base, bindfs_options=options, local_size=local_size, backend=backend)
     for sub in (made.backing, made.shared, made.local, made.logs):
         sub.mkdir(exist_ok=True)
-    os.chmod(made.backing, 0o777)
     try:
-        yield made
+        with contextlib.ExitStack() as stack:
+            if backend == "juicefs":
+                volume = stack.enter_context(backends.juicefs_volume(base / "juicefs"))
+                stack.enter_context(backends.juicefs_mount(volume, made.backing, cache_s=0, hide_internal=True))
+                command = volume.mount_command("$FSG_SHARED", cache_s, daemon=True)
+                made.mount_shared = _retried_mount(command).replace("'$FSG_SHARED'", '"$FSG_SHARED"')
+            elif backend == "moosefs":
+                mvolume = stack.enter_context(backends.moosefs_volume(base / "moosefs"))
+                stack.enter_context(backends.moosefs_mount(mvolume, made.backing, cache_s=0))
+                command = mvolume.mount_command("$FSG_SHARED", cache_s)
+                made.mount_shared = _retried_mount(command).replace("'$FSG_SHARED'", '"$FSG_SHARED"')
+            elif backend == "glusterfs":
+                gvolume = stack.enter_context(backends.gluster_volume(base / "gluster"))
+                stack.enter_context(backends.gluster_mount(gvolume, made.backing, cache_s=0))
+                command = gvolume.mount_command("$FSG_SHARED", cache_s)
+                made.mount_shared = _retried_mount(command).replace("'$FSG_SHARED'", '"$FSG_SHARED"')
+            os.chmod(made.backing, 0o777)
+            try:
+                yield made
+            finally:
+                made.close()
     finally:
-        made.close()
         leaked = mounts_under(base)
         for point in reversed(leaked):  # never expected: the namespaces were private
             subprocess.run(["umount", "-l", point], check=False)

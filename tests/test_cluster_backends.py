@@ -1,0 +1,157 @@
+"""The race workloads on real distributed filesystems (issue 23): JuiceFS and GlusterFS, one client per node.
+
+Two simulated nodes (namespaces, real torchrun and gloo) share one JuiceFS volume (SQLite metadata, a local
+bucket) or one GlusterFS volume (this machine's ``glusterd``), each node through its own FUSE client with the
+filesystem's own default caches (1 s lookups): ``tests/cluster/backends.py``. Each workload runs without
+fsguard (how often the race kills the job there is printed: ``pytest -s``) and with it (every run must pass,
+with its absorbed records and complete results), in one cluster (two subdirectories of the volume).
+
+Which backends run: ``FSGUARD_TESTS_BACKENDS`` (comma-separated; default ``juicefs``, what CI runs), runs per
+test ``FSGUARD_TESTS_BACKEND_RUNS`` (default 1; the README's failure rates come from 5), which race workloads
+``FSGUARD_TESTS_BACKEND_SCRIPTS`` (default ``checkpoint_loop.py,results_dir.py``; add ``compile_cache.py``).
+GlusterFS runs the same tests when selected (``FSGUARD_TESTS_BACKENDS=juicefs,glusterfs``).
+"""
+
+# ruff: noqa: F811  (pytest fixtures are imported, then named as parameters)
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fsguard.records import parse_line
+from tests.cluster.fixtures import WORKLOADS, job_env, make_cluster, needs_cluster  # noqa: F401 (fixture)
+from tests.cluster.harness import Cluster, RunResult
+from tests.conftest import clean_env
+from tests.test_cluster import CHECKS, ERRORS, NPROC, WORLD, assert_absorbed_at, check_checkpoints, records
+
+pytestmark = [pytest.mark.cluster, pytest.mark.fuse, needs_cluster]
+
+NODES = 2
+SELECTED = [b for b in os.environ.get("FSGUARD_TESTS_BACKENDS", "juicefs").split(",") if b]
+RUNS = int(os.environ.get("FSGUARD_TESTS_BACKEND_RUNS", "1"))
+# compile_cache.py is left out by default: on a FUSE client it also races inside open(), which fsguard does not
+# guard (the same known limit as on bindfs, tests/test_cluster.py), so it costs CI a minute for an xfail.
+SCRIPTS = os.environ.get("FSGUARD_TESTS_BACKEND_SCRIPTS", "checkpoint_loop.py,results_dir.py").split(",")
+BACKENDS = [
+    pytest.param(b, marks=pytest.mark.skipif(b not in SELECTED, reason=f"{b} not in FSGUARD_TESTS_BACKENDS"))
+    for b in ("juicefs", "glusterfs", "moosefs")
+]
+
+
+def job(made: Cluster, python: Path, script: str, where: str, guarded: bool, *args: str) -> RunResult:
+    """One two-node torchrun job of ``script`` in ``<shared>/<where>``."""
+    extra = {"FSGUARD": "1", "FSGUARD_LOG": str(made.root / "records" / where)} if guarded else {"FSGUARD": "0"}
+    (made.backing / where).mkdir()
+    os.chmod(made.backing / where, 0o777)
+    return made.torchrun(
+        python,
+        WORKLOADS / script,
+        [str(made.shared / where), *args],
+        nproc_per_node=NPROC,
+        env=job_env(clean_env(extra)),
+        timeout=150,
+        name=where,
+    )
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("script", [s for s in sorted(ERRORS) if s in SCRIPTS])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_race_workload(backend: str, script: str, make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
+    made = make_cluster(nodes=NODES, backend=backend)
+    failed = raced = 0
+    for attempt in range(RUNS):
+        off = job(made, fsguard_python, script, f"off{attempt}", guarded=False)
+        output = off.output()
+        assert not off.timed_out, output[-4000:]
+        if not off.ok:
+            failed += 1
+            # The race, nothing else (GlusterFS: a stale entry can fail a peer's rename with FileExistsError)
+            assert re.search(rf"\[rank\d+\]: ({ERRORS[script]}|FileExistsError): ", output), output[-4000:]
+            assert records(off) == []
+
+        on = job(made, fsguard_python, script, f"on{attempt}", guarded=True)
+        output = on.output()
+        if not on.ok and script == "compile_cache.py" and 'with open(tmp, "wb")' in output:
+            pytest.xfail("open() of a colliding temp name raced (open is not guarded): tests/test_cluster.py")
+        assert on.ok, output[-6000:]
+        recs = records(on)
+        if not recs and script == "compile_cache.py":
+            continue  # its temp names did not collide this time (timing): nothing raced, nothing to check
+        raced += 1
+        assert_absorbed_at(recs, script, output)
+        if script == "checkpoint_loop.py":  # a stale entry may turn a peer's rename into a no-op success
+            try:
+                check_checkpoints(made.backing / f"on{attempt}", recs, WORLD, NODES, exact_renames=False)
+            except AssertionError as missing:
+                if backend == "glusterfs":
+                    # Seen on GlusterFS (2 of 4 runs with its default 1 s caches): a node's stale entry of "staging"
+                    # (a step's old staging, renamed away) sends its ranks' open() of the next step's shards into
+                    # the previous checkpoint (missing or overwritten shards). open() is not guarded, and the same
+                    # happens without fsguard: the workload's own loss on this filesystem, not fsguard's.
+                    pytest.xfail(f"GlusterFS: shards written through a stale entry of staging: {missing}")
+                raise
+        else:
+            CHECKS[script](made.backing / f"on{attempt}", recs, WORLD, NODES)
+    print(f"{backend} {script}: without fsguard {failed}/{RUNS} runs failed; with fsguard 0/{RUNS} ({raced} raced)")
+    assert raced or failed, "the race never happened: the test measures nothing"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rename_beats_rmtree(backend: str, make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
+    """``staging_commit.py``: rank 0 commits each step's staging directory by rename while the other node removes
+    it; with fsguard every checkpoint is complete and nothing is recorded as lost."""
+    made = make_cluster(nodes=NODES, backend=backend)
+    lost = 0
+    for attempt in range(RUNS):
+        off = job(made, fsguard_python, "staging_commit.py", f"off{attempt}", False, "--steps", "5")
+        steps = re.findall(r"workload: step \d+ (\w+)", "".join(n.stdout for n in off.nodes))
+        lost += not off.ok or steps != ["complete"] * 5
+
+        on = job(made, fsguard_python, "staging_commit.py", f"on{attempt}", True, "--steps", "5")
+        assert on.ok, on.output()[-6000:]
+        steps = re.findall(r"workload: step \d+ (\w+)", "".join(n.stdout for n in on.nodes))
+        lines = [line for n in on.nodes for line in n.stderr.splitlines() if line.startswith("fsguard: ")]
+        recs = [parse_line(line) for line in lines]
+        hazards = [r.to_line() for r in recs if r is not None and r.decision == "hazard"]
+        assert steps == ["complete"] * 5 and not hazards, (steps, hazards, on.output()[-4000:])
+    print(f"{backend} staging_commit.py: without fsguard {lost}/{RUNS} runs lost a checkpoint; with fsguard 0/{RUNS}")
+
+
+TRAINER = Path(__file__).resolve().parent / "workers" / "hf_trainer_job.py"
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.skipif("hf_trainer_job.py" not in SCRIPTS, reason="hf_trainer_job.py not in FSGUARD_TESTS_BACKEND_SCRIPTS")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hf_trainer_job(backend: str, make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
+    """A real Hugging Face ``Trainer`` (tests/test_real_programs.py's) on two nodes, 2 ranks each, with fsguard:
+    every run completes with the last two checkpoints whole and no hazard or conflict record."""
+    made = make_cluster(nodes=NODES, backend=backend)
+    for attempt in range(RUNS):
+        where = f"trainer{attempt}"
+        (made.backing / where).mkdir()
+        os.chmod(made.backing / where, 0o777)
+        extra = {"FSGUARD": "1", "HF_HUB_OFFLINE": "1", "FSGUARD_LOG": str(made.root / "records" / where)}
+        result = made.torchrun(
+            fsguard_python,
+            TRAINER,
+            [str(made.shared / where), "8"],
+            nproc_per_node=NPROC,
+            env=job_env(clean_env(extra)),
+            timeout=400,
+            name=where,
+        )
+        assert result.ok, result.output()[-6000:]
+        left = json.loads(result.nodes[0].stdout.strip().splitlines()[-1])
+        assert sorted(left) == ["checkpoint-6", "checkpoint-8"], left
+        assert all({f"rng_state_{r}.pth" for r in range(WORLD)} <= set(files) for files in left.values()), left
+        recs = records(result)
+        assert not [r.to_line() for r in recs if r.decision in ("hazard", "conflict")]
+        print(f"{backend} trainer run {attempt}: ok, records {sorted({(r.op, r.decision) for r in recs})}")

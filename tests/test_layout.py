@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fsguard"
 LAYERS: list[tuple[str, ...]] = [
     ("fsguard._values", "fsguard._version", "fsguard._warn"),  # leaves: import nothing of fsguard
     ("fsguard.demo",),  # standard library only, besides the leaves
-    ("fsguard.config", "fsguard.launcher"),
+    ("fsguard.config", "fsguard.launcher", "fsguard.mounts"),  # mounts: what each filesystem honours
     ("fsguard.state",),  # the one process state and the one at-fork hook
     ("fsguard.memory", "fsguard.records"),
     ("fsguard.audit",),  # report and scan: reads records with their one parser

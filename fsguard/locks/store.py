@@ -3,25 +3,32 @@
 Which store: the server behind the default process group's store once ``init_process_group`` has run
 (``PrefixStore`` layers unwrapped, so every rank meets under the same keys whatever its group's prefix);
 before that, the launcher's store at ``MASTER_ADDR:MASTER_PORT`` (torchrun's agent store; or rank 0's server
-once it has started one). fsguard always talks to it through a client connection of its own, so its short
-timeouts never change the process group's, and its keys live under ``/fsguard/lock/<restart>/`` where no
-torch key lives. torch is imported on the first serialized call, never at startup.
+once it has started one). Its keys live under ``/fsguard/lock/<restart>/`` where no torch key lives. torch is
+imported on the first serialized call, never at startup.
+
+Connections: none of its own where a default process group exists (fsguard's requests go through the group's
+own store client, whose requests c10d serializes), otherwise one per process. Each new c10d client connection
+costs a reverse DNS lookup (``getnameinfo`` of the store's address for its log text, in the client's
+``SocketImpl``; to ``127.0.0.1`` it is the IPv4-mapped ``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list):
+when many ranks connect at once the resolver waits out its timeout (5 s) for answers a busy DNS server dropped,
+and c10d says "The hostname of the client socket cannot be retrieved. err=-3" when one fails. So the
+connection is opened ahead of the first serialized call, off its critical path (``prepare``: by a background
+thread once the program has imported ``torch.distributed``), and replaced by the process group's client once
+one exists on the same server.
 
 The lock: key ``/fsguard/lock/<restart>/<stripe>``; free when absent or empty; held when its value is
 ``<token>#<seq> <holder text>``. Taking it is ``compare_set(key, "", mine)``; giving it back is
 ``compare_set(key, mine, "")``, which clears it only if it is still ours (no delete that could remove a
 successor's lock). Both are single atomic store operations: an uncontended call costs two round trips.
 
-Waiting is not polling: a waiter that finds the lock held by value ``<token>#<seq> ...`` blocks in the store's
-``wait`` on the key ``<lock>/next/<token>#<seq>``, which the holder sets when that value stops being current
-(renewed to ``seq`` + 1, or given back). Every waiter wakes at the hand-off (or at the next renewal) and tries
-``compare_set`` once more: a hand-off costs each waiter two round trips, not a poll every few milliseconds.
-Waits use a client connection of their own, so a thread blocked in one never delays the renewal of a lock
-this process holds. A wait ends by a key being set, never by the socket timing out (c10d prints two warning
-lines for every wait that times out): at the end of its bound, the waiter's own alarm thread sets the key it
-waits on (``_Alarms``); a holder killed mid-call costs its waiters no noise on stderr. Keys set for waiters
-are deleted a lease later (a waiter that comes later still wakes: at the end of its bounded wait it tries
-again, and a changed value is not a dead holder).
+Waiting: a waiter that finds the lock held by value ``<token>#<seq> ...`` blocks in the store's ``wait`` on the
+key ``<lock>/next/<token>#<seq>``, which the holder sets when that value stops being current (renewed to
+``seq`` + 1, or given back), so a hand-off costs each waiter two round trips, not a poll every few milliseconds.
+It blocks on this process's own connection only, only while this process holds no lease (a renewal must not
+wait behind it), and for at most half a lease: a live holder renews every quarter lease, which wakes it. A wait
+that times out (its holder was killed or frozen; c10d prints its two ``waitForInput`` lines then) is not
+repeated on that value. Otherwise (the process group's client, a lease held here, a store that cannot wait)
+the waiter polls with backoff (0.2 ms doubling to 50 ms). Keys set for waiters are deleted a lease later.
 
 Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
 (``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole
@@ -43,7 +50,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +58,6 @@ from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
 SEAL = 1 << 40  # added to a flight's waiter count by its performer when it reads it
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
-BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only when the store fails to set a key
 
 
 def lease_for(lock_timeout: float) -> float:
@@ -68,59 +74,6 @@ class _Lease:
 
     def value(self) -> bytes:
         return b"%s#%d %s" % (self.token, self.seq, self.what)
-
-
-class _Alarms:
-    """A waiter's own bound on a blocking ``wait``: at the deadline, this thread sets the key waited for (through
-    the other connection), so that a wait ends by a key being set, never by its socket timing out. c10d reports
-    a timed-out wait on stderr (two ``[c10d] waitForInput`` warning lines) even when the caller expects it, and a
-    waiter on a killed holder would print them at every wait; with the alarm, only a store that fails to answer
-    (``BACKSTOP_S`` later) still shows its warnings, as it should.
-
-    A key set by an alarm is the key that the holder of the value waited on would set when that value stops being
-    current: other waiters on it wake too, see the value unchanged, and poll (with backoff) instead of waiting on
-    it again; the alarm's owner is then about to change the value itself (take the lock over, close a flight)."""
-
-    def __init__(self, fire: Callable[[str], None]) -> None:
-        self._fire = fire
-        self._cond = threading.Condition()
-        self._due: dict[int, tuple[float, str]] = {}
-        self._fired: set[int] = set()
-        self._ids = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def at(self, when: float, name: str) -> int:
-        with self._cond:
-            ident = next(self._ids)
-            self._due[ident] = (when, name)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="fsguard-alarm", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-        return ident
-
-    def cancel(self, ident: int) -> bool:
-        """Forget alarm ``ident``; True when it had gone off already."""
-        with self._cond:
-            self._due.pop(ident, None)
-            fired = ident in self._fired
-            self._fired.discard(ident)
-            return fired
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    now = time.monotonic()
-                    ready = [(i, name) for i, (when, name) in self._due.items() if when <= now]
-                    if ready:
-                        break
-                    self._cond.wait(min((when for when, _ in self._due.values()), default=now + 3600.0) - now)
-                for ident, _ in ready:
-                    del self._due[ident]
-                    self._fired.add(ident)
-            for _, name in ready:
-                self._fire(name)
 
 
 def holder_of(value: bytes) -> str | None:
@@ -156,21 +109,30 @@ class StoreBackend:
         self._io = threading.Lock()
         self._cond = threading.Condition()
         self._held: dict[int, Held] = {}
-        self._tcp: tuple[str, int] | None = None  # where a second connection for waits can be opened
-        self._waiter: Any = None
-        self._wait_io = threading.Lock()
+        self._tcp: tuple[str, int] | None = None  # the TCPStore server's address (None: another kind of store)
+        self._own = False  # self._store is this process's own connection (else the process group's client)
+        self._may_join = False  # own connection, opened before a process group existed: join it when it does
         self._posted: deque[tuple[float, str]] = deque()  # hand-off keys set for waiters, deleted a lease later
         self._renewer: threading.Thread | None = None
         self._tokens = itertools.count()
-        self._alarms = _Alarms(self._ring)
 
     # --- connection ------------------------------------------------------------------------------------
 
+    def prepare(self) -> None:
+        """Connect now, ahead of the first serialized call (a background thread's job). Never raises."""
+        try:
+            self._connect()
+        except Exception:  # noqa: BLE001 - the first call tries again (after RETRY_S) and records why
+            pass
+
     def _connect(self) -> Any:
-        if self._store is not None:
-            return self._store
+        store = self._store
+        if store is not None and not (self._may_join and _group_initialized()):
+            return store
         with self._connect_lock:
             if self._store is not None:
+                if self._may_join and _group_initialized():
+                    self._join_group()
                 return self._store
             if self._failure is not None:
                 when, why, had_group = self._failure
@@ -185,6 +147,30 @@ class StoreBackend:
             self._failure = None
             return self._store
 
+    @staticmethod
+    def _group_store() -> Any:
+        """The default process group's store with its ``PrefixStore`` layers unwrapped (torch imported)."""
+        import torch.distributed as dist
+
+        root = dist.distributed_c10d._get_default_store()
+        while isinstance(root, getattr(dist, "PrefixStore")):  # noqa: B009
+            root = root.underlying_store
+        return root
+
+    def _join_group(self) -> None:
+        """A process group now exists: use its client instead of this process's own connection when it talks
+        to the same server (the same keys: peers still on their own connections meet it there), and close ours.
+        Otherwise keep ours for good (another server: peers without a group could not meet us there)."""
+        self._may_join = False  # asked once
+        try:
+            root = self._group_store()
+            if (str(root.host), int(root.port)) != self._tcp:
+                return
+        except Exception:  # noqa: BLE001 - not a TCPStore, or no group after all: keep our connection
+            return
+        self._store, self._own = root, False
+        self.address = f"{root.host}:{root.port} (the process group's client)"
+
     def _open(self) -> Any:
         try:
             import torch.distributed as dist
@@ -195,14 +181,14 @@ class StoreBackend:
         host, port = self._address
         tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for type checkers
         if dist.is_initialized():
-            root = dist.distributed_c10d._get_default_store()
-            while isinstance(root, getattr(dist, "PrefixStore")):  # noqa: B009
-                root = root.underlying_store
+            root = self._group_store()
             if not isinstance(root, tcp_store):
                 self.address = type(root).__name__
                 return root  # a FileStore or HashStore the job shares already: use it as it is
-            host, port = root.host, str(root.port)
-        elif not (host and port):
+            self._tcp = (str(root.host), int(root.port))
+            self.address = f"{root.host}:{root.port} (the process group's client)"
+            return root  # no connection of our own: c10d serializes the group's requests and ours
+        if not (host and port):
             raise Unreachable("no process group yet and no MASTER_ADDR/MASTER_PORT to find the job's store")
 
         # A plain connect first: "nothing listens there" then fails in microseconds, without the retry
@@ -214,8 +200,7 @@ class StoreBackend:
         store = self._tcp_client(tcp_store, host, int(port))
         self.address = f"{host}:{port}"
         self._tcp = (host, int(port))
-        with self._wait_io:  # opened now, with the first: connecting during a storm of waiters costs seconds
-            self._waiter = self._tcp_client(tcp_store, host, int(port))
+        self._own = self._may_join = True
         return store
 
     def _tcp_client(self, tcp_store: Any, host: str, port: int) -> Any:
@@ -279,11 +264,11 @@ class StoreBackend:
                 due = max(seen_since + self.lease_s - now, 0.0) + 0.01
                 bound = min(timeout - waited, due)
                 woke = None if current == stale else self._wait_for_change(lease.key, current, bound)
-                if woke is None:  # a store that cannot wait (not a TCPStore), or a peer's alarm woke us: poll
+                if woke is None:  # this process cannot block now, or waited on this value before: poll
                     time.sleep(min(delay, timeout - waited, due))
                     delay = min(delay * 2, 0.05)
-                elif woke:
-                    stale = current  # its key is set: if the value is still this one, do not wait on it again
+                else:
+                    stale = current  # its key is set (or its holder stopped renewing): do not wait on it again
         except (LockTimeout, Unreachable):
             raise
         except Exception as error:
@@ -378,44 +363,28 @@ class StoreBackend:
         return self._wait_key(self._next_key(key, value), timeout)
 
     def _wait_key(self, name: str, timeout: float) -> bool | None:
-        """Block until key ``name`` exists, at most ``timeout``: True when someone set it, False when this
-        waiter's own bound did (``_Alarms``: a timeout without c10d's warnings), None when this store cannot
-        wait (not a TCPStore: the caller polls)."""
-        if self._tcp is None or timeout <= 0:
+        """Block until key ``name`` exists, at most ``timeout`` and half a lease: True when someone set it,
+        False when the wait timed out, None when this process cannot block now (the caller polls): not its own
+        connection, or a lease held here whose renewal would wait behind it."""
+        store = self._store
+        if not self._own or store is None or timeout <= 0 or self._held:
             return None
         from datetime import timedelta
 
-        with self._wait_io:
-            if self._waiter is None:
-                import torch.distributed as dist
-
-                self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
-            alarm = self._alarms.at(time.monotonic() + timeout, name)
-            try:
-                self._waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
-            except Exception as error:
-                self._alarms.cancel(alarm)
-                if "timeout" not in str(error).lower():
-                    self._waiter = None
-                    raise
-                return False
-            return not self._alarms.cancel(alarm)
-
-    def _ring(self, name: str) -> None:
-        """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""
         try:
-            store = self._connect()
-            with self._io:
-                store.set(name, b"1")
-            self._posted.append((time.monotonic(), name))
-        except Exception:  # noqa: BLE001 - the wait then ends at its backstop, and c10d says why
-            pass
+            store.wait([name], timedelta(seconds=min(timeout, self.lease_s / 2)))
+        except Exception as error:
+            text = str(error).lower()
+            if "timeout" not in text and "timed out" not in text:
+                raise
+            return False
+        return True
 
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
     def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
         """(True, the flight's ``Held``) for the performer, (False, the flight's current value) for a waiter;
-        None when this store cannot wait on keys (no singleflight). A flight is a lease like a lock: renewed by
+        None when the store is not a TCPStore (no singleflight). A flight is a lease like a lock: renewed by
         the holder's renewal thread while it is performed, so that its waiters can tell a killed performer."""
         self._connect()
         if self._tcp is None:
@@ -464,7 +433,7 @@ class StoreBackend:
             if woke is None:
                 time.sleep(min(delay, remaining, due))
                 delay = min(delay * 2, 0.05)
-            elif woke:
+            else:
                 stale = current
 
     def _outcome(self, key: str, token: bytes) -> bytes | None:

@@ -21,14 +21,10 @@ The lock: key ``/fsguard/lock/<restart>/<stripe>``; free when absent or empty; h
 ``compare_set(key, mine, "")``, which clears it only if it is still ours (no delete that could remove a
 successor's lock). Both are single atomic store operations: an uncontended call costs two round trips.
 
-Waiting: a waiter that finds the lock held by value ``<token>#<seq> ...`` blocks in the store's ``wait`` on the
-key ``<lock>/next/<token>#<seq>``, which the holder sets when that value stops being current (renewed to
-``seq`` + 1, or given back), so a hand-off costs each waiter two round trips, not a poll every few milliseconds.
-It blocks on this process's own connection only, only while this process holds no lease (a renewal must not
-wait behind it), and for at most half a lease: a live holder renews every quarter lease, which wakes it. A wait
-that times out (its holder was killed or frozen; c10d prints its two ``waitForInput`` lines then) is not
-repeated on that value. Otherwise (the process group's client, a lease held here, a store that cannot wait)
-the waiter polls with backoff (0.2 ms doubling to 50 ms). Keys set for waiters are deleted a lease later.
+Waiting: a waiter that finds the lock held polls it with backoff (0.2 ms doubling to 50 ms, bounded by the lease
+and its own timeout). The holder still sets the key ``<lock>/next/<token>#<seq>`` when a value stops being
+current (renewed to ``seq`` + 1, or given back; deleted a lease later), which ``_wait_for_change`` would block on:
+not now, since blocking needs a connection for waits alone (see ``_wait_key``).
 
 Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
 (``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole
@@ -363,22 +359,10 @@ class StoreBackend:
         return self._wait_key(self._next_key(key, value), timeout)
 
     def _wait_key(self, name: str, timeout: float) -> bool | None:
-        """Block until key ``name`` exists, at most ``timeout`` and half a lease: True when someone set it,
-        False when the wait timed out, None when this process cannot block now (the caller polls): not its own
-        connection, or a lease held here whose renewal would wait behind it."""
-        store = self._store
-        if not self._own or store is None or timeout <= 0 or self._held:
-            return None
-        from datetime import timedelta
-
-        try:
-            store.wait([name], timedelta(seconds=min(timeout, self.lease_s / 2)))
-        except Exception as error:
-            text = str(error).lower()
-            if "timeout" not in text and "timed out" not in text:
-                raise
-            return False
-        return True
+        """None: this backend does not block in the store (the caller polls). A blocked ``wait`` on the one
+        connection would hold up this process's own renewals and releases, and one on a killed holder ends in
+        c10d's ``waitForInput`` warnings; a connection for waits alone is a second socket per rank."""
+        return None
 
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 

@@ -6,25 +6,31 @@ before that, the launcher's store at ``MASTER_ADDR:MASTER_PORT`` (torchrun's age
 once it has started one). Its keys live under ``/fsguard/lock/<restart>/`` where no torch key lives. torch is
 imported on the first serialized call, never at startup.
 
-Connections: none of its own where a default process group exists (fsguard's requests go through the group's
-own store client, whose requests c10d serializes), otherwise one per process. Each new c10d client connection
-costs a reverse DNS lookup (``getnameinfo`` of the store's address for its log text, in the client's
-``SocketImpl``; to ``127.0.0.1`` it is the IPv4-mapped ``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list):
-when many ranks connect at once the resolver waits out its timeout (5 s) for answers a busy DNS server dropped,
-and c10d says "The hostname of the client socket cannot be retrieved. err=-3" when one fails. So the
-connection is opened ahead of the first serialized call, off its critical path (``prepare``: by a background
-thread once the program has imported ``torch.distributed``), and replaced by the process group's client once
-one exists on the same server.
+Connections: requests go through the default process group's own store client where one exists on that
+server (c10d serializes its requests and ours), otherwise through a client connection of fsguard's own,
+given up for the group's client once a group on the same server exists. Blocking waits use one more
+connection of their own (see below). Each new c10d client connection reverse-resolves the store's address
+(``getnameinfo`` for its log text, in the client's ``SocketImpl``; to ``127.0.0.1`` it is the IPv4-mapped
+``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list): when many ranks connect at once, the resolver waits
+out its 5 s timeout for queries a busy DNS server dropped, and c10d says "The hostname of the client socket
+cannot be retrieved. err=-3" when one fails. So the connections are opened ahead of the first serialized call,
+off its critical path (``prepare``: by a background thread once the program has imported ``torch.distributed``).
 
 The lock: key ``/fsguard/lock/<restart>/<stripe>``; free when absent or empty; held when its value is
 ``<token>#<seq> <holder text>``. Taking it is ``compare_set(key, "", mine)``; giving it back is
 ``compare_set(key, mine, "")``, which clears it only if it is still ours (no delete that could remove a
 successor's lock). Both are single atomic store operations: an uncontended call costs two round trips.
 
-Waiting: a waiter that finds the lock held polls it with backoff (0.2 ms doubling to 50 ms, bounded by the lease
-and its own timeout). The holder still sets the key ``<lock>/next/<token>#<seq>`` when a value stops being
-current (renewed to ``seq`` + 1, or given back; deleted a lease later), which ``_wait_for_change`` would block on:
-not now, since blocking needs a connection for waits alone (see ``_wait_key``).
+Waiting is not polling: a waiter that finds the lock held by value ``<token>#<seq> ...`` blocks in the store's
+``wait`` on the key ``<lock>/next/<token>#<seq>``, which the holder sets when that value stops being current
+(renewed to ``seq`` + 1, or given back). Every waiter wakes at the hand-off (or at the next renewal) and tries
+``compare_set`` once more: a hand-off costs each waiter two round trips, not a poll every few milliseconds.
+Waits use a client connection of their own, so a thread blocked in one never delays the renewal of a lock
+this process holds. A wait ends by a key being set, never by the socket timing out (c10d prints two warning
+lines for every wait that times out): at the end of its bound, the waiter's own alarm thread sets the key it
+waits on (``_Alarms``); a holder killed mid-call costs its waiters no noise on stderr. Keys set for waiters
+are deleted a lease later (a waiter that comes later still wakes: at the end of its bounded wait it tries
+again, and a changed value is not a dead holder).
 
 Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
 (``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole
@@ -46,7 +52,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +60,7 @@ from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
 SEAL = 1 << 40  # added to a flight's waiter count by its performer when it reads it
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
+BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only when the store fails to set a key
 
 
 def lease_for(lock_timeout: float) -> float:
@@ -70,6 +77,59 @@ class _Lease:
 
     def value(self) -> bytes:
         return b"%s#%d %s" % (self.token, self.seq, self.what)
+
+
+class _Alarms:
+    """A waiter's own bound on a blocking ``wait``: at the deadline, this thread sets the key waited for (through
+    the other connection), so that a wait ends by a key being set, never by its socket timing out. c10d reports
+    a timed-out wait on stderr (two ``[c10d] waitForInput`` warning lines) even when the caller expects it, and a
+    waiter on a killed holder would print them at every wait; with the alarm, only a store that fails to answer
+    (``BACKSTOP_S`` later) still shows its warnings, as it should.
+
+    A key set by an alarm is the key that the holder of the value waited on would set when that value stops being
+    current: other waiters on it wake too, see the value unchanged, and poll (with backoff) instead of waiting on
+    it again; the alarm's owner is then about to change the value itself (take the lock over, close a flight)."""
+
+    def __init__(self, fire: Callable[[str], None]) -> None:
+        self._fire = fire
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, str]] = {}
+        self._fired: set[int] = set()
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def at(self, when: float, name: str) -> int:
+        with self._cond:
+            ident = next(self._ids)
+            self._due[ident] = (when, name)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="fsguard-alarm", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return ident
+
+    def cancel(self, ident: int) -> bool:
+        """Forget alarm ``ident``; True when it had gone off already."""
+        with self._cond:
+            self._due.pop(ident, None)
+            fired = ident in self._fired
+            self._fired.discard(ident)
+            return fired
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    ready = [(i, name) for i, (when, name) in self._due.items() if when <= now]
+                    if ready:
+                        break
+                    self._cond.wait(min((when for when, _ in self._due.values()), default=now + 3600.0) - now)
+                for ident, _ in ready:
+                    del self._due[ident]
+                    self._fired.add(ident)
+            for _, name in ready:
+                self._fire(name)
 
 
 def holder_of(value: bytes) -> str | None:
@@ -105,12 +165,14 @@ class StoreBackend:
         self._io = threading.Lock()
         self._cond = threading.Condition()
         self._held: dict[int, Held] = {}
-        self._tcp: tuple[str, int] | None = None  # the TCPStore server's address (None: another kind of store)
-        self._own = False  # self._store is this process's own connection (else the process group's client)
-        self._may_join = False  # own connection, opened before a process group existed: join it when it does
+        self._tcp: tuple[str, int] | None = None  # where a second connection for waits can be opened
+        self._may_join = False  # requests on our own connection until a process group on the same server exists
+        self._waiter: Any = None
+        self._wait_io = threading.Lock()
         self._posted: deque[tuple[float, str]] = deque()  # hand-off keys set for waiters, deleted a lease later
         self._renewer: threading.Thread | None = None
         self._tokens = itertools.count()
+        self._alarms = _Alarms(self._ring)
 
     # --- connection ------------------------------------------------------------------------------------
 
@@ -154,9 +216,10 @@ class StoreBackend:
         return root
 
     def _join_group(self) -> None:
-        """A process group now exists: use its client instead of this process's own connection when it talks
-        to the same server (the same keys: peers still on their own connections meet it there), and close ours.
-        Otherwise keep ours for good (another server: peers without a group could not meet us there)."""
+        """A process group now exists: send requests through its client instead of this process's own
+        connection when it talks to the same server (the same keys: peers still on their own connections meet
+        it there), and close ours; the connection for waits stays. Another server: ours stays for good (peers
+        without a group could not meet us there)."""
         self._may_join = False  # asked once
         try:
             root = self._group_store()
@@ -164,7 +227,7 @@ class StoreBackend:
                 return
         except Exception:  # noqa: BLE001 - not a TCPStore, or no group after all: keep our connection
             return
-        self._store, self._own = root, False
+        self._store = root
         self.address = f"{root.host}:{root.port} (the process group's client)"
 
     def _open(self) -> Any:
@@ -176,15 +239,14 @@ class StoreBackend:
             raise Unreachable("this torch build has no torch.distributed")
         host, port = self._address
         tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for type checkers
+        group = None
         if dist.is_initialized():
             root = self._group_store()
             if not isinstance(root, tcp_store):
                 self.address = type(root).__name__
                 return root  # a FileStore or HashStore the job shares already: use it as it is
-            self._tcp = (str(root.host), int(root.port))
-            self.address = f"{root.host}:{root.port} (the process group's client)"
-            return root  # no connection of our own: c10d serializes the group's requests and ours
-        if not (host and port):
+            host, port, group = root.host, str(root.port), root
+        elif not (host and port):
             raise Unreachable("no process group yet and no MASTER_ADDR/MASTER_PORT to find the job's store")
 
         # A plain connect first: "nothing listens there" then fails in microseconds, without the retry
@@ -193,10 +255,16 @@ class StoreBackend:
             socket.create_connection((host, int(port)), timeout=min(self._op_timeout, 5.0)).close()
         except (OSError, ValueError) as error:
             raise Unreachable(f"the job's store at {host}:{port} does not answer ({error})") from error
-        store = self._tcp_client(tcp_store, host, int(port))
-        self.address = f"{host}:{port}"
-        self._tcp = (host, int(port))
-        self._own = self._may_join = True
+        self._tcp = (str(host), int(port))
+        if group is not None:  # requests through the group's client (c10d serializes its requests and ours)
+            self.address = f"{host}:{port} (the process group's client)"
+            store = group
+        else:
+            store = self._tcp_client(tcp_store, host, int(port))
+            self.address = f"{host}:{port}"
+            self._may_join = True
+        with self._wait_io:  # opened now, with the first: connecting during a storm of waiters costs seconds
+            self._waiter = self._tcp_client(tcp_store, host, int(port))
         return store
 
     def _tcp_client(self, tcp_store: Any, host: str, port: int) -> Any:
@@ -260,11 +328,11 @@ class StoreBackend:
                 due = max(seen_since + self.lease_s - now, 0.0) + 0.01
                 bound = min(timeout - waited, due)
                 woke = None if current == stale else self._wait_for_change(lease.key, current, bound)
-                if woke is None:  # this process cannot block now, or waited on this value before: poll
+                if woke is None:  # a store that cannot wait (not a TCPStore), or a peer's alarm woke us: poll
                     time.sleep(min(delay, timeout - waited, due))
                     delay = min(delay * 2, 0.05)
-                else:
-                    stale = current  # its key is set (or its holder stopped renewing): do not wait on it again
+                elif woke:
+                    stale = current  # its key is set: if the value is still this one, do not wait on it again
         except (LockTimeout, Unreachable):
             raise
         except Exception as error:
@@ -359,16 +427,44 @@ class StoreBackend:
         return self._wait_key(self._next_key(key, value), timeout)
 
     def _wait_key(self, name: str, timeout: float) -> bool | None:
-        """None: this backend does not block in the store (the caller polls). A blocked ``wait`` on the one
-        connection would hold up this process's own renewals and releases, and one on a killed holder ends in
-        c10d's ``waitForInput`` warnings; a connection for waits alone is a second socket per rank."""
-        return None
+        """Block until key ``name`` exists, at most ``timeout``: True when someone set it, False when this
+        waiter's own bound did (``_Alarms``: a timeout without c10d's warnings), None when this store cannot
+        wait (not a TCPStore: the caller polls)."""
+        if self._tcp is None or timeout <= 0:
+            return None
+        from datetime import timedelta
+
+        with self._wait_io:
+            if self._waiter is None:
+                import torch.distributed as dist
+
+                self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
+            alarm = self._alarms.at(time.monotonic() + timeout, name)
+            try:
+                self._waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
+            except Exception as error:
+                self._alarms.cancel(alarm)
+                if "timeout" not in str(error).lower():
+                    self._waiter = None
+                    raise
+                return False
+            return not self._alarms.cancel(alarm)
+
+    def _ring(self, name: str) -> None:
+        """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""
+        try:
+            store = self._connect()
+            with self._io:
+                store.set(name, b"1")
+            self._posted.append((time.monotonic(), name))
+        except Exception:  # noqa: BLE001 - the wait then ends at its backstop, and c10d says why
+            pass
 
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
     def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
         """(True, the flight's ``Held``) for the performer, (False, the flight's current value) for a waiter;
-        None when the store is not a TCPStore (no singleflight). A flight is a lease like a lock: renewed by
+        None when this store cannot wait on keys (no singleflight). A flight is a lease like a lock: renewed by
         the holder's renewal thread while it is performed, so that its waiters can tell a killed performer."""
         self._connect()
         if self._tcp is None:
@@ -417,7 +513,7 @@ class StoreBackend:
             if woke is None:
                 time.sleep(min(delay, remaining, due))
                 delay = min(delay * 2, 0.05)
-            else:
+            elif woke:
                 stale = current
 
     def _outcome(self, key: str, token: bytes) -> bytes | None:

@@ -63,7 +63,12 @@ class CountingStore:
 
 
 def count_store_ops() -> None:
-    """Make every TCPStore client of this process (fsguard's) a counting one."""
+    """Make every TCPStore client of this process (fsguard's) a counting one. A forked rank does it before
+    fsguard starts (its connection is opened ahead of the first serialized call, by a thread, once
+    torch.distributed is imported); a fresh rank right after importing torch.distributed (that thread looks
+    every 20 ms)."""
+    if _REAL_STORE:
+        return
     import torch.distributed as dist
 
     real = getattr(dist, "TCPStore")  # noqa: B009
@@ -218,6 +223,8 @@ def zygote(size: int) -> int:
             code = 1
             try:
                 os.environ.update({**rank_env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+                if rank_env.get("FSGUARD_LOCK") == "store":
+                    count_store_ops()
                 fsguard._boot.start()  # what the .pth runs at a rank's start-up, on the rank's own variables
                 code = serve(rank)
             finally:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
+import threading
 import time
 
 import wrapt
@@ -297,6 +299,12 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     takes_fds = op != "makedirs"  # makedirs has no directory descriptor arguments; its exist_ok costs nothing
     makes = op == "makedirs"
     passes_fds = op in _FAMILY
+    # mkdir: the standard makedirs' own call, whose FileExistsError it settles itself (exist_ok, or its
+    # decided re-raise), goes straight back to it: told by its caller's code object, one frame up.
+    std_makedirs = getattr(_originals.get("makedirs", os.makedirs), "__code__", None) if op == "mkdir" else None
+    getframe = sys._getframe
+    found_here = _found
+    makes_one = op in ("mkdir", "makedirs")
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
@@ -305,6 +313,12 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             try:
                 result = wrapped(*args)
             except OSError as error:
+                if makes_one and error.__class__ is FileExistsError:  # mkdir, makedirs(exist_ok=False)
+                    if getframe(1).f_code is std_makedirs:
+                        found_here.name = args[0]  # the makedirs(exist_ok=True) around it found its leaf
+                        raise
+                    if _stands_before(args[0]):
+                        raise
                 if not _decide(op, error, args, kwargs):
                     raise
                 result = None
@@ -317,7 +331,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             serializer is not None
             and instance is not _SERIALIZED
             and not busy()
-            and not (passes_fds and _left_to_caller(1))
+            and not (passes_fds and (getframe(1).f_code is std_makedirs or _left_to_caller(1)))
             and not _shutting_down()
         ):
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
@@ -331,7 +345,10 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             else:
                 result = wrapped(*args, **kwargs)
         except OSError as error:
-            if not _decide(op, error, args, kwargs):
+            if std_makedirs is not None and error.__class__ is FileExistsError and getframe(1).f_code is std_makedirs:
+                found_here.name = args[0] if args else kwargs.get("path")
+                raise
+            if _stays_raised(op, error, args, kwargs) or not _decide(op, error, args, kwargs):
                 raise
             result = None
         if shared:
@@ -349,12 +366,56 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     return wrapper
 
 
+# The leaf a guarded mkdir, called by the standard makedirs, found already there (per thread): read by the
+# makedirs(exist_ok=True) around it, which set it to None before the call.
+_found = threading.local()
+
+
+def _stays_raised(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """:func:`_stands_before` for a call with keyword arguments (a mkdir, or makedirs(exist_ok=False))."""
+    if error.__class__ is not FileExistsError or not (
+        op == "mkdir" or (op == "makedirs" and not _exist_ok(args, kwargs))
+    ):
+        return False
+    name = args[0] if args else kwargs.get("path" if op == "mkdir" else "name")
+    return name is not None and kwargs.get("dir_fd") is None and _stands_before(name)
+
+
+def _stands_before(name: Any) -> bool:
+    """Whether a mkdir's (or makedirs(exist_ok=False)'s) ``FileExistsError`` at ``name`` is one no evidence can
+    absorb, told by one lstat before any decision: something other than a directory stands there, or a
+    directory older than the job (the rule, :func:`fsguard.guards.makedirs.made_by_peer`, re-raises both,
+    whatever else it finds). A handled ``try: os.mkdir(lock) except FileExistsError`` on such a path costs one
+    lstat: no listing, no handler analysis. False: not sure (no lstat: a stale lookup cache may say missing;
+    a fresh directory), the full decision follows."""
+    try:
+        st = os.lstat(name)
+    except Exception:  # noqa: BLE001 - anything odd: the full decision
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return True
+    made = STATE.rules_for
+    if made is None or made[0] is not STATE.settings:
+        try:
+            with Busy():  # the first failure imports the rules (imports may write caches)
+                _rules()
+        except Exception:  # noqa: BLE001 - no rules to be had: the decision says so
+            return False
+        made = STATE.rules_for
+        if made is None:
+            return False
+    rules: Rules = made[1]
+    return st.st_ctime < rules.job_start - rules.fresh_s  # not rules.is_fresh: older than the job
+
+
 def _makedirs_exist_ok(makedirs: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """``makedirs(..., exist_ok=True)``; True when this call created the directory (False: it was there).
 
     The standard makedirs cannot say which: it swallows its own ``mkdir``'s ``FileExistsError``. So the leaf
-    ``mkdir`` (the unpatched one) is tried first, the call the standard makedirs would make; only when it fails
-    does the standard makedirs run, parents, errors and all, as without fsguard.
+    ``mkdir`` (the unpatched one) is tried first, the call the standard makedirs would make. Made: done.
+    ``FileExistsError`` with a directory there: done, as the standard makedirs ends (its ``mkdir`` fails, its
+    ``isdir`` says yes; a name that exists has a parent that does), one ``stat`` fewer than it. Anything else:
+    the standard makedirs runs, parents, errors and all, as without fsguard.
     """
     try:
         name = args[0] if args else kwargs["name"]
@@ -371,7 +432,13 @@ def _makedirs_exist_ok(makedirs: Callable[..., Any], args: tuple[Any, ...], kwar
         existed = True
     except (OSError, TypeError, ValueError):  # a missing parent, or anything the standard makedirs must report
         existed = False
-    makedirs(*args, **kwargs)  # outside the except clauses: its errors carry no __context__ of fsguard's
+    if existed and os.path.isdir(name):
+        return False
+    if type(os.mkdir) is GuardedFunction:  # its leaf mkdir (guarded) says whether it found the directory there
+        _found.name = None
+        makedirs(*args, **kwargs)  # outside the except clauses: its errors carry no __context__ of fsguard's
+        return _found.name is not name
+    makedirs(*args, **kwargs)
     return not existed
 
 

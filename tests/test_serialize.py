@@ -385,3 +385,70 @@ def test_choice_of_backend(fsguard_python: Path) -> None:
     assert result.returncode == 0, result.stderr
     name, fallback_name, note, imported = json.loads(result.stdout)
     assert (name, fallback_name, imported) == ("file", None, False) and "MASTER" in note, result.stdout
+
+
+SOCKETS = r"""
+import json, os, time
+import torch.distributed as dist
+
+
+def store_sockets():
+    '''This process's established TCP connections to the store's port.'''
+    port, inodes = int(os.environ["MASTER_PORT"]), set()
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/net/{name}") as table:
+            for line in list(table)[1:]:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                    inodes.add(fields[9])
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return sum(link.startswith("socket:[") and link[8:-1] in inodes for link in links)
+
+
+base = os.environ["FSG_BASE"]
+deadline = time.monotonic() + 30
+while store_sockets() < 2 and time.monotonic() < deadline:
+    time.sleep(0.02)  # opened in the background once torch.distributed is imported
+ahead = store_sockets()
+os.makedirs(os.path.join(base, "a"))
+own = store_sockets()
+dist.init_process_group("gloo", init_method="env://", rank=0, world_size=1)
+group = store_sockets()  # the process group's own client, and fsguard's
+os.makedirs(os.path.join(base, "b"))
+print(json.dumps({"ahead": ahead, "own": own, "group": group, "after": store_sockets()}))
+"""
+
+
+def test_store_connections_opened_ahead_and_the_group_client_used(
+    fsguard_python: Path, tmp_path: Path, store_port: int
+) -> None:
+    """Issue 24: fsguard's connections are opened ahead of the first serialized call (no process group yet: one
+    for requests, one for waits), and the one for requests is given up for the process group's client once a
+    group on the same server exists."""
+    env = dict(
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_WORLD_SIZE="1",
+        TORCHELASTIC_RUN_ID="test",
+        TORCHELASTIC_USE_AGENT_STORE="True",
+        TORCHELASTIC_RESTART_COUNT="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(store_port),
+        GLOO_SOCKET_IFNAME="lo",
+        FSGUARD="force",  # a job of one process: fsguard would stay off
+        FSGUARD_SERIALIZE="1",
+        FSGUARD_LOCK="store",
+        FSGUARD_STDERR="0",
+        FSG_BASE=str(tmp_path),
+    )
+    result = run_python(fsguard_python, SOCKETS, env)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out == {"ahead": 2, "own": 2, "group": 3, "after": 2}, out
+    assert (tmp_path / "a").is_dir() and (tmp_path / "b").is_dir()

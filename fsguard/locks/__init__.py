@@ -101,4 +101,9 @@ def serializer(settings: config.Settings, launch: launcher.Launch | None) -> Ser
         return backend, fallback, note
 
     host = launch.host if launch else launcher.hostname(env)
-    return Serializer(chosen, settings.lock_timeout, launch.rank if launch else None, host)
+    made = Serializer(chosen, settings.lock_timeout, launch.rank if launch else None, host)
+    if settings.lock == "store" or (
+        settings.lock == "auto" and not single_node(env, launch) and env.get("MASTER_ADDR") and env.get("MASTER_PORT")
+    ):
+        made.prepare_in_background()  # the job's store: connected once the program has imported torch.distributed
+    return made

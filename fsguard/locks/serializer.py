@@ -15,6 +15,7 @@ function) does not wait for itself.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,12 @@ WAIT_RECORD_S = 1.0  # a wait at least this long becomes part of the operation's
 
 GuardedCall = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 Choice = Callable[[], tuple[Backend, Backend | None, str | None]]  # (backend, fallback, note for stderr)
+
+
+def _imported(name: str) -> bool:
+    """Whether module ``name`` has been imported completely (not still being imported by another thread)."""
+    module = sys.modules.get(name)
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
 
 
 def stripe(path: str) -> str:
@@ -90,6 +97,29 @@ class Serializer:
                     self._backend, self._choose = backend, None
         assert self._backend is not None
         return self._backend
+
+    def prepare_in_background(self) -> None:
+        """Open the backend's connection ahead of the first serialized call, off its critical path: a daemon
+        thread waits until the program has imported ``torch.distributed`` (fsguard never imports torch before
+        its first serialized call), then chooses the backend and connects (``fsguard.locks.store``: a connection
+        made by many ranks at once can cost seconds). It ends at once when a serialized call chose first."""
+        threading.Thread(target=self._prepare, name="fsguard-connect", daemon=True).start()
+
+    def _prepare(self) -> None:
+        delay, waited = 0.02, 0.0
+        while self._backend is None and not (_imported("torch") and _imported("torch.distributed")):
+            time.sleep(delay)
+            waited += delay
+            delay = 0.02 if waited < 60 else 0.5
+        if self._backend is not None:
+            return
+        try:
+            with runtime.Busy():  # its own filesystem calls (imports) are neither guarded nor serialized
+                prepare = getattr(self.backend, "prepare", None)
+                if prepare is not None:
+                    prepare()
+        except Exception:  # noqa: BLE001 - the first serialized call connects (and records what failed)
+            pass
 
     def describe(self) -> str:
         if self._backend is None:

@@ -3,9 +3,18 @@
 Which store: the server behind the default process group's store once ``init_process_group`` has run
 (``PrefixStore`` layers unwrapped, so every rank meets under the same keys whatever its group's prefix);
 before that, the launcher's store at ``MASTER_ADDR:MASTER_PORT`` (torchrun's agent store; or rank 0's server
-once it has started one). fsguard always talks to it through a client connection of its own, so its short
-timeouts never change the process group's, and its keys live under ``/fsguard/lock/<restart>/`` where no
-torch key lives. torch is imported on the first serialized call, never at startup.
+once it has started one). Its keys live under ``/fsguard/lock/<restart>/`` where no torch key lives. torch is
+imported on the first serialized call, never at startup.
+
+Connections: requests go through the default process group's own store client where one exists on that
+server (c10d serializes its requests and ours), otherwise through a client connection of fsguard's own,
+given up for the group's client once a group on the same server exists. Blocking waits use one more
+connection of their own (see below). Each new c10d client connection reverse-resolves the store's address
+(``getnameinfo`` for its log text, in the client's ``SocketImpl``; to ``127.0.0.1`` it is the IPv4-mapped
+``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list): when many ranks connect at once, the resolver waits
+out its 5 s timeout for queries a busy DNS server dropped, and c10d says "The hostname of the client socket
+cannot be retrieved. err=-3" when one fails. So the connections are opened ahead of the first serialized call,
+off its critical path (``prepare``: by a background thread once the program has imported ``torch.distributed``).
 
 The lock: key ``/fsguard/lock/<restart>/<stripe>``; free when absent or empty; held when its value is
 ``<token>#<seq> <holder text>``. Taking it is ``compare_set(key, "", mine)``; giving it back is
@@ -157,6 +166,7 @@ class StoreBackend:
         self._cond = threading.Condition()
         self._held: dict[int, Held] = {}
         self._tcp: tuple[str, int] | None = None  # where a second connection for waits can be opened
+        self._may_join = False  # requests on our own connection until a process group on the same server exists
         self._waiter: Any = None
         self._wait_io = threading.Lock()
         self._posted: deque[tuple[float, str]] = deque()  # hand-off keys set for waiters, deleted a lease later
@@ -166,11 +176,21 @@ class StoreBackend:
 
     # --- connection ------------------------------------------------------------------------------------
 
+    def prepare(self) -> None:
+        """Connect now, ahead of the first serialized call (a background thread's job). Never raises."""
+        try:
+            self._connect()
+        except Exception:  # noqa: BLE001 - the first call tries again (after RETRY_S) and records why
+            pass
+
     def _connect(self) -> Any:
-        if self._store is not None:
-            return self._store
+        store = self._store
+        if store is not None and not (self._may_join and _group_initialized()):
+            return store
         with self._connect_lock:
             if self._store is not None:
+                if self._may_join and _group_initialized():
+                    self._join_group()
                 return self._store
             if self._failure is not None:
                 when, why, had_group = self._failure
@@ -185,6 +205,31 @@ class StoreBackend:
             self._failure = None
             return self._store
 
+    @staticmethod
+    def _group_store() -> Any:
+        """The default process group's store with its ``PrefixStore`` layers unwrapped (torch imported)."""
+        import torch.distributed as dist
+
+        root = dist.distributed_c10d._get_default_store()
+        while isinstance(root, getattr(dist, "PrefixStore")):  # noqa: B009
+            root = root.underlying_store
+        return root
+
+    def _join_group(self) -> None:
+        """A process group now exists: send requests through its client instead of this process's own
+        connection when it talks to the same server (the same keys: peers still on their own connections meet
+        it there), and close ours; the connection for waits stays. Another server: ours stays for good (peers
+        without a group could not meet us there)."""
+        self._may_join = False  # asked once
+        try:
+            root = self._group_store()
+            if (str(root.host), int(root.port)) != self._tcp:
+                return
+        except Exception:  # noqa: BLE001 - not a TCPStore, or no group after all: keep our connection
+            return
+        self._store = root
+        self.address = f"{root.host}:{root.port} (the process group's client)"
+
     def _open(self) -> Any:
         try:
             import torch.distributed as dist
@@ -194,14 +239,13 @@ class StoreBackend:
             raise Unreachable("this torch build has no torch.distributed")
         host, port = self._address
         tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for type checkers
+        group = None
         if dist.is_initialized():
-            root = dist.distributed_c10d._get_default_store()
-            while isinstance(root, getattr(dist, "PrefixStore")):  # noqa: B009
-                root = root.underlying_store
+            root = self._group_store()
             if not isinstance(root, tcp_store):
                 self.address = type(root).__name__
                 return root  # a FileStore or HashStore the job shares already: use it as it is
-            host, port = root.host, str(root.port)
+            host, port, group = root.host, str(root.port), root
         elif not (host and port):
             raise Unreachable("no process group yet and no MASTER_ADDR/MASTER_PORT to find the job's store")
 
@@ -211,9 +255,14 @@ class StoreBackend:
             socket.create_connection((host, int(port)), timeout=min(self._op_timeout, 5.0)).close()
         except (OSError, ValueError) as error:
             raise Unreachable(f"the job's store at {host}:{port} does not answer ({error})") from error
-        store = self._tcp_client(tcp_store, host, int(port))
-        self.address = f"{host}:{port}"
-        self._tcp = (host, int(port))
+        self._tcp = (str(host), int(port))
+        if group is not None:  # requests through the group's client (c10d serializes its requests and ours)
+            self.address = f"{host}:{port} (the process group's client)"
+            store = group
+        else:
+            store = self._tcp_client(tcp_store, host, int(port))
+            self.address = f"{host}:{port}"
+            self._may_join = True
         with self._wait_io:  # opened now, with the first: connecting during a storm of waiters costs seconds
             self._waiter = self._tcp_client(tcp_store, host, int(port))
         return store

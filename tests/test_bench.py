@@ -98,7 +98,10 @@ def test_yield_window_alone(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "y.json").read_text())
-    assert set(result["arms"]) == {"own", "old", "peer-window-off", "peer-renamed", "peer-stays"}
+    assert set(result["arms"]) == {
+        *("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays"),
+        *("shared-renamed", "shared-stays"),
+    }
 
 
 @pytest.mark.timeout(420)

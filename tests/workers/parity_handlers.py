@@ -411,6 +411,13 @@ def makedirs_exist_ok_stale_lookup_in_a_handler(d: str, out: Outcome) -> None:
             os.unlink(path)
             original(os.mkdir)(path)
 
+    # The audit hook plays a caching mount's stale lookup; on a coherent local disk fsguard trusts the name's
+    # own lstat and never lists the parent (rightly: no lookup is stale there). So this directory's mount is
+    # declared one whose lookups may be stale, as bindfs or NFS would be (fsguard.mounts).
+    from fsguard import mounts
+
+    dev = os.stat(d).st_dev
+    mounts._by_dev[dev] = mounts.Mount(d, "fuse.simulated", "test", {}, stale=True, shared=True)
     HOOK.append(node_view)
     try:
         os.makedirs(path, exist_ok=True)  # <- call
@@ -418,6 +425,7 @@ def makedirs_exist_ok_stale_lookup_in_a_handler(d: str, out: Outcome) -> None:
         seen(out, "exist_ok", error)
     finally:
         HOOK.clear()
+        mounts.forget()
 
 
 HOOK: list[Callable[[str, Any], None]] = []

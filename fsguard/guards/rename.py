@@ -113,7 +113,10 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
             "the missing source was this process's own",
             waited,
         )
-    if own_move is not None and st.st_ctime <= own_move + OWN_SLACK_S:
+    if own_move is not None and own_put is not None and st.st_ctime <= own_move + OWN_SLACK_S:
+        # Only a move of this process onto this destination can explain it: its own earlier move of the same
+        # source elsewhere (a staging dir committed to ``checkpoint-1``, made again, then committed by a peer to
+        # ``checkpoint-2``) says nothing about who made this destination.
         return reraise("this process moved the source away itself; the destination has not changed since", waited)
     again = f", {time.time() - max(own_times):.1f} s after this process's own move" if own_times else ""
     return absorb(

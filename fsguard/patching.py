@@ -324,7 +324,15 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
                 result = None
             remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
             return result
-        if kwargs and passes_fds and any(kwargs.get(k) is not None for k in _FD_KEYWORDS):
+        if (
+            kwargs
+            and passes_fds
+            and (
+                kwargs.get("dir_fd") is not None
+                or kwargs.get("src_dir_fd") is not None
+                or kwargs.get("dst_dir_fd") is not None
+            )
+        ):
             return wrapped(*args, **kwargs)
         serializer = state.serializer
         if (

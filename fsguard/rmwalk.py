@@ -209,6 +209,7 @@ class Walk:
         self.cached_lookups = self.top_st is not None and evidence.lookups_may_be_stale(self.top_st.st_dev)
         self.listed_ino: Any = _UNSET
         self.fresh_after = 0.0  # monotonic time before which no listing is read between directories
+        self.checking = True  # False for a tree no peer can move meanwhile (fsguard.guards.rmtree.removal)
         self.settle_on_vanish = False  # set by run(): stop at the first vanished entry and wait for the peer
 
     @contextmanager
@@ -240,6 +241,8 @@ class Walk:
             self.top_fd = None
 
     def removed(self, path: Any, dir_fd: int | None) -> None:
+        if not self.checking:
+            return  # a tree nobody can move: no hazard can name what was removed from it
         self.removed_count += 1
         if len(self.removed_names) < _REMOVED_KEPT:
             name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
@@ -255,7 +258,7 @@ class Walk:
         cache (NFS, FUSE...), the parent's fresh listing still shows the name as the inode it showed at the first
         check, before every removal (a renamed name may still answer a cached ``lstat``)."""
         start = self.top_st or self.ident
-        if start is None:
+        if start is None or not self.checking:
             return
         missing = False
         try:
@@ -639,8 +642,11 @@ def _run(
         held.take(top, walk.top_st)
     pending = (lambda: serializer.pending(top)) if serializer is not None and tree else None
     # The cheap tests first: own memory is asked only for a directory, in a job with peers.
-    own = evidence.own_last_event(top) if tree and yield_s > 0 else None
-    peer_tree = tree and yield_s > 0 and rule.should_yield(top, own, walk.top_st, rules, yield_s)
+    own = evidence.own_last_event(top) if tree and rules.peers else None
+    plan = rule.removal(top, own, walk.top_st, rules, yield_s) if tree else "check"
+    peer_tree = plan == "wait"
+    if plan == "plain":  # nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
+        walk.checking, walk.remover = False, original
     window = 0.0
     if peer_tree or (pending is not None and pending()):
         how, window = wait_for_move(top, yield_s, pending, rules.settle_s)
@@ -649,7 +655,7 @@ def _run(
 
     def call() -> bool:
         with walk.active():
-            remover(*positional, **named)
+            walk.remover(*positional, **named)
         return True
 
     def call_unless_announced() -> bool:

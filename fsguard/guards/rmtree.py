@@ -6,7 +6,7 @@ wins.* So:
   * before removing a tree that changed during this job and that this process did not make, or made with
     ``makedirs(exist_ok=True)`` (peers' fresh work, such as a staging directory every rank wrote into, whoever
     made it first), the walk first waits up to ``FSGUARD_YIELD_S`` for a peer to move it away
-    (``should_yield``); if it goes, the rmtree is done: ``yielded``. Trees this process claimed alone
+    (``removal``); if it goes, the rmtree is done: ``yielded``. Trees this process claimed alone
     (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), trees older than the job, and old generations
     of a rotation (a later generation of the name stands beside the tree: ``checkpoint-2`` beside
     ``checkpoint-6``) are removed at once;
@@ -38,19 +38,27 @@ from . import Rules, Verdict
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
 
 
-def should_yield(path: str, own_event: str | None, top: os.stat_result | None, rules: Rules, yield_s: float) -> bool:
-    """Wait for a peer's rename first: a directory that changed during this job and that peers may have written
-    into and may still commit: one this process did not make, or made with ``makedirs(exist_ok=True)`` (a name
-    others make too: whoever came first made it, so who made it says nothing about who commits it). Not for a
-    tree only this process could claim (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), nor when a
-    later generation of its name stands beside it (``checkpoint-2`` beside ``checkpoint-6``): that is a rotation
-    removing an old generation, not a staging tree a peer is about to commit; nor for a mount point (a
-    bind-mounted output directory), which no rename can move."""
-    if yield_s <= 0 or top is None or own_event == "made" or not stat.S_ISDIR(top.st_mode):
-        return False
-    if not rules.is_fresh(max(top.st_ctime, top.st_mtime)) or evidence.later_generation(path) is not None:
-        return False
-    return not evidence.is_mount_point(path, top)  # a mount point cannot be renamed away
+def removal(path: str, own_event: str | None, top: os.stat_result | None, rules: Rules, yield_s: float) -> str:
+    """How to remove the tree at ``path``: ``"wait"`` (first wait up to ``yield_s`` for a peer's rename, then the
+    checked walk), ``"check"`` (the checked walk at once: the tree must stay at its path while it is removed) or
+    ``"plain"`` (no peer can move it meanwhile: the walk without position checks).
+
+    Wait for a directory that changed during this job and that peers may have written into and may still commit:
+    one this process did not make, or made with ``makedirs(exist_ok=True)`` (a name others make too: whoever came
+    first made it, so who made it says nothing about who commits it). Plain for a tree only this process could
+    claim (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), in a job without peers, for an old
+    generation of a rotation (a later generation of its name stands beside it: ``checkpoint-2`` beside
+    ``checkpoint-6``, not a staging tree a peer is about to commit) and for a mount point (a bind-mounted output
+    directory), which no rename can move. Checked at once: a tree older than the job, or when the window is off."""
+    if top is None or not stat.S_ISDIR(top.st_mode):
+        return "check"
+    if not rules.peers or own_event == "made":
+        return "plain"
+    if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):
+        return "check"
+    if evidence.later_generation(path) is not None or evidence.is_mount_point(path, top):
+        return "plain"
+    return "wait"
 
 
 def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Verdict:

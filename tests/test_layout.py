@@ -20,9 +20,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsguard.config", "fsguard.launcher", "fsguard.mounts"),  # mounts: what each filesystem honours
     ("fsguard.state",),  # the one process state and the one at-fork hook
     ("fsguard.memory", "fsguard.records"),
-    ("fsguard.audit",),  # report and scan: reads records with their one parser
     ("fsguard.evidence", "fsguard.runtime"),
     ("fsguard.guards",),  # policy: pure decisions returning a Verdict
+    ("fsguard.audit",),  # report and scan: records read with their one parser, verdicts from the guards' SCAN
     ("fsguard.locks", "fsguard.handlers", "fsguard.rmwalk"),  # mechanism below patching
     ("fsguard.patching",),
     ("fsguard", "fsguard._boot"),  # the public functions and startup

@@ -400,6 +400,86 @@ def test_verdict_rules(op: str, errno_name: str, expected: str) -> None:
     assert why.endswith(".") and why.count(". ") == 0  # one sentence
 
 
+def test_every_guard_tells_scan_its_verdicts() -> None:
+    """Each guard module ends in its ``SCAN`` table, and scan's verdict for every (operation, error) of every row
+    is that row's: scan restates no rule of its own."""
+    import pkgutil
+
+    from fsguard import guards
+    from fsguard.audit import scan
+
+    modules = {m.name for m in pkgutil.iter_modules(guards.__path__)}
+    assert modules == {rule.__name__.rsplit(".", 1)[-1] for rule in scan.RULES}
+    rows = [*guards.SCAN, *[row for rule in scan.RULES for row in rule.SCAN]]
+    assert all(rule.SCAN for rule in scan.RULES)
+    for row in rows:
+        assert row.verdict in (guards.ABSORBED, guards.SERIALIZE, guards.NOT_FIXABLE) and row.ops and row.errors
+        for op in row.ops:
+            for name in row.errors:
+                assert scan.verdict(op, name, staging=row.staging) == (row.verdict, row.why), (op, name)
+                if op != guards.EVERY_OP and not row.staging:  # a staging row holds only for a staging tree
+                    assert scan.verdict(op, name, staging=True)[0] in (row.verdict, guards.SERIALIZE)
+    assert sum(len(row.ops) * len(row.errors) for row in rows) == len(scan.VERDICTS)  # no row hides another
+
+
+# Where each rule absorbs, a peer of this job has just done the same: the world of that row, in a temporary
+# directory. The rule itself then decides every error its operation's rows name; it absorbs exactly those
+# the table says ``absorbed``.
+def _peer_did_it(op: str, tmp: Path) -> tuple[Any, ...]:
+    """The call's arguments, after a peer made its result moments ago."""
+    import os
+
+    if op in ("makedirs", "mkdir"):
+        (tmp / "made").mkdir()
+        return (str(tmp / "made"),)
+    if op in ("remove", "rmdir"):
+        (tmp / "gone").touch()
+        (tmp / "gone").unlink()  # its directory changed moments ago
+        return (str(tmp / "gone"),)
+    if op in ("rename", "replace"):
+        (tmp / "dst").mkdir()
+        return (str(tmp / "src"), str(tmp / "dst"))
+    if op == "symlink":
+        os.symlink("target", tmp / "link")
+        return ("target", str(tmp / "link"))
+    assert op == "link"
+    (tmp / "file").touch()
+    os.link(tmp / "file", tmp / "hard")
+    return (str(tmp / "file"), str(tmp / "hard"))
+
+
+def _decide(op: str, error: OSError, args: tuple[Any, ...]) -> Any:
+    """The guard's rule for ``op``, called as ``fsguard.patching`` calls it (the one place that knows how)."""
+    import time
+
+    from fsguard.guards import Rules, link, makedirs, mkdir, remove, rename, symlink
+
+    rule = {"makedirs": makedirs, "mkdir": mkdir, "remove": remove, "rmdir": remove, "rename": rename}
+    rule |= {"replace": rename, "symlink": symlink, "link": link}
+    return rule[op].decide(error, args, {}, Rules(0.0, 60.0, time.time() - 10, peers=True))
+
+
+@pytest.mark.parametrize("op", ["makedirs", "mkdir", "remove", "rmdir", "rename", "replace", "symlink", "link"])
+def test_each_rule_absorbs_what_its_scan_table_says(op: str, tmp_path: Path) -> None:
+    """In-process, against a real directory: scan's verdicts are what the rule does (rmtree's are its walk's)."""
+    import errno
+
+    from fsguard import guards
+    from fsguard.audit import scan
+
+    names = sorted({name for (row_op, name, _) in scan.VERDICTS if row_op in (op, guards.EVERY_OP)})
+    absorbed = []
+    for name in names:
+        case = tmp_path / name
+        case.mkdir()
+        args = _peer_did_it(op, case)
+        number = getattr(errno, name)
+        if _decide(op, OSError(number, f"[Errno {number}]", args[-1]), args).absorb:
+            absorbed.append(name)
+    assert absorbed == [name for name in names if scan.verdict(op, name)[0] == guards.ABSORBED]
+    assert absorbed  # every rule absorbs one error of a peer's duplicate
+
+
 # Ordering races outside the guarded calls (real torchrun logs, scripts/staging_race.py): rank 0 renamed the
 # staging directory while ranks 1-3 still listed or wrote into it.
 ORDERING = {

@@ -42,16 +42,6 @@ def _fold_word(match: re.Match[str]) -> str:
 # A staging or temporary tree: what a job commits with a rename (``tmp-checkpoint-5``, ``ckpt.tmp``, ``staging``).
 _STAGING = re.compile(r"(?i)(?:^|[-_.~])(?:tmp|temp|staging|partial|incomplete)(?:[-_.~]|$)|^tmp[a-z0-9_]{6,12}$")
 
-STAGING_RMTREE_WHY = (
-    "the removed tree is a staging/temporary one: when a peer commits it with a rename (rank 0's "
-    "os.rename(tmp-checkpoint, checkpoint) while other ranks clean it up), this race loses data, silently "
-    "once the error is absorbed: the removal empties the tree before the rename, or keeps unlinking inside "
-    "the renamed checkpoint. fsguard's fix, the rule 'the rename wins': FSGUARD=1 waits up to "
-    "FSGUARD_YIELD_S for a peer's rename of a fresh peer tree and stops removing a tree moved away "
-    "mid-walk (hazard record); FSGUARD_SERIALIZE=1 lets an announced rename go first with certainty. "
-    "Better still: remove the staging directory only on the rank that renames it."
-)
-
 
 def fold_component(name: str) -> str:
     if _TEMPFILE.match(name):

@@ -20,28 +20,11 @@ shared-writer bug that users filed upstream (``torch.hub.load`` on every rank, p
 is ``not fixable`` whatever call it failed in, and counts as a race, with the library's fix: fsguard may
 absorb a duplicated call inside it, but the job still fails (``tests/test_real_programs.py`` runs both).
 
-Verdicts, one per (operation, error) - the rules fsguard's guards apply, read backwards:
-
-=========================  ==============================  ===========================================
-operation                  error                           verdict
-=========================  ==============================  ===========================================
-makedirs, mkdir            EEXIST                          absorbed: a peer created it
-remove, rmdir              ENOENT                          absorbed: a peer removed it first (in a job)
-symlink                    EEXIST                          absorbed if a peer's link has the same target
-link                       EEXIST                          absorbed if a peer linked the same inode
-rename, replace, move      ENOENT                          absorbed: a peer already did the same move
-rmtree                     ENOENT                          absorbed: a peer removed it first
-rmtree of a staging tree   ENOENT, EBUSY                   serialize: may race a rename (data loss)
-rmtree                     EBUSY                           absorbed: the removal is retried, bounded
-rename, replace, move      ENOTEMPTY, EEXIST               serialize: rename onto a non-empty directory
-rmtree                     ENOTEMPTY, EEXIST               serialize: entries appeared during removal
-rmdir                      ENOTEMPTY                       not fixable: a peer wrote into it meanwhile
-any                        ESTALE                          serialize: a peer replaced it (NFS)
-makedirs                   ENOENT                          not fixable: a parent removed meanwhile
-mkdir                      ENOENT                          not fixable: missing parent
-any                        EACCES, EPERM, EROFS, EXDEV,    not fixable: a genuine error
-                           ENOTDIR, EISDIR, ENOSPC, ...
-=========================  ==============================  ===========================================
+Verdicts, one per (operation, error), are the guards' own: each rule's module ends in a ``SCAN`` table
+(``fsguard.guards.Scan``) that says which errors of its operations it absorbs, on what evidence, and which it
+re-raises; ``fsguard.guards.SCAN`` holds the errors no rule absorbs (``ESTALE``, permission, space). A row for a
+staging or temporary tree wins over the plain one (``rmtree`` of ``tmp-checkpoint-5`` may race a rename: data
+loss). An error no table names is not fixable: not a race fsguard can prove.
 
 "absorbed" means fsguard's default mode (``FSGUARD=1``) turns the crash into a record; "serialize" means
 it takes ``FSGUARD_SERIALIZE=1`` (the calls on one path run one rank at a time); "not fixable" means
@@ -65,10 +48,24 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import guards
+from ..guards import (
+    ABSORBED,
+    EVERY_OP,
+    NOT_FIXABLE,
+    SERIALIZE,
+    Scan,
+    link,
+    makedirs,
+    mkdir,
+    remove,
+    rename,
+    rmtree,
+    symlink,
+)
 from . import inputs, ordering, patterns, tables
 from .tracebacks import Frame, Reader, Traceback
 
-ABSORBED, SERIALIZE, NOT_FIXABLE = "absorbed", "serialize", "not fixable"
 VERDICT_ORDER = (SERIALIZE, ABSORBED, NOT_FIXABLE)
 MAX_PATTERNS = 50
 MAX_SEEN_KEYS = 1_000_000  # dedupe memory bound; beyond it duplicates are counted, not dropped
@@ -115,87 +112,32 @@ _ERRNO = re.compile(
     r"(?: -> (?P<b>'[^']*'|\"[^\"]*\"))?)?$"
 )
 _WRAPPED = re.compile(r"\s*(?P<type>[A-Za-z_][\w.]*Error): (?P<message>\[Errno \d+\] .*)$")
-_GENUINE = {
-    "EACCES": "permission denied: a genuine error, not a race between ranks.",
-    "EPERM": "operation not permitted: a genuine error, not a race between ranks.",
-    "EROFS": "read-only filesystem: a genuine error, not a race between ranks.",
-    "ENOSPC": "no space left on the device: a genuine error, not a race between ranks.",
-    "EDQUOT": "disk quota exceeded: a genuine error, not a race between ranks.",
-    "EXDEV": "source and destination are on different filesystems, which a rename cannot cross "
-    "(shutil.move can): a genuine error.",
-    "ENOTDIR": "a file stands where a directory is expected: a genuine error (or ranks writing different "
-    "kinds of object at one path).",
-    "EISDIR": "a directory stands where a file is expected: a genuine error (or ranks writing different "
-    "kinds of object at one path).",
-    "ENAMETOOLONG": "the path is too long: a genuine error.",
-}
 
 
-def verdict(op: str, errno_name: str | None) -> tuple[str, str]:
-    """The verdict for one operation and error, with one sentence of why (see the module docstring)."""
-    moves = ("rename", "replace", "move")
-    if errno_name == "ESTALE":
-        return SERIALIZE, (
-            "stale NFS file handle: a peer replaced or removed the path while this rank used "
-            "it; FSGUARD_SERIALIZE=1 runs the calls on it one rank at a time (check the NFS "
-            "attribute caching too)."
-        )
-    if op in ("makedirs", "mkdir") and errno_name == "EEXIST":
-        return ABSORBED, "a peer created the directory first; the default mode treats it as done."
-    if op in ("remove", "rmdir") and errno_name == "ENOENT":
-        return ABSORBED, (
-            "a peer removed it first; inside a job the default mode absorbs it when its directory changed "
-            "moments ago (a name that never existed there cannot be told apart)."
-        )
-    if op == "symlink" and errno_name == "EEXIST":
-        return ABSORBED, (
-            "a peer made the link first; the default mode absorbs it when the existing link has the very "
-            "same target (every rank refreshing one link), and raises for a link to anything else."
-        )
-    if op == "link" and errno_name == "EEXIST":
-        return ABSORBED, (
-            "a peer made the hard link first; the default mode absorbs it when the existing name is the "
-            "source's own inode, and raises for any other file."
-        )
-    if op in moves and errno_name == "ENOENT":
-        return ABSORBED, (
-            "the source was gone because a peer already made the same move; the default mode "
-            "absorbs it when the destination is there."
-        )
-    if op == "rmdir" and errno_name == "ENOTEMPTY":
-        return NOT_FIXABLE, (
-            "a peer wrote into the directory while this rank removed it by hand (ranks sharing one build or "
-            "scratch directory): give each rank its own directory, or let one rank remove it after a barrier."
-        )
-    if op == "rmtree" and errno_name == "ENOENT":
-        return ABSORBED, "a peer removed the entry (or the whole tree) first; the default mode finishes the removal."
-    if op == "rmtree" and errno_name == "EBUSY":
-        return ABSORBED, (
-            "a directory was busy (often NFS .nfsXXXX files); the default mode retries its "
-            "removal for up to FSGUARD_SETTLE_S."
-        )
-    if op in moves and errno_name in ("ENOTEMPTY", "EEXIST"):
-        return SERIALIZE, (
-            "a directory was renamed onto a non-empty one: ranks interleaved removing and "
-            "renaming it; FSGUARD_SERIALIZE=1 runs those calls one rank at a time."
-        )
-    if op == "rmtree" and errno_name in ("ENOTEMPTY", "EEXIST"):
-        return SERIALIZE, (
-            "entries appeared in the tree while it was being removed (a peer wrote or renamed "
-            "into it); FSGUARD_SERIALIZE=1 orders the removal against the peer's calls."
-        )
-    if op == "makedirs" and errno_name == "ENOENT":
-        return NOT_FIXABLE, (
-            "makedirs creates missing parents, so a parent was removed while it ran: an "
-            "ordering bug between this creation and another rank's removal."
-        )
-    if op == "mkdir" and errno_name == "ENOENT":
-        return NOT_FIXABLE, (
-            "the parent directory does not exist and os.mkdir does not create it: a genuine "
-            "error, or this rank ran before the one that creates the parent."
-        )
-    if errno_name in _GENUINE:
-        return NOT_FIXABLE, _GENUINE[errno_name]
+def _verdicts() -> dict[tuple[str, str, bool], Scan]:
+    """Every row of the guards' ``SCAN`` tables, by (operation, errno name, staging)."""
+    found: dict[tuple[str, str, bool], Scan] = {}
+    for row in (*guards.SCAN, *[row for rule in RULES for row in rule.SCAN]):
+        for key in ((op, name, row.staging) for op in row.ops for name in row.errors):
+            if key in found:
+                raise ValueError(f"two guards' SCAN rows for {key}: {found[key]} and {row}")
+            found[key] = row
+    return found
+
+
+RULES = (makedirs, mkdir, remove, rename, rmtree, symlink, link)  # fsguard/guards/*.py, each with its SCAN table
+VERDICTS = _verdicts()
+
+
+def verdict(op: str, errno_name: str | None, staging: bool = False) -> tuple[str, str]:
+    """The verdict for one operation and error (of a staging or temporary tree), with one sentence of why, from
+    the guards' ``SCAN`` tables."""
+    name = errno_name or ""
+    keys = [(op, name, True), (op, name, False)] if staging else [(op, name, False)]
+    for key in [*keys, (EVERY_OP, name, False)]:
+        row = VERDICTS.get(key)
+        if row is not None:
+            return row.verdict, row.why
     return NOT_FIXABLE, f"fsguard does not absorb {errno_name or 'this error'} from {op}: not a race it can prove."
 
 
@@ -395,15 +337,15 @@ class Findings:
         site_text = site.text() if site else "?"
         key = (op, site_text, error_type, errno_name)
         finding = self.groups.get(key)
+        staging = any(patterns.is_staging(p) for p in paths) or patterns.mentions_staging(site.source if site else "")
         if finding is None:
-            why = ("", "") if dirs else verdict(op, errno_name)
+            why = ("", "") if dirs else verdict(op, errno_name, staging)
             finding = self.groups[key] = Finding(
                 op, site, error_type, errno_name, tb.message, why[0] or NOT_FIXABLE, why[1], tb.source, tb.lineno
             )
             finding.ordering = bool(dirs)
-        staging = any(patterns.is_staging(p) for p in paths) or patterns.mentions_staging(site.source if site else "")
-        if op == "rmtree" and finding.verdict == ABSORBED and staging:
-            finding.verdict, finding.why = SERIALIZE, patterns.STAGING_RMTREE_WHY  # may race a rename: data loss
+        elif staging and not dirs:  # one staging tree among the call site's is enough for its row (rmtree's)
+            finding.verdict, finding.why = verdict(op, errno_name, staging)
         if tb.host:  # the summary's copy of a rank's traceback still tells its host
             finding.hosts.add(tb.host)
         if tb.rank is not None:

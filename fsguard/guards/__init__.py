@@ -83,3 +83,73 @@ class Rules(Frozen):
         from ..evidence import job_start_source
 
         return f"job started {time.time() - self.job_start:.1f} s ago ({job_start_source}; {self.fresh_s:g} s allowed)"
+
+
+# What ``fsguard scan`` says of a failure in the log of a job that ran without fsguard: this rule absorbs it when
+# the evidence shows a peer of the job did the same (``ABSORBED``, ``FSGUARD=1``); no rule absorbs it, but
+# serializing the calls on one path keeps it from happening (``SERIALIZE``, ``FSGUARD_SERIALIZE=1``); or fsguard
+# re-raises it, rightly (``NOT_FIXABLE``: a genuine error, or an ordering bug of the program).
+ABSORBED, SERIALIZE, NOT_FIXABLE = "absorbed", "serialize", "not fixable"
+EVERY_OP = "*"
+
+
+class Scan(Frozen):
+    """One row of a rule's ``SCAN`` table, at the end of its module, beside the rule it restates: the errors
+    (errno names) of the operations (as ``fsguard scan`` names them: ``move`` for ``shutil.move``, ``remove``
+    for ``os.unlink`` too, ``*`` for every one), given as space-separated words; the verdict; and ``why``, one
+    sentence for the person reading the scan: the evidence a run with fsguard needs. ``staging``: the row holds
+    only for a staging or temporary tree (one a peer may commit with a rename), and wins over the plain one."""
+
+    _fields = ("ops", "errors", "verdict", "why", "staging")
+    __slots__ = _fields
+    ops: tuple[str, ...]
+    errors: tuple[str, ...]
+    verdict: str
+    why: str
+    staging: bool
+
+    def __init__(self, ops: str, errors: str, verdict: str, why: str, staging: bool = False) -> None:
+        super().__init__(tuple(ops.split()), tuple(errors.split()), verdict, why, staging)
+
+
+def _genuine(errors: str, what: str) -> Scan:
+    return Scan(EVERY_OP, errors, NOT_FIXABLE, f"{what}: a genuine error, not a race between ranks.")
+
+
+# Errors no rule absorbs, whatever the operation.
+SCAN = (
+    Scan(
+        EVERY_OP,
+        "ESTALE",
+        SERIALIZE,
+        "stale NFS file handle: a peer replaced or removed the path while this rank used it; FSGUARD_SERIALIZE=1 "
+        "runs the calls on it one rank at a time (check the NFS attribute caching too).",
+    ),
+    _genuine("EACCES", "permission denied"),
+    _genuine("EPERM", "operation not permitted"),
+    _genuine("EROFS", "read-only filesystem"),
+    _genuine("ENOSPC", "no space left on the device"),
+    _genuine("EDQUOT", "disk quota exceeded"),
+    Scan(
+        EVERY_OP,
+        "EXDEV",
+        NOT_FIXABLE,
+        "source and destination are on different filesystems, which a rename cannot cross (shutil.move can): a "
+        "genuine error.",
+    ),
+    Scan(
+        EVERY_OP,
+        "ENOTDIR",
+        NOT_FIXABLE,
+        "a file stands where a directory is expected: a genuine error (or ranks writing different kinds of object "
+        "at one path).",
+    ),
+    Scan(
+        EVERY_OP,
+        "EISDIR",
+        NOT_FIXABLE,
+        "a directory stands where a file is expected: a genuine error (or ranks writing different kinds of object "
+        "at one path).",
+    ),
+    Scan(EVERY_OP, "ENAMETOOLONG", NOT_FIXABLE, "the path is too long: a genuine error."),
+)

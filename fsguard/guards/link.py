@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from .. import evidence
-from . import Rules, Verdict, absorb, reraise
+from . import ABSORBED, Rules, Scan, Verdict, absorb, reraise
 
 
 def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
@@ -43,3 +43,15 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if not rules.is_fresh(st.st_ctime):
         return reraise(f"the same inode, linked before the job ({age:.1f} s)")
     return absorb(f"the source's own inode, linked there by a peer {age:.2f} s ago, during this job", waited)
+
+
+# What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).
+SCAN = (
+    Scan(
+        "link",
+        "EEXIST",
+        ABSORBED,
+        "a peer made the hard link first; the default mode absorbs it when the existing name is the source's own "
+        "inode, and raises for any other file.",
+    ),
+)

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from .. import evidence
-from . import Rules, Verdict, absorb, reraise
+from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, absorb, reraise
 
 
 def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
@@ -77,3 +77,16 @@ def directory_in_listing(path: str) -> bool | None:
         st = evidence.lstat_or_none(path)
         kind = evidence.kind_of(st) if st is not None else None
     return None if kind is None else kind == "dir"
+
+
+# What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).
+SCAN = (
+    Scan("makedirs", "EEXIST", ABSORBED, "a peer created the directory first; the default mode treats it as done."),
+    Scan(
+        "makedirs",
+        "ENOENT",
+        NOT_FIXABLE,
+        "makedirs creates missing parents, so a parent was removed while it ran: an ordering bug between this "
+        "creation and another rank's removal.",
+    ),
+)

@@ -17,7 +17,7 @@ import errno
 from typing import Any
 
 from .. import evidence
-from . import Rules, Verdict, reraise
+from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, reraise
 from .makedirs import made_by_peer
 
 
@@ -28,3 +28,16 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if name is None:
         return reraise()
     return made_by_peer(evidence.norm(name), rules)
+
+
+# What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).
+SCAN = (
+    Scan("mkdir", "EEXIST", ABSORBED, "a peer created the directory first; the default mode treats it as done."),
+    Scan(
+        "mkdir",
+        "ENOENT",
+        NOT_FIXABLE,
+        "the parent directory does not exist and os.mkdir does not create it: a genuine error, or this rank ran "
+        "before the one that creates the parent.",
+    ),
+)

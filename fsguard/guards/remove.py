@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from .. import evidence
-from . import Rules, Verdict, absorb, reraise
+from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, absorb, reraise
 
 # Ranks of one job reach the same cleanup within seconds of each other: a directory that has not changed
 # for longer than this says nobody removed anything from it lately (settle windows longer than this count).
@@ -80,3 +80,22 @@ def _nearest_existing(missing: str) -> tuple[str, str, os.stat_result | None]:
             return missing, above, st
         missing = above
     return missing, os.path.dirname(missing), None
+
+
+# What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).
+SCAN = (
+    Scan(
+        "remove rmdir",
+        "ENOENT",
+        ABSORBED,
+        "a peer removed it first; inside a job the default mode absorbs it when its directory changed moments ago "
+        "(a name that never existed there cannot be told apart).",
+    ),
+    Scan(
+        "rmdir",
+        "ENOTEMPTY",
+        NOT_FIXABLE,
+        "a peer wrote into the directory while this rank removed it by hand (ranks sharing one build or scratch "
+        "directory): give each rank its own directory, or let one rank remove it after a barrier.",
+    ),
+)

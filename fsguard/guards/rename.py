@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from .. import evidence
-from . import Rules, Verdict, absorb, conflict, reraise
+from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, absorb, conflict, reraise
 
 # A destination whose ctime is within this many seconds of this process's own move of the same source is
 # taken as that move's result (covers coarse file timestamps and small clock offsets to a file server).
@@ -134,3 +134,23 @@ def _source_moved_under_a_stale_entry(src: str) -> bool:
         return False
     seen = evidence.look(src)
     return seen.parent_exists and not seen.present
+
+
+# What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``);
+# ``move`` is ``shutil.move``, whose rename this rule decides.
+SCAN = (
+    Scan(
+        "rename replace move",
+        "ENOENT",
+        ABSORBED,
+        "the source was gone because a peer already made the same move; the default mode absorbs it when the "
+        "destination is there.",
+    ),
+    Scan(
+        "rename replace move",
+        "ENOTEMPTY EEXIST",
+        SERIALIZE,
+        "a directory was renamed onto a non-empty one: ranks interleaved removing and renaming it; "
+        "FSGUARD_SERIALIZE=1 runs those calls one rank at a time.",
+    ),
+)

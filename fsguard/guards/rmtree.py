@@ -33,7 +33,7 @@ import stat
 from typing import Any
 
 from .. import evidence
-from . import Rules, Verdict
+from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict
 
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
 
@@ -215,3 +215,41 @@ def settle_on_vanishing(vanished: int) -> bool:
     same tree (``fsguard.rmwalk.Walk.settle``): at the first one. One vanished entry is already the evidence that
     a peer walks this tree; every further entry raced costs both ranks a metadata operation for nothing."""
     return vanished >= 1
+
+
+# What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).
+SCAN = (
+    Scan(
+        "rmtree",
+        "ENOENT",
+        ABSORBED,
+        "a peer removed the entry (or the whole tree) first; the default mode finishes the removal.",
+    ),
+    Scan(
+        "rmtree",
+        "EBUSY",
+        ABSORBED,
+        "a directory was busy (often NFS .nfsXXXX files); the default mode retries its removal for up to "
+        "FSGUARD_SETTLE_S.",
+    ),
+    Scan(
+        "rmtree",
+        "ENOTEMPTY EEXIST",
+        SERIALIZE,
+        "entries appeared in the tree while it was being removed (a peer wrote or renamed into it); "
+        "FSGUARD_SERIALIZE=1 orders the removal against the peer's calls.",
+    ),
+    Scan(
+        "rmtree",
+        "ENOENT EBUSY",
+        SERIALIZE,
+        "the removed tree is a staging/temporary one: when a peer commits it with a rename (rank 0's "
+        "os.rename(tmp-checkpoint, checkpoint) while other ranks clean it up), this race loses data, silently "
+        "once the error is absorbed: the removal empties the tree before the rename, or keeps unlinking inside "
+        "the renamed checkpoint. fsguard's fix, the rule 'the rename wins': FSGUARD=1 waits up to "
+        "FSGUARD_YIELD_S for a peer's rename of a fresh peer tree and stops removing a tree moved away "
+        "mid-walk (hazard record); FSGUARD_SERIALIZE=1 lets an announced rename go first with certainty. "
+        "Better still: remove the staging directory only on the rank that renames it.",
+        staging=True,
+    ),
+)

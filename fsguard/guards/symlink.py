@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from .. import evidence
-from . import Rules, Verdict, absorb, reraise
+from . import ABSORBED, Rules, Scan, Verdict, absorb, reraise
 
 
 def _text(value: Any) -> str:
@@ -60,3 +60,15 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     if not rules.is_fresh(made):
         return reraise(f"identical symlink older than the job ({time.time() - made:.1f} s; {rules.since()})")
     return absorb(f"identical symlink made by a peer {age:.2f} s ago, during this job", waited)
+
+
+# What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).
+SCAN = (
+    Scan(
+        "symlink",
+        "EEXIST",
+        ABSORBED,
+        "a peer made the link first; the default mode absorbs it when the existing link has the very same target "
+        "(every rank refreshing one link), and raises for a link to anything else.",
+    ),
+)

@@ -346,6 +346,28 @@ class Findings:
             finding.ordering = bool(dirs)
         elif staging and not dirs:  # one staging tree among the call site's is enough for its row (rmtree's)
             finding.verdict, finding.why = verdict(op, errno_name, staging)
+        self._count(finding, key, tb, paths, dirs)
+
+    def _add_known(self, tb: Traceback) -> bool:
+        """A traceback of a known library bug (``KNOWN_BUGS``): one not-fixable finding, counted as a race."""
+        found = known_bug(tb)
+        if found is None:
+            return False
+        bug, site = found
+        error = parse_error(tb.exception, tb.message)
+        error_type, errno_name, paths = error if error is not None else (tb.exception.rsplit(".", 1)[-1], None, [])
+        key = (bug.op, site.text(), error_type, errno_name)
+        finding = self.groups.get(key)
+        if finding is None:
+            finding = self.groups[key] = Finding(
+                bug.op, site, error_type, errno_name, tb.message, NOT_FIXABLE, bug.why, tb.source, tb.lineno
+            )
+            finding.race = True
+        self._count(finding, key, tb, paths, [])
+        return True
+
+    def _count(self, finding: Finding, key: tuple[Any, ...], tb: Traceback, paths: list[str], dirs: list[str]) -> None:
+        """One more traceback of ``finding`` (``dirs``: the missing staging directory of an ordering race)."""
         if tb.host:  # the summary's copy of a rank's traceback still tells its host
             finding.hosts.add(tb.host)
         if tb.rank is not None:
@@ -365,39 +387,6 @@ class Findings:
                 finding.paths[pattern] += 1
         if len(finding.sources) < MAX_PATTERNS:
             finding.sources.add(tb.source)
-
-    def _add_known(self, tb: Traceback) -> bool:
-        """A traceback of a known library bug (``KNOWN_BUGS``): one not-fixable finding, counted as a race."""
-        found = known_bug(tb)
-        if found is None:
-            return False
-        bug, site = found
-        error = parse_error(tb.exception, tb.message)
-        error_type, errno_name, paths = error if error is not None else (tb.exception.rsplit(".", 1)[-1], None, [])
-        key = (bug.op, site.text(), error_type, errno_name)
-        finding = self.groups.get(key)
-        if finding is None:
-            finding = self.groups[key] = Finding(
-                bug.op, site, error_type, errno_name, tb.message, NOT_FIXABLE, bug.why, tb.source, tb.lineno
-            )
-            finding.race = True
-        if tb.host:
-            finding.hosts.add(tb.host)
-        if tb.rank is not None:
-            seen = (tb.source, tb.rank, key, tb.message)
-            if seen in self._seen:
-                return True
-            if len(self._seen) < MAX_SEEN_KEYS:
-                self._seen.add(seen)
-            finding.ranks.add(tb.rank)
-        finding.count += 1
-        if paths:
-            pattern = patterns.fold_args(paths)
-            if pattern in finding.paths or len(finding.paths) < MAX_PATTERNS:
-                finding.paths[pattern] += 1
-        if len(finding.sources) < MAX_PATTERNS:
-            finding.sources.add(tb.source)
-        return True
 
     def finish(self) -> None:
         """Decide the ordering findings, now that every input is read (their evidence is in other tracebacks)."""

@@ -372,13 +372,7 @@ def collect(paths: list[str], problems: tables.Problems, collector: Collector | 
 
 def document(collector: Collector, read: int, problems: tables.Problems, status: int, version: str) -> dict[str, Any]:
     """The ``--json`` form."""
-    return {
-        "command": "report",
-        "version": version,
-        "inputs_read": read,
-        "records": collector.records,
-        "duplicates": collector.duplicates,
-        "groups": [g.as_json() for g in collector.sorted_groups()],
-        "problems": problems.as_json(),
-        "exit_status": status,
-    }
+    groups = [g.as_json() for g in collector.sorted_groups()]
+    return tables.document(
+        read, problems, status, version, records=collector.records, duplicates=collector.duplicates, groups=groups
+    )

@@ -429,14 +429,7 @@ def collect(paths: list[str], problems: tables.Problems) -> tuple[Findings, int]
 
 def document(findings: Findings, read: int, problems: tables.Problems, status: int, version: str) -> dict[str, Any]:
     """The ``--json`` form."""
-    return {
-        "command": "scan",
-        "version": version,
-        "inputs_read": read,
-        "findings": [f.as_json() for f in findings.sorted()],
-        "problems": problems.as_json(),
-        "exit_status": status,
-    }
+    return tables.document(read, problems, status, version, findings=[f.as_json() for f in findings.sorted()])
 
 
 COLUMNS = (

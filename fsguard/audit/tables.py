@@ -15,9 +15,12 @@ import textwrap
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from .._version import __version__
 from . import inputs, patterns
+
+Found = TypeVar("Found", contravariant=True)
 
 WIDTH = 80
 INDENT = "     "
@@ -173,3 +176,30 @@ class Problems:
 def exit_status(problems: Problems, found: bool) -> int:
     """2 for read errors (they hide what the input held), else 1 when something was found, else 0."""
     return 2 if problems.error else 1 if found else 0
+
+
+def document(read: int, problems: Problems, status: int, version: str, **found: Any) -> dict[str, Any]:
+    """A command's ``--json`` form: what it read, what it ``found`` (its own fields), its problems and exit status."""
+    head = {"command": problems.command, "version": version, "inputs_read": read}
+    return {**head, **found, "problems": problems.as_json(), "exit_status": status}
+
+
+class Analysis(Protocol[Found]):
+    """``fsguard.audit.report`` or ``fsguard.audit.scan``: its three output forms of what it found."""
+
+    def document(self, found: Found, read: int, problems: Problems, status: int, version: str) -> dict[str, Any]: ...
+
+    def render_markdown(self, found: Found, read: int) -> str: ...
+
+    def render_human(self, found: Found, read: int, width: int, wide: bool = False) -> str: ...
+
+
+def output(
+    analysis: Analysis[Found], found: Found, read: int, problems: Problems, status: int, args: argparse.Namespace
+) -> str:
+    """What a command prints: the form ``args`` asks for (``add_output_options``)."""
+    if args.format == "json":
+        return to_json(analysis.document(found, read, problems, status, __version__))
+    if args.format == "markdown":
+        return analysis.render_markdown(found, read)
+    return analysis.render_human(found, read, args.width, args.wide)

@@ -41,12 +41,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             print(f"fsguard report: cannot write {args.html}: {error.strerror or error}", file=sys.stderr)
             status = 2
-    if args.format == "json":
-        print(tables.to_json(report.document(collector, read, problems, status, __version__)))
-    elif args.format == "markdown":
-        print(report.render_markdown(collector, read))
-    else:
-        print(report.render_human(collector, read, args.width, args.wide))
+    print(tables.output(report, collector, read, problems, status, args))
     if written:  # on stderr beside --json, whose stdout is one JSON document
         print(f"fsguard report: HTML report in {args.html}", file=sys.stderr if args.format == "json" else sys.stdout)
     return status

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from .._version import __version__
 from ..audit import scan, tables
 
 
@@ -19,10 +18,5 @@ def run(args: argparse.Namespace) -> int:
     problems = tables.Problems("scan")
     findings, read = scan.collect(args.paths, problems)
     status = tables.exit_status(problems, findings.races > 0)
-    if args.format == "json":
-        print(tables.to_json(scan.document(findings, read, problems, status, __version__)))
-    elif args.format == "markdown":
-        print(scan.render_markdown(findings, read))
-    else:
-        print(scan.render_human(findings, read, args.width, args.wide))
+    print(tables.output(scan, findings, read, problems, status, args))
     return status

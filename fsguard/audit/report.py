@@ -36,7 +36,6 @@ from . import inputs, patterns, tables
 # Worst first: the decision that names a group, and the order of groups.
 SEVERITY = ("conflict", "hazard", "unserialized", "waited", "deferred", "yielded", "absorbed")
 ATTENTION = ("conflict", "hazard")
-MAX_PATTERNS = 50  # per group: bounded memory on a job that touched millions of distinct paths
 _ANNOUNCED = re.compile("fsguard: (?:" + "|".join(DECISIONS) + ") ")
 
 
@@ -51,17 +50,13 @@ def _severity(decision: str) -> int:
 
 
 @dataclass
-class Group:
+class Group(tables.Tally):
     """The records of one operation at one call site."""
 
     op: str
     site: dict[str, Any] | None
     site_text: str
-    count: int = 0
     decisions: Counter[str] = field(default_factory=Counter)
-    ranks: set[int] = field(default_factory=set)
-    hosts: set[str] = field(default_factory=set)
-    paths: Counter[str] = field(default_factory=Counter)
     other_paths: int = 0
     longest_wait: float = 0.0
     first: float = float("inf")
@@ -76,10 +71,7 @@ class Group:
             self.ranks.add(record.rank)
         if record.host:
             self.hosts.add(record.host)
-        pattern = _pattern(tuple(str(a) for a in record.args))
-        if pattern in self.paths or len(self.paths) < MAX_PATTERNS:
-            self.paths[pattern] += 1
-        else:
+        if not self.add_path(_pattern(tuple(str(a) for a in record.args))):
             self.other_paths += 1
         self.longest_wait = max(self.longest_wait, float(record.waited_s or 0.0))
         self.first = min(self.first, record.time)

@@ -67,7 +67,7 @@ from . import inputs, ordering, patterns, tables
 from .tracebacks import Frame, Reader, Traceback
 
 VERDICT_ORDER = (SERIALIZE, ABSORBED, NOT_FIXABLE)
-MAX_PATTERNS = 50
+MAX_PATTERNS = tables.MAX_PATTERNS
 MAX_SEEN_KEYS = 1_000_000  # dedupe memory bound; beyond it duplicates are counted, not dropped
 
 OS_ERRORS = {
@@ -189,7 +189,7 @@ def parse_error(exception: str, message: str) -> tuple[str, str | None, list[str
 
 
 @dataclass
-class Finding:
+class Finding(tables.Tally):
     """The tracebacks of one call site, operation and error."""
 
     op: str
@@ -201,10 +201,6 @@ class Finding:
     why: str
     first_source: str
     first_line: int
-    count: int = 0
-    ranks: set[int] = field(default_factory=set)
-    hosts: set[str] = field(default_factory=set)
-    paths: Counter[str] = field(default_factory=Counter)
     sources: set[str] = field(default_factory=set)
     ordering: bool = False  # a missing staging directory (``ordering.py``): decided once all inputs are read
     race: bool = False  # an ordering race that the inputs prove: counts for the exit status
@@ -382,9 +378,7 @@ class Findings:
             finding.dirs.setdefault(dirs[0], set()).add(tb.rank)
         shown = paths or dirs
         if shown:
-            pattern = patterns.fold_args(shown)
-            if pattern in finding.paths or len(finding.paths) < MAX_PATTERNS:
-                finding.paths[pattern] += 1
+            finding.add_path(patterns.fold_args(shown))
         if len(finding.sources) < MAX_PATTERNS:
             finding.sources.add(tb.source)
 

@@ -1,4 +1,5 @@
-"""Output shared by ``report`` and ``scan``: an 80-column human table, Markdown, JSON.
+"""Output shared by ``report`` and ``scan``: an 80-column human table, Markdown, JSON; and ``Tally``, what both
+count of a group.
 
 The human form is one row of short columns per group, then indented detail lines (call site, path
 pattern, a sentence of why), so that it reads at a glance in an 80-column terminal without wrapping.
@@ -13,6 +14,7 @@ import json
 import sys
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -23,11 +25,29 @@ from . import inputs, patterns
 Found = TypeVar("Found", contravariant=True)
 
 WIDTH = 80
+MAX_PATTERNS = 50  # per group: bounded memory on a job that touched millions of distinct paths
 INDENT = "     "
 LABEL = 6  # "path  ", "why   "
 # How a detail line's text is fitted: wrapped (sentences), shortened in the middle (paths), cut at the start.
 WRAP, PATH, CUT = "wrap", "path", "cut"
 Detail = tuple[str, str, str]  # (label, text, how)
+
+
+@dataclass(kw_only=True)
+class Tally:
+    """The events of one group (a call site): how many, from which ranks and hosts, on which path patterns."""
+
+    count: int = 0
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    paths: Counter[str] = field(default_factory=Counter)
+
+    def add_path(self, pattern: str) -> bool:
+        """Count ``pattern``; False when the group already holds ``MAX_PATTERNS`` others."""
+        if pattern in self.paths or len(self.paths) < MAX_PATTERNS:
+            self.paths[pattern] += 1
+            return True
+        return False
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 A rule looks at the error and the evidence and returns a ``Verdict``: absorb the failure (a peer of this
 job already did the same thing) or re-raise it unchanged. Rules never patch, lock or log: the mechanism in
-``fsguard.patching`` does that with their verdict.
+``fsguard.patching`` does that with their verdict. Each rule's module ends in its ``SCAN`` table: what
+``fsguard scan`` says of its errors in the log of a job that ran without fsguard.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What the decision rules may ask about the world: presence by the mount's fresh probe, freshness, bounded
-settle, own memory.
+waits for a peer's work to show, own memory.
 
 Shared filesystems cache lookups (``stat``, ``open``) for seconds, but a directory listing is read fresh
 from the server; so there the rules ask "is the name in its parent's listing?" before anything else, and
@@ -25,6 +25,7 @@ from .memory import norm as norm
 from .memory import own_last as own_last
 from .memory import own_last_event as own_last_event
 from .mounts import lookups_may_be_stale as lookups_may_be_stale
+from .waiting import Backoff
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
@@ -326,7 +327,7 @@ def created(path: str, st: os.stat_result) -> tuple[float, str]:
 # --- bounded waiting -----------------------------------------------------------------------------------
 
 
-def settle(probe: Callable[[], T | None], budget_s: float, where: str | None = None) -> tuple[T | None, float]:
+def wait_for_seen(probe: Callable[[], T | None], budget_s: float, where: str | None = None) -> tuple[T | None, float]:
     """Call ``probe`` with backoff (5 ms doubling to 200 ms) until it returns non-None or the budget passes.
 
     ``where``: a path whose mount bounds the budget (``fsguard.mounts.wait_budget``): nothing to wait for on a
@@ -339,12 +340,10 @@ def settle(probe: Callable[[], T | None], budget_s: float, where: str | None = N
         return result, time.monotonic() - started
     if where is not None:
         budget_s = mounts.wait_budget(os.path.dirname(where.rstrip(os.sep)) or os.curdir, budget_s)
-    delay = 0.005
-    while result is None:
-        waited = time.monotonic() - started
-        if waited >= budget_s:
-            break
-        time.sleep(min(delay, budget_s - waited))
-        delay = min(delay * 2, 0.2)
+    backoff = Backoff(budget_s, 0.005, 0.2, started=started)
+    while result is None and backoff.pause():
         result = probe()
-    return result, time.monotonic() - started
+    return result, backoff.waited()
+
+
+settle = wait_for_seen  # the rules' name for it until they call ``wait_for_seen`` (fsguard.guards)

@@ -31,6 +31,7 @@ from . import evidence
 from .guards import Rules, Verdict
 from .guards import rmtree as rule
 from .state import STATE
+from .waiting import Backoff, wait_for
 
 _RETRIES = 4
 _REMOVED_KEPT = 1000  # removed names kept per walk for a hazard record (the count is always exact)
@@ -210,7 +211,7 @@ class Walk:
         self.listed_ino: Any = _UNSET
         self.fresh_after = 0.0  # monotonic time before which no listing is read between directories
         self.checking = True  # False for a tree no peer can move meanwhile (fsguard.guards.rmtree.removal)
-        self.settle_on_vanish = False  # set by run(): stop at the first vanished entry and wait for the peer
+        self.wait_on_vanish = False  # set by run(): stop at the first vanished entry and wait for the peer
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -330,8 +331,8 @@ class Walk:
                 return
             if not is_top:
                 self.entries_gone.append(evidence.norm(path))
-                if self.settle_on_vanish and rule.settle_on_vanishing(len(self.entries_gone)):
-                    self.settle_on_vanish = False  # once per call: a resumed walk goes to its end
+                if self.wait_on_vanish and rule.settle_on_vanishing(len(self.entries_gone)):
+                    self.wait_on_vanish = False  # once per call: a resumed walk goes to its end
                     raise _Vanishing
                 return
             if func is os.rmdir:
@@ -350,25 +351,24 @@ class Walk:
     def _retry(self, path: Any, frame: Any) -> bool:
         """Remove a directory again that gained entries mid-walk, if it is still the same directory."""
         before = self._started_on(evidence.norm(path), frame)
-        for attempt in range(_RETRIES):
-            if self.waited >= self.rules.settle_s:
-                return False
-            pause = min(0.02 * (2**attempt), max(self.rules.settle_s - self.waited, 0.0))
-            time.sleep(pause)
-            self.waited += pause
-            now = evidence.lstat_or_none(evidence.norm(path))
-            if now is None:
-                self.retried.append(evidence.norm(path))
-                return True  # a peer finished it
-            if before is None or not os.path.samestat(before, now):
-                return False  # a different directory now stands there (or no telling): not ours to remove
-            failures = _Failures()
-            kwargs = {"onexc": failures.add} if self.use_onexc else {"onerror": failures.add}
-            self.remover(evidence.norm(path), **kwargs)
-            if not any(getattr(e, "errno", None) != errno.ENOENT for e in failures.seen):
-                self.retried.append(evidence.norm(path))
-                return True
-        return False
+        backoff = Backoff(self.rules.settle_s - self.waited, 0.02, 0.16, tries=_RETRIES, paused_only=True)
+        try:
+            while backoff.pause():
+                now = evidence.lstat_or_none(evidence.norm(path))
+                if now is None:
+                    self.retried.append(evidence.norm(path))
+                    return True  # a peer finished it
+                if before is None or not os.path.samestat(before, now):
+                    return False  # a different directory now stands there (or no telling): not ours to remove
+                failures = _Failures()
+                kwargs = {"onexc": failures.add} if self.use_onexc else {"onerror": failures.add}
+                self.remover(evidence.norm(path), **kwargs)
+                if not any(getattr(e, "errno", None) != errno.ENOENT for e in failures.seen):
+                    self.retried.append(evidence.norm(path))
+                    return True
+            return False
+        finally:
+            self.waited += backoff.waited()
 
     def _started_on(self, path: str, frame: Any) -> os.stat_result | None:
         """The directory the standard ``rmtree`` found at ``path`` when it started removing it, read from its
@@ -399,34 +399,30 @@ class Walk:
             self.forwarded = raised
             raise
 
-    def settle(self) -> bool:
+    def wait_for_peer_removal(self) -> bool:
         """A peer is removing this tree: wait, at most ``FSGUARD_SETTLE_S``, for its name to leave the parent's
         fresh listing, instead of racing the peer entry by entry (N ranks' walks of one tree cost N times its
         metadata operations). True when the tree went (removed, or renamed: then where), False to walk on."""
-        started = time.monotonic()
-        delay = 0.005
         ident = self.ident or self.top_st
-        try:
-            while True:
-                seen = evidence.look(self.top_norm)
-                if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
-                    if not seen.parent_exists:
-                        return False
-                    self.top_gone = "after"
-                    self.renamed_to = _find_renamed(self.top_norm, ident)
-                    return True
-                now = evidence.lstat_or_none(self.top_norm)
-                start = self.top_st or ident  # what the name showed when the call began (see ``check``)
-                if now is not None and start is not None and not os.path.samestat(now, start):
-                    self.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
-                    return True
-                waited = time.monotonic() - started
-                if waited >= self.rules.settle_s:
+        start = self.top_st or ident  # what the name showed when the call began (see ``check``)
+
+        def went() -> bool | None:
+            seen = evidence.look(self.top_norm)
+            if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
+                if not seen.parent_exists:
                     return False
-                time.sleep(min(delay, self.rules.settle_s - waited))
-                delay = min(delay * 2, 0.05)
-        finally:
-            self.waited += time.monotonic() - started
+                self.top_gone = "after"
+                self.renamed_to = _find_renamed(self.top_norm, ident)
+                return True
+            now = evidence.lstat_or_none(self.top_norm)
+            if now is not None and start is not None and not os.path.samestat(now, start):
+                self.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
+                return True
+            return None
+
+        gone, waited = wait_for(went, self.rules.settle_s, 0.005, 0.05)
+        self.waited += waited
+        return bool(gone)
 
     def verdict(self) -> Verdict | None:
         return rule.walk_verdict(
@@ -572,24 +568,20 @@ def wait_for_move(top: str, budget_s: float, pending: Callable[[], bool] | None,
 
     ``pending``: whether a peer announced a rename of ``top`` (serialized mode); while one is announced the
     wait goes on up to ``settle_s`` more. Returns ("" when it stayed, else how it went, seconds waited)."""
-    started = time.monotonic()
-    delay = 0.002
+    backoff = Backoff(budget_s, 0.002, 0.02)
     how = "(its name left the fresh listing)"
     extended = False
     while True:
         seen = evidence.look(top)
-        waited = time.monotonic() - started
         if seen.parent_exists and not seen.present:
-            return how, waited
+            return how, backoff.waited()
         if not seen.parent_exists:
-            return "", waited
+            return "", backoff.waited()
         if pending is not None and not extended and pending():
-            budget_s, extended = max(budget_s, waited + settle_s), True
+            backoff.budget_s, extended = max(backoff.budget_s, backoff.waited() + settle_s), True
             how = "(a rename announced to the serialization backend went first)"
-        if waited >= budget_s:
-            return "", waited
-        time.sleep(min(delay, budget_s - waited))
-        delay = min(delay * 2, 0.02)
+        if not backoff.pause():
+            return "", backoff.waited()
 
 
 def run(
@@ -663,14 +655,14 @@ def _run(
 
     # Only in a job with peers (a lone process has nobody to wait for), and not serialized (peers do not walk
     # the tree meanwhile).
-    walk.settle_on_vanish = serializer is None and not ignore and rules.peers
+    walk.wait_on_vanish = serializer is None and not ignore and rules.peers
     try:
         if serializer is None:
             try:
                 call()
             except _Vanishing:
-                if not walk.settle():
-                    walk.ident = None  # the same tree (settle checked): the resumed walk's open is its top again
+                if not walk.wait_for_peer_removal():
+                    walk.ident = None  # the same tree (the wait checked): the resumed walk's open is its top again
                     call()  # the peer stopped (or is slow): remove what is left, as the standard walk would
         elif not serializer.call("rmtree", [top], call_unless_announced, (), {}):
             # A peer announced a rename of this path while this process waited for the lock: give the lock

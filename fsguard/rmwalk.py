@@ -89,14 +89,11 @@ def _close(fd: int) -> None:
     os.close(fd)
 
 
-_originals = STATE.originals  # the unguarded os functions, where fsguard patched them
-
-
 def _unguarded(name: str) -> Callable[..., Any]:
     """``os.<name>`` as the standard walk would call it (a program's or a test's own replacement included),
     but never fsguard's guarded wrapper of it: this walk decides its own failures (and holds the path's lock)."""
     func: Callable[..., Any] = getattr(os, name)
-    original = _originals.get(name)
+    original = STATE.originals.get(name)  # the unguarded os function, where fsguard patched it
     if original is not None and getattr(func, "__wrapped__", None) is original:
         return original  # type: ignore[return-value]
     return func
@@ -135,15 +132,13 @@ def _os_proxy() -> types.ModuleType:
     return proxy
 
 
-_checked: tuple[Any, Callable[..., Any] | None] | None = None
-
-
 def checked(original: Any) -> Callable[..., Any] | None:
     """The standard ``rmtree`` made to use fsguard's functions, or None where ``original`` is not the
     standard library's Python ``rmtree`` (then it runs as it is, without the position checks)."""
-    global _checked
-    if _checked is not None and _checked[0] is original:
-        return _checked[1]
+    found = STATE.caches.rmtree_checked
+    if found is not None and found[0] is original:
+        checked_copy: Callable[..., Any] | None = found[1]
+        return checked_copy
     result = None
     module = getattr(original, "__globals__", None)
     if isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree":
@@ -154,7 +149,7 @@ def checked(original: Any) -> Callable[..., Any] | None:
             if isinstance(function, types.FunctionType):
                 clones[function] = _clone(function, namespace)
         result = _clone(original, namespace)
-    _checked = (original, result)
+    STATE.caches.rmtree_checked = (original, result)
     return result
 
 

@@ -56,7 +56,7 @@ def caller_handles(error: BaseException, frame: Any = None) -> dict[str, Any] | 
     try:
         start = frame if frame is not None else sys._getframe(1)
         return _search(error, start)
-    except Exception:  # noqa: BLE001 - unknown: fsguard decides as before
+    except Exception:  # noqa: BLE001 - unknown: fsguard decides as for a caller without a handler
         return None
 
 
@@ -117,8 +117,8 @@ def _pass_through() -> frozenset[Any]:
     (``exist_ok``, ``missing_ok``, ``parents``) or fall back for another reason: their caller decides.
 
     ``shutil.move`` catches ``OSError`` from ``os.rename`` to copy across filesystems; a source a peer
-    already moved would fail the copy too, so its handler decides nothing about a race: passed over, as a
-    lost race of ``shutil.move`` was absorbed before."""
+    already moved would fail the copy too, so its handler decides nothing about a race: passed over, so that a
+    lost race of ``shutil.move`` is absorbed."""
     caches = STATE.caches
     if caches.pass_through is None:
         import os

@@ -49,7 +49,7 @@ def worker(directory: str, calls: int, out: str) -> None:
     """One rank of the job: time every arm, gather the figures on rank 0, which writes them to ``out``."""
     import torch.distributed as dist
 
-    from fsguard import config, locks, runtime, state
+    from fsguard import config, locks, state
 
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -57,7 +57,9 @@ def worker(directory: str, calls: int, out: str) -> None:
     os.makedirs(target, exist_ok=True)
     assert hasattr(os.makedirs, "__wrapped__"), "fsguard is not active in the ranks"
     serializers = {
-        arm: locks.serializer(config.load(dict(os.environ, FSGUARD_SERIALIZE="1", FSGUARD_LOCK=arm)), runtime.launch)
+        arm: locks.serializer(
+            config.load(dict(os.environ, FSGUARD_SERIALIZE="1", FSGUARD_LOCK=arm)), state.STATE.launch
+        )
         for arm in ("file", "store")
     }
     samples: dict[str, list[float]] = {arm: [] for arm in ARMS}

@@ -11,7 +11,9 @@ import sys
 
 from ._warn import OFF, warn
 
-_started = False
+# Whether ``start`` ran: the one mark of process state kept outside ``fsguard.state``, because importing that
+# module (threading, collections) would cost every interpreter started with FSGUARD=1 and no launcher.
+_started: list[bool] = []
 
 
 def start() -> None:
@@ -20,10 +22,9 @@ def start() -> None:
     Python 3.15+ calls this directly from ``fsguard.start`` (the ``.pth`` line is then skipped), so the
     "off" test comes first: disabled, it costs importing this module and the package, nothing more.
     """
-    global _started
     if _started or os.environ.get("FSGUARD", "").strip().lower() in OFF:
         return
-    _started = True
+    _started.append(True)
     try:
         _start()
     except ImportError as error:

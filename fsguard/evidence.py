@@ -1,5 +1,5 @@
 """What the decision rules may ask about the world: presence by the mount's fresh probe, freshness, bounded
-settle, own memory.
+waits for a peer's work to show, own memory.
 
 Shared filesystems cache lookups (``stat``, ``open``) for seconds, but a directory listing is read fresh
 from the server; so there the rules ask "is the name in its parent's listing?" before anything else, and
@@ -25,12 +25,14 @@ from .memory import norm as norm
 from .memory import own_last as own_last
 from .memory import own_last_event as own_last_event
 from .mounts import lookups_may_be_stale as lookups_may_be_stale
+from .state import STATE
+from .waiting import Backoff
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, TypeVar
+    from typing import TypeVar
 
     T = TypeVar("T")
 
@@ -191,8 +193,6 @@ def _unescape(field: str) -> str:
 # launchers without one (srun tasks, deepspeed's pdsh fan-out, hydra's proxies) start nodes a little apart,
 # and file times come from the file server's clock: ``FSGUARD_FRESH_S`` (``Rules.is_fresh``) allows for both.
 
-_job_start: float | None = None
-job_start_source = "this process's start"
 
 # Process names (``comm``) of launchers' per-node daemons, and of slurm's step daemon.
 _LAUNCHER_DAEMONS = frozenset(
@@ -213,16 +213,13 @@ def _proc_stat(pid: int | str) -> tuple[str, int, float] | None:
         return None
 
 
-_boot: float | None = None
-
-
 def _boot_time() -> float:
-    """The wall-clock time of boot, to the microsecond, read once per process (so that every start time this
+    """The wall-clock time of boot, to the microsecond, read once per install (so that every start time this
     process computes is on one scale). Not /proc/stat's ``btime``: whole seconds, up to 1 s early."""
-    global _boot
-    if _boot is None:
-        _boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-    return _boot
+    caches = STATE.caches
+    if caches.boot_time is None:
+        caches.boot_time = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return caches.boot_time
 
 
 def _proc_start(pid: int | str) -> float | None:
@@ -264,8 +261,8 @@ def job_start(launched: bool) -> float:
     inside a launch, the start of the nearest launcher ancestor (see above); without one it can see (a PID
     namespace, an unknown launcher), ``SLURM_JOB_START_TIME``, else its parent's start; outside a launch
     (``FSGUARD=force``), this process's own start."""
-    global _job_start, job_start_source
-    if _job_start is None:
+    found = STATE.caches.job_start
+    if found is None:
         own = _proc_start("self")
         start, source = (own, "this process's start") if own is not None else (time.time(), "fsguard's start")
         if launched:
@@ -278,19 +275,24 @@ def job_start(launched: bool) -> float:
                 source, start = "SLURM_JOB_START_TIME", min(start, float(slurm))
             elif parent is not None:
                 source, start = "the parent process's start", min(start, parent)
-        _job_start, job_start_source = start, source
-    return _job_start
+        found = STATE.caches.job_start = (start, source)
+    return found[0]
 
 
-_statx: Any = None  # libc's statx (glibc 2.28+), False where there is none
+def __getattr__(name: str) -> str:
+    """``job_start_source``: how ``job_start`` found the job's start ("this process's start" before it was asked)."""
+    if name == "job_start_source":
+        found = STATE.caches.job_start
+        return "this process's start" if found is None else found[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def birth_time(path: str) -> float | None:
     """When the file at ``path`` (not following a final symlink) was created: ``statx``'s ``btime``, where
     the filesystem keeps it (ext4, xfs, btrfs, tmpfs, ...; NFS and many FUSE filesystems do not); None
     where it is not known. Called on the failure path only (ctypes is imported here, not at startup)."""
-    global _statx
-    if _statx is None:
+    caches = STATE.caches  # statx: libc's (glibc 2.28+) and a buffer maker, False where there is none
+    if caches.statx is None:
         try:
             import ctypes
 
@@ -298,12 +300,12 @@ def birth_time(path: str) -> float | None:
             function = libc.statx
             function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
             function.restype = ctypes.c_int
-            _statx = (function, ctypes.create_string_buffer)
+            caches.statx = (function, ctypes.create_string_buffer)
         except (AttributeError, OSError, ImportError):
-            _statx = False
-    if not _statx:
+            caches.statx = False
+    if not caches.statx:
         return None
-    function, buffer = _statx
+    function, buffer = caches.statx
     out = buffer(256)  # struct statx
     at_fdcwd, at_symlink_nofollow, statx_btime = -100, 0x100, 0x800
     if function(at_fdcwd, os.fsencode(path), at_symlink_nofollow, statx_btime, out) != 0:
@@ -326,7 +328,7 @@ def created(path: str, st: os.stat_result) -> tuple[float, str]:
 # --- bounded waiting -----------------------------------------------------------------------------------
 
 
-def settle(probe: Callable[[], T | None], budget_s: float, where: str | None = None) -> tuple[T | None, float]:
+def wait_for_seen(probe: Callable[[], T | None], budget_s: float, where: str | None = None) -> tuple[T | None, float]:
     """Call ``probe`` with backoff (5 ms doubling to 200 ms) until it returns non-None or the budget passes.
 
     ``where``: a path whose mount bounds the budget (``fsguard.mounts.wait_budget``): nothing to wait for on a
@@ -339,12 +341,10 @@ def settle(probe: Callable[[], T | None], budget_s: float, where: str | None = N
         return result, time.monotonic() - started
     if where is not None:
         budget_s = mounts.wait_budget(os.path.dirname(where.rstrip(os.sep)) or os.curdir, budget_s)
-    delay = 0.005
-    while result is None:
-        waited = time.monotonic() - started
-        if waited >= budget_s:
-            break
-        time.sleep(min(delay, budget_s - waited))
-        delay = min(delay * 2, 0.2)
+    backoff = Backoff(budget_s, 0.005, 0.2, started=started)
+    while result is None and backoff.pause():
         result = probe()
-    return result, time.monotonic() - started
+    return result, backoff.waited()
+
+
+settle = wait_for_seen  # the rules' name for it until they call ``wait_for_seen`` (fsguard.guards)

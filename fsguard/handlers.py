@@ -33,6 +33,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from .state import STATE
+
 # Handlers of these classes (and bare ``except``) count only in the immediate caller's frame.
 BROAD: tuple[type[BaseException], ...] = (BaseException, Exception, OSError)
 DEPTH = 8  # frames looked at: the immediate caller and those above it (the standard library's not counted)
@@ -44,9 +46,7 @@ _CACHE_SIZE = 2048
 # A layer of handling, innermost first. ("except", [(instructions or ast node, label, fate), ...]),
 # ("bare", label, fate), ("suppress", (instructions or ast node), label), ("unknown", why). A handler's fate:
 # "raise" (every path raises), "swallow" (a path leaves it normally), "retry" (and goes back round a loop).
-_Layer = tuple[Any, ...]
-_cache: dict[tuple[Any, int], list[_Layer]] = {}
-_passing: frozenset[Any] | None = None
+_Layer = tuple[Any, ...]  # kept per (code, position) in ``STATE.caches.handler_layers``
 
 
 def caller_handles(error: BaseException, frame: Any = None) -> dict[str, Any] | None:
@@ -56,14 +56,14 @@ def caller_handles(error: BaseException, frame: Any = None) -> dict[str, Any] | 
     try:
         start = frame if frame is not None else sys._getframe(1)
         return _search(error, start)
-    except Exception:  # noqa: BLE001 - unknown: fsguard decides as before
+    except Exception:  # noqa: BLE001 - unknown: fsguard decides as for a caller without a handler
         return None
 
 
 def _search(error: BaseException, frame: Any) -> dict[str, Any] | None:
-    from .runtime import _site_dirs
+    from .runtime import site_dirs
 
-    own, applications, _, _ = _site_dirs()
+    own, applications, _, _ = site_dirs()
     passing = _pass_through()
     depth = 0
     while frame is not None and depth < DEPTH:
@@ -117,10 +117,10 @@ def _pass_through() -> frozenset[Any]:
     (``exist_ok``, ``missing_ok``, ``parents``) or fall back for another reason: their caller decides.
 
     ``shutil.move`` catches ``OSError`` from ``os.rename`` to copy across filesystems; a source a peer
-    already moved would fail the copy too, so its handler decides nothing about a race: passed over, as a
-    lost race of ``shutil.move`` was absorbed before."""
-    global _passing
-    if _passing is None:
+    already moved would fail the copy too, so its handler decides nothing about a race: passed over, so that a
+    lost race of ``shutil.move`` is absorbed."""
+    caches = STATE.caches
+    if caches.pass_through is None:
         import os
         import pathlib
         import shutil
@@ -138,8 +138,8 @@ def _pass_through() -> frozenset[Any]:
             code = getattr(function, "__code__", None)
             if code is not None:
                 codes.add(code)
-        _passing = frozenset(codes)
-    return _passing
+        caches.pass_through = frozenset(codes)
+    return caches.pass_through
 
 
 def _in_frame(error: BaseException, frame: Any, immediate: bool) -> dict[str, Any] | None:
@@ -147,15 +147,16 @@ def _in_frame(error: BaseException, frame: Any, immediate: bool) -> dict[str, An
     code = frame.f_code
     position = frame.f_lasti if sys.version_info >= (3, 11) else frame.f_lineno
     key = (code, position)
-    layers = _cache.get(key)
+    cache: dict[tuple[Any, int], list[_Layer]] = STATE.caches.handler_layers
+    layers = cache.get(key)
     if layers is None:
         if sys.version_info >= (3, 11):
             layers = _bytecode_layers(code, position)
         else:
             layers = _source_layers(code, frame.f_lineno, frame.f_globals)
-        if len(_cache) >= _CACHE_SIZE:
-            _cache.clear()
-        _cache[key] = layers
+        if len(cache) >= _CACHE_SIZE:
+            cache.clear()
+        cache[key] = layers
     for layer in layers:
         kind = layer[0]
         if kind == "unknown":
@@ -326,7 +327,8 @@ def _helper_suppresses(callee: Any, args: tuple[Any, ...]) -> Any:
     if len(yields) != 1:
         return None
     key = (code, -1 - yields[0][0])
-    layers = _cache.get(key)
+    cache: dict[tuple[Any, int], list[_Layer]] = STATE.caches.handler_layers
+    layers = cache.get(key)
     if layers is None:
         if sys.version_info >= (3, 11):
             layers = _bytecode_layers(code, yields[0][0])
@@ -334,7 +336,7 @@ def _helper_suppresses(callee: Any, args: tuple[Any, ...]) -> Any:
             layers = _source_layers(code, yields[0][1], generator.__globals__)
         else:
             return None
-        _cache[key] = layers
+        cache[key] = layers
     # The helper's names: its arguments as called, its module's globals, its closure.
     count = code.co_argcount + code.co_kwonlyargcount
     bound: dict[str, Any] = dict(zip(code.co_varnames[: code.co_argcount], args, strict=False))
@@ -608,8 +610,6 @@ def _with_call(
 
 # --- 3.10: the source's ast ---------------------------------------------------------------------------------
 
-_trees: dict[str, Any] = {}
-
 
 def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
     import ast
@@ -620,15 +620,16 @@ def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
     if not lines:
         return [("unknown", "no source")]
     text = "".join(lines)
-    tree = _trees.get(code.co_filename)
+    trees = STATE.caches.source_trees
+    tree = trees.get(code.co_filename)
     if tree is None or tree[0] != text:
         try:
             tree = (text, ast.parse(text))
         except (SyntaxError, ValueError):
             return [("unknown", "source does not parse")]
-        if len(_trees) > 256:
-            _trees.clear()
-        _trees[code.co_filename] = tree
+        if len(trees) > 256:
+            trees.clear()
+        trees[code.co_filename] = tree
     chain: list[Any] = []
     looped: set[int] = set()  # the ``try`` statements inside a loop of the same function
     loop = False

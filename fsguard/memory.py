@@ -217,17 +217,19 @@ def _is_dir(path: str) -> bool:
         return False
 
 
-_index = _Index()
-# Decisions of several threads index and read together; the happy path never takes this lock.
-_index_lock = threading.Lock()
+def _index() -> _Index:
+    """The index of this process's remembered calls (``STATE.index``, made at the first decision that asks)."""
+    index = state.STATE.index
+    if index is None:
+        index = state.STATE.index = _Index()
+    return index  # type: ignore[no-any-return]
 
 
 @state.at_fork
 def _after_fork_in_child() -> None:
-    global _index_lock
-    if _index_lock.locked():  # another thread was bringing it up to date: start again from the deques
-        _index.forget()
-    _index_lock = threading.Lock()  # a fork while another thread decided must not leave it held forever
+    if state.STATE.index_lock.locked():  # another thread was bringing it up to date: start again from the deques
+        _index().forget()
+    state.STATE.index_lock = threading.Lock()  # a fork while another thread decided must not leave it held forever
 
 
 def own_last(path: str, *, within: bool = False) -> Event | None:
@@ -239,9 +241,10 @@ def own_last(path: str, *, within: bool = False) -> Event | None:
     found it there. ``moved-away``/``removed``: it, or a directory above it, was renamed away / removed by
     rmtree, remove, unlink or rmdir.
     """
-    with _index_lock:
-        _index.update()
-        return _index.last_event(path.rstrip(os.sep) or os.sep, within)
+    with state.STATE.index_lock:  # the happy path never takes this lock
+        index = _index()
+        index.update()
+        return index.last_event(path.rstrip(os.sep) or os.sep, within)
 
 
 def own_last_event(path: str, *, within: bool = False) -> str | None:

@@ -94,9 +94,6 @@ _FD_KEYWORDS = ("dir_fd", "src_dir_fd", "dst_dir_fd")
 _STDLIB_CALLERS = frozenset(("os", "shutil", "tempfile"))
 _PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method -> its "that is fine" flag
 
-_originals = STATE.originals  # one dict for the life of the process (STATE.reset empties it in place)
-
-
 if TYPE_CHECKING:
     _Wrapper = wrapt.FunctionWrapper[Any, Any]
 else:  # older wrapt releases are not subscriptable at run time
@@ -176,7 +173,7 @@ def _inside_makedirs() -> bool:
     call is guarded too; its ``FileExistsError`` is caught by the outer standard makedirs, which goes on.
     Deciding (and recording) it here would only add a record for a failure nobody sees.
     """
-    code = getattr(_originals.get("makedirs"), "__code__", None)
+    code = getattr(STATE.originals.get("makedirs"), "__code__", None)
     frame: Any = sys._getframe(2)  # callers of _decide: guarded_call, then the wrapper (and a serializer)
     for _ in range(6):
         if frame is None:
@@ -247,13 +244,10 @@ def _caller_handler(error: BaseException) -> dict[str, Any] | None:
         return handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
 
 
-_failed_rules: set[str] = set()
-
-
 def _rule_failed(op: str, failure: Exception) -> None:
     """One line on stderr, once per operation, when its rule raised (the caller's error is re-raised)."""
-    if op not in _failed_rules:
-        _failed_rules.add(op)
+    if op not in STATE.caches.failed_rules:
+        STATE.caches.failed_rules.add(op)
         try:
             from ._warn import warn
         except ImportError:  # nothing importable any more (dropped privileges): the original error, silently
@@ -301,7 +295,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     passes_fds = op in _FAMILY
     # mkdir: the standard makedirs' own call, whose FileExistsError it settles itself (exist_ok, or its
     # decided re-raise), goes straight back to it: told by its caller's code object, one frame up.
-    std_makedirs = getattr(_originals.get("makedirs", os.makedirs), "__code__", None) if op == "mkdir" else None
+    std_makedirs = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if op == "mkdir" else None
     getframe = sys._getframe
     found_here = _found
     makes_one = op in ("mkdir", "makedirs")
@@ -434,7 +428,7 @@ def _makedirs_exist_ok(makedirs: Callable[..., Any], args: tuple[Any, ...], kwar
         makedirs(*args, **kwargs)  # the standard makedirs says what is missing
         return False
     try:
-        _originals.get("mkdir", os.mkdir)(name, mode)
+        STATE.originals.get("mkdir", os.mkdir)(name, mode)
         return True
     except FileExistsError:
         existed = True
@@ -514,7 +508,7 @@ def _rmtree_wrapper() -> Callable[..., Any]:
 def install(ops: Iterable[str] | None = None, settings: config.Settings | None = None) -> list[str]:
     """Wrap the named operations in place (default: all). Returns the names patched after the call."""
     with STATE.lock:
-        if not _originals:
+        if not STATE.originals:
             STATE.settings = settings or config.load(os.environ)
             STATE.launch = launcher.detect(os.environ)
         if STATE.settings.serialize and STATE.serializer is None:
@@ -522,12 +516,12 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
         wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in config.ALL_OPS]
         for op in wanted:
             for target in (op, *_ALSO.get(op, ())):
-                if target in _originals:
+                if target in STATE.originals:
                     continue
                 module, attribute, qualified = TARGETS[target]
                 original = getattr(module, attribute)
                 wrapper = _rmtree_wrapper() if op == "rmtree" else _path_wrapper(op)
-                _originals[target] = original
+                STATE.originals[target] = original
                 guarded = GuardedFunction(original, wrapper, qualified)
                 setattr(module, attribute, guarded)
                 _swap_in_pathlib(original, guarded)
@@ -538,13 +532,13 @@ def uninstall(ops: Iterable[str] | None = None) -> None:
     """Put back the exact original objects of the named operations (default: all). With none left patched,
     the process state is back to "never installed" (settings, launch, serializer, rules)."""
     with STATE.lock:
-        for op in list(_originals) if ops is None else [t for name in ops for t in (name, *_ALSO.get(name, ()))]:
-            original = _originals.pop(op, None)
+        for op in list(STATE.originals) if ops is None else [t for name in ops for t in (name, *_ALSO.get(name, ()))]:
+            original = STATE.originals.pop(op, None)
             if original is not None:
                 module, attribute, _ = TARGETS[op]
                 _swap_in_pathlib(getattr(module, attribute), original)
                 setattr(module, attribute, original)
-        if not _originals:
+        if not STATE.originals:
             STATE.reset()
 
 
@@ -559,13 +553,13 @@ def _swap_in_pathlib(old: Any, new: Any) -> None:
 
 
 def installed() -> list[str]:
-    return [op for op in config.ALL_OPS if op in _originals]
+    return [op for op in config.ALL_OPS if op in STATE.originals]
 
 
 def original(op: str) -> Any:
     """The unpatched function of an operation, patched or not."""
-    if op in _originals:
-        return _originals[op]
+    if op in STATE.originals:
+        return STATE.originals[op]
     module, attribute, _ = TARGETS[op]
     return getattr(module, attribute)
 

@@ -175,45 +175,35 @@ def parse_line(line: str) -> Record | None:
 
 # --- emitting ---------------------------------------------------------------------------------------------
 
-_lock = threading.RLock()  # around each record's writing; held across a fork (see _before_fork)
-_logger: logging.Logger | None = None
-_handler: logging.StreamHandler[Any] | None = None  # fsguard's own stderr handler
-_propagate_before = True  # the logger's propagate before fsguard's handler was attached
-_jsonl: tuple[int, Any] | None = None  # (pid, open file)
-_jsonl_failed = False
-_inherited: list[Any] = []  # a forked child's copies of its parent's file: kept, never flushed or closed
-
 
 @state.at_fork
 def _after_fork_in_child() -> None:
     """Fresh lock; the parent's open file is left alone (closing it would flush the parent's buffer here,
     or wait forever on its buffer's lock): the child opens its own on its first record."""
-    global _lock, _jsonl, _held_for_fork
-    _lock = threading.RLock()
-    _held_for_fork = False
-    _LIMITER.sites.clear()  # the parent's counts are the parent's to report
-    if _jsonl is not None:
-        _inherited.append(_jsonl[1])
-        _jsonl = None
+    writer = state.STATE.writer
+    writer.lock = threading.RLock()
+    writer.held_for_fork = False
+    _limiter().sites.clear()  # the parent's counts are the parent's to report
+    if writer.jsonl is not None:
+        writer.inherited.append(writer.jsonl[1])
+        writer.jsonl = None
 
 
 FORK_WAIT_S = 5.0
-_held_for_fork = False
 
 
 def _before_fork() -> None:
     """Let a record being written finish before the fork: a thread writing to stderr holds ``sys.stderr``'s
     own buffer lock, which no reset can give back in the child (its next write to stderr would wait forever).
     Bounded: after ``FORK_WAIT_S`` the fork goes on without it."""
-    global _held_for_fork
-    _held_for_fork = _lock.acquire(timeout=FORK_WAIT_S)
+    state.STATE.writer.held_for_fork = state.STATE.writer.lock.acquire(timeout=FORK_WAIT_S)
 
 
 def _after_fork_in_parent() -> None:
-    global _held_for_fork
-    if _held_for_fork:
-        _held_for_fork = False
-        _lock.release()
+    writer = state.STATE.writer
+    if writer.held_for_fork:
+        writer.held_for_fork = False
+        writer.lock.release()
 
 
 # The one hook besides fsguard.state's: registered here, after ``logging`` (imported above) registered its own,
@@ -240,30 +230,29 @@ def _get_logger(stderr: bool) -> logging.Logger:
 
     An application that sets ``propagate`` while fsguard's handler is attached gets what it asked for: the
     line from fsguard's handler and from the handlers above. The logger's level is set to INFO on first use
-    unless the application set one. Callers hold ``_lock``; errors are ``emit``'s to catch.
+    unless the application set one. Callers hold the writer's lock; errors are ``emit``'s to catch.
     """
-    global _logger, _handler, _propagate_before
-
-    if _logger is None or _handler is None:
-        logger = logging.getLogger("fsguard")
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.INFO)
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        _logger, _handler = logger, handler
-    logger, handler = _logger, _handler
+    writer = state.STATE.writer
+    if writer.logger is None or writer.handler is None:
+        writer.logger = logging.getLogger("fsguard")
+        if writer.logger.level == logging.NOTSET:
+            writer.logger.setLevel(logging.INFO)
+        writer.handler = logging.StreamHandler(sys.stderr)
+        writer.handler.setFormatter(logging.Formatter("%(message)s"))
+    logger: logging.Logger = writer.logger
+    handler: logging.StreamHandler[Any] = writer.handler
     attached = handler in logger.handlers
     wanted = stderr and all(h is handler for h in logger.handlers)
     if wanted:
         handler.setStream(sys.stderr)  # the current one: it may have been replaced since
         if not attached:
-            _propagate_before = logger.propagate
+            writer.propagate_before = logger.propagate
             logger.addHandler(handler)
             logger.propagate = False
     elif attached:
         logger.removeHandler(handler)
         if not logger.propagate:
-            logger.propagate = _propagate_before
+            logger.propagate = writer.propagate_before
     return logger
 
 
@@ -275,19 +264,18 @@ def jsonl_path(log_dir: str, host: str, rank: int | None, pid: int) -> str:
 
 
 def _write_jsonl(record: Record, log_dir: str) -> None:
-    global _jsonl, _jsonl_failed
-    if _jsonl_failed:
+    if state.STATE.writer.jsonl_failed:
         return
     try:
-        if _jsonl is None or _jsonl[0] != os.getpid():
+        if state.STATE.writer.jsonl is None or state.STATE.writer.jsonl[0] != os.getpid():
             os.makedirs(log_dir, exist_ok=True)
             path = jsonl_path(log_dir, record.host, record.rank, record.pid)
-            _jsonl = (os.getpid(), open(path, "a", encoding="utf-8"))  # noqa: SIM115 - one per process
-        stream = _jsonl[1]
+            state.STATE.writer.jsonl = (os.getpid(), open(path, "a", encoding="utf-8"))  # noqa: SIM115 - one per process
+        stream = state.STATE.writer.jsonl[1]
         stream.write(record.to_json() + "\n")
         stream.flush()
     except OSError as error:
-        _jsonl_failed = True
+        state.STATE.writer.jsonl_failed = True
         _warn(f"cannot write records to FSGUARD_LOG={log_dir!r} ({error.strerror or error}); logging to stderr only")
 
 
@@ -295,17 +283,17 @@ def emit(record: Record, *, stderr: bool = True, log_dir: str | None = None) -> 
     """Write a record to the per-process file (every record) and to the logger (rate-limited per call site
     and decision: ``_Limiter``). Never raises into the caller."""
     try:
-        with _lock:
+        with state.STATE.writer.lock:
             if log_dir:
                 _write_jsonl(record, log_dir)
-            for shown in _LIMITER.admit(record):
+            for shown in _limiter().admit(record):
                 _log(shown, stderr)
     except Exception as error:  # noqa: BLE001 - logging must never break the guarded call
         _warn(f"could not write a record ({type(error).__name__}: {error})")
 
 
 def _log(record: Record, stderr: bool) -> None:
-    """One record's line through the ``fsguard`` logger's handlers. Callers hold ``_lock``.
+    """One record's line through the ``fsguard`` logger's handlers. Callers hold the writer's lock.
 
     While fsguard's own handler is the writer, the line is handed to that handler directly: an application's
     ``logging.config.dictConfig`` (whose default ``disable_existing_loggers`` disables the ``fsguard`` logger
@@ -314,7 +302,7 @@ def _log(record: Record, stderr: bool) -> None:
     the ``fsguard`` logger, the logger is used as configured (disabled or not)."""
     logger = _get_logger(stderr)
     level = logging.WARNING if record.decision in ("hazard", "conflict") else logging.INFO
-    handler = _handler
+    handler = state.STATE.writer.handler
     if handler is not None and handler in logger.handlers:
         if level >= logger.getEffectiveLevel():
             handler.handle(logger.makeRecord(logger.name, level, __file__, 0, record.to_line(), (), None))
@@ -379,14 +367,19 @@ def _with_more(record: Record, more: int) -> Record:
     return from_dict(fields)
 
 
-_LIMITER = _Limiter()
+def _limiter() -> _Limiter:
+    """The process's limiter (made with the first record)."""
+    if state.STATE.writer.limiter is None:
+        state.STATE.writer.limiter = _Limiter()
+    limiter: _Limiter = state.STATE.writer.limiter
+    return limiter
 
 
 def _say_held_back() -> None:
     """At the end of the process: the lines held back, one per site (the JSONL file has them all)."""
     try:
-        with _lock:
-            for record in _LIMITER.held_back():
+        with state.STATE.writer.lock:
+            for record in _limiter().held_back():
                 _log(record, state.STATE.settings.stderr)
     except Exception:  # noqa: BLE001 - interpreter shutdown: nothing to report to
         pass

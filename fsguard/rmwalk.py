@@ -31,6 +31,7 @@ from . import evidence
 from .guards import Rules, Verdict
 from .guards import rmtree as rule
 from .state import STATE
+from .waiting import Backoff, wait_for
 
 _RETRIES = 4
 _REMOVED_KEPT = 1000  # removed names kept per walk for a hazard record (the count is always exact)
@@ -40,62 +41,63 @@ _local = threading.local()
 class _Moved(BaseException):
     """The tree is no longer at its path: stop the walk (not an ``OSError``: no handler of the walk sees it)."""
 
+    def __init__(self, renamed_to: str | None) -> None:
+        super().__init__(renamed_to)
+        self.renamed_to = renamed_to  # where a peer renamed it within its parent, if that could be found
+
 
 class _Vanishing(BaseException):
     """Entries vanish under the walk: a peer is removing the same tree. Stop walking (and wait for it)."""
 
 
-def _current() -> Walk | None:
-    walks: list[Walk] | None = getattr(_local, "walks", None)
-    return walks[-1] if walks else None
+def _current() -> _Position | None:
+    positions: list[_Position] | None = getattr(_local, "positions", None)
+    return positions[-1] if positions else None
 
 
 # --- fsguard's three filesystem functions, used by the standard rmtree code in place of os's -------------
 
 
 def _open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
-    walk = _current()
-    if walk is not None:
-        walk.check(boundary=True)  # entering a directory: once per directory
+    position = _current()
+    if position is not None:
+        position.check(boundary=True)  # entering a directory: once per directory
     fd = os.open(path, flags, mode, dir_fd=dir_fd)
-    if walk is not None:
-        walk.opened(fd, path, dir_fd)
+    if position is not None:
+        position.opened(fd, path, dir_fd)
     return fd
 
 
 def _unlink(path: Any, *, dir_fd: int | None = None) -> None:
-    walk = _current()
-    if walk is not None:
-        walk.check(boundary=False)
+    position = _current()
+    if position is not None:
+        position.check(boundary=False)
     _unguarded("unlink")(path, dir_fd=dir_fd)
-    if walk is not None:
-        walk.removed(path, dir_fd)
+    if position is not None:
+        position.removed(path, dir_fd)
 
 
 def _rmdir(path: Any, *, dir_fd: int | None = None) -> None:
-    walk = _current()
-    if walk is not None:
-        walk.check(boundary=dir_fd is None)  # the top (or a retried directory): confirm with a fresh listing
+    position = _current()
+    if position is not None:
+        position.check(boundary=dir_fd is None)  # the top (or a retried directory): confirm with a fresh listing
     _unguarded("rmdir")(path, dir_fd=dir_fd)
-    if walk is not None:
-        walk.removed(path, dir_fd)
+    if position is not None:
+        position.removed(path, dir_fd)
 
 
 def _close(fd: int) -> None:
-    walk = _current()
-    if walk is not None:
-        walk.closed(fd)
+    position = _current()
+    if position is not None:
+        position.closed(fd)
     os.close(fd)
-
-
-_originals = STATE.originals  # the unguarded os functions, where fsguard patched them
 
 
 def _unguarded(name: str) -> Callable[..., Any]:
     """``os.<name>`` as the standard walk would call it (a program's or a test's own replacement included),
     but never fsguard's guarded wrapper of it: this walk decides its own failures (and holds the path's lock)."""
     func: Callable[..., Any] = getattr(os, name)
-    original = _originals.get(name)
+    original = STATE.originals.get(name)  # the unguarded os function, where fsguard patched it
     if original is not None and getattr(func, "__wrapped__", None) is original:
         return original  # type: ignore[return-value]
     return func
@@ -134,15 +136,13 @@ def _os_proxy() -> types.ModuleType:
     return proxy
 
 
-_checked: tuple[Any, Callable[..., Any] | None] | None = None
-
-
 def checked(original: Any) -> Callable[..., Any] | None:
     """The standard ``rmtree`` made to use fsguard's functions, or None where ``original`` is not the
     standard library's Python ``rmtree`` (then it runs as it is, without the position checks)."""
-    global _checked
-    if _checked is not None and _checked[0] is original:
-        return _checked[1]
+    found = STATE.caches.rmtree_checked
+    if found is not None and found[0] is original:
+        checked_copy: Callable[..., Any] | None = found[1]
+        return checked_copy
     result = None
     module = getattr(original, "__globals__", None)
     if isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree":
@@ -153,7 +153,7 @@ def checked(original: Any) -> Callable[..., Any] | None:
             if isinstance(function, types.FunctionType):
                 clones[function] = _clone(function, namespace)
         result = _clone(original, namespace)
-    _checked = (original, result)
+    STATE.caches.rmtree_checked = (original, result)
     return result
 
 
@@ -169,40 +169,20 @@ def _clone(function: types.FunctionType, namespace: dict[str, Any]) -> types.Fun
 # --- one walk ------------------------------------------------------------------------------------------
 
 
-class Walk:
-    """One guarded ``rmtree`` call: fsguard's error handler, and the position of the tree it removes."""
+class _Position:
+    """Where the tree being removed is: its top's name and identity, the directories the walk holds open, and
+    what the walk removed from it. The walk's filesystem functions (``_open``, ``_unlink``, ``_rmdir``,
+    ``_close``) report to it and ask it, through ``check``, whether the tree is still at its path."""
 
-    def __init__(
-        self,
-        remover: Callable[..., Any],
-        top: Any,
-        rules: Rules,
-        use_onexc: bool,
-        onerror: Callable[..., Any] | None,
-        onexc: Callable[..., Any] | None,
-    ) -> None:
-        self.remover = remover
-        self.top = top
-        self.top_norm = evidence.norm(top)
+    def __init__(self, top: str) -> None:
+        self.top = top  # normalised
         # The top as it is before the walk (one lstat per guarded call; None if it cannot be read: rmtree
         # will say why): whether to wait for a peer, and which directory "the tree" is for a retry.
-        self.top_st = _lstat_quietly(self.top_norm)
-        self.rules = rules
-        self.use_onexc = use_onexc
-        self.user_onerror = onerror
-        self.user_onexc = onexc
-        self.entries_gone: list[str] = []
-        self.retried: list[str] = []
-        self.waited = 0.0
-        self.top_gone: str | None = None  # "before" or "after" the walk
-        self.renamed_to: str | None = None
-        self.first_error: BaseException | None = None
-        self.forwarded: BaseException | None = None  # what escaped _forward: the caller's, never absorbed
-        # Position of the tree, from the walk's own open of the top.
-        self.ident: os.stat_result | None = None
+        self.top_st = _lstat_quietly(top)
+        self.ident: os.stat_result | None = None  # the walk's own open of the top (fstat)
         self.top_fd: int | None = None
-        self.dirs: dict[int, str] = {}
-        self.removed_names: list[str] = []
+        self.dirs: dict[int, str] = {}  # descriptor -> the directory the walk opened there
+        self.removed_names: list[str] = []  # the first ``_REMOVED_KEPT``, for a hazard record
         self.removed_count = 0
         # Whether this mount may answer lookups from a cache (then every check also reads a fresh listing),
         # and the inode number the listing gave the top's name at the first check (None: not listed then).
@@ -210,18 +190,28 @@ class Walk:
         self.listed_ino: Any = _UNSET
         self.fresh_after = 0.0  # monotonic time before which no listing is read between directories
         self.checking = True  # False for a tree no peer can move meanwhile (fsguard.guards.rmtree.removal)
-        self.settle_on_vanish = False  # set by run(): stop at the first vanished entry and wait for the peer
+
+    def identity(self) -> os.stat_result | None:
+        """The top's identity: from the walk's own open of it, else from the lstat before the walk."""
+        return self.ident or self.top_st
+
+    def is_tree(self) -> bool:
+        """Whether the top was a directory before the walk (a rename can only take a tree away)."""
+        return self.top_st is not None and stat.S_ISDIR(self.top_st.st_mode)
+
+    def restart(self) -> None:
+        """The walk starts again on the same tree: its next open is the top's again."""
+        self.ident = None
 
     @contextmanager
     def active(self) -> Iterator[None]:
-        walks = _local.__dict__.setdefault("walks", [])
-        walks.append(self)
+        """The walk's filesystem functions report to this position while the block runs (in this thread)."""
+        positions = _local.__dict__.setdefault("positions", [])
+        positions.append(self)
         try:
             yield
         finally:
-            walks.pop()
-
-    # --- position --------------------------------------------------------------------------------------
+            positions.pop()
 
     def opened(self, fd: int, path: Any, dir_fd: int | None) -> None:
         name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
@@ -231,7 +221,7 @@ class Walk:
             except OSError:
                 return
             self.top_fd = fd
-            self.dirs[fd] = self.top_norm
+            self.dirs[fd] = self.top
         else:
             self.dirs[fd] = os.path.join(self.dirs.get(dir_fd, ""), name) if dir_fd is not None else name
 
@@ -262,7 +252,7 @@ class Walk:
             return
         missing = False
         try:
-            here = os.path.samestat(os.lstat(self.top_norm), start)
+            here = os.path.samestat(os.lstat(self.top), start)
         except FileNotFoundError:
             here, missing = False, True
         except OSError:
@@ -271,22 +261,20 @@ class Walk:
             here, missing = False, True  # a stale lookup cache still answers for a name the listing lost
         if here:
             return
-        ident = self.ident or self.top_st
         if self.top_fd is not None:
             try:
                 if os.fstat(self.top_fd).st_nlink == 0:
                     return  # emptied and removed by a peer's rmtree: what is left fails on its own
             except OSError:
                 pass
-        renamed = _find_renamed(self.top_norm, ident)
+        renamed = _find_renamed(self.top, self.identity())
         if renamed is None and missing and self.top_fd is None:
             return  # no telling (the walk has let go of the top): the call fails on its own
         if renamed is None and self.top_fd is not None and not _entries_left(self.top_fd):
             # Not in its parent any more, and nothing left in it: a peer's rmtree of the same tree emptied and
             # removed it (a caching filesystem may still report its link count): not a rename, no hazard.
             return
-        self.renamed_to = renamed
-        raise _Moved
+        raise _Moved(renamed)
 
     def _fresh_due(self) -> bool:
         """Whether to read a fresh listing before this removal (mounts whose lookups may be cached only): before
@@ -299,7 +287,7 @@ class Walk:
         """Whether the parent's fresh listing still shows the top's name as the inode it showed at the first
         look (True where that cannot be told: an unreadable listing)."""
         started = time.monotonic()
-        listed = _listed_inode(self.top_norm)
+        listed = _listed_inode(self.top)
         now = time.monotonic()
         self.fresh_after = now + 4 * (now - started) if now - started > 0.001 else 0.0
         if self.listed_ino is _UNSET:
@@ -311,7 +299,57 @@ class Walk:
             return True
         return bool(listed == self.listed_ino)
 
-    # --- the handler: called by the standard rmtree as onerror(func, path, exc_info) or onexc(func, path, exc)
+
+class Walk:
+    """fsguard's error handler for one guarded ``rmtree`` call, and what it found: called by the standard
+    rmtree as ``onerror(func, path, exc_info)`` or ``onexc(func, path, exc)``. It passes the caller's errors
+    on to the caller's handler (or raises them), and absorbs only what the rule says a peer did."""
+
+    def __init__(
+        self,
+        remover: Callable[..., Any],
+        top: Any,
+        rules: Rules,
+        use_onexc: bool,
+        onerror: Callable[..., Any] | None,
+        onexc: Callable[..., Any] | None,
+    ) -> None:
+        self.remover = remover
+        self.position = _Position(evidence.norm(top))
+        self.rules = rules
+        self.use_onexc = use_onexc
+        self.user_onerror = onerror
+        self.user_onexc = onexc
+        self.entries_gone: list[str] = []
+        self.retried: list[str] = []
+        self.waited = 0.0
+        self.top_gone: str | None = None  # "before" or "after" the walk
+        self.renamed_to: str | None = None
+        self.first_error: BaseException | None = None
+        self.forwarded: BaseException | None = None  # what escaped _forward: the caller's, never absorbed
+        self.wait_on_vanish = False  # stop at the first vanished entry and wait for the peer (``remove``)
+
+    def plain(self, remover: Callable[..., Any]) -> None:
+        """Remove a tree no peer can move meanwhile with ``remover`` (the standard rmtree), without checks."""
+        self.remover = remover
+        self.position.checking = False
+
+    def remove(self, positional: list[Any], named: dict[str, Any], wait_on_vanish: bool = False) -> None:
+        """Run the remover on the caller's arguments, with this walk's position checked. ``wait_on_vanish``:
+        stop at the first entry a peer removed (``_Vanishing``), to wait for it instead of racing it."""
+        self.wait_on_vanish = wait_on_vanish
+        with self.position.active():
+            self.remover(*positional, **named)
+
+    def top_went(self, error: FileNotFoundError) -> bool:
+        """Whether the top went while the walk ran (``error``, saying so, escaped the handler): the rule waits
+        for the evidence."""
+        gone, waited = rule.escaped_gone(self.position.top, self.rules)
+        self.waited += waited
+        if gone:
+            self.top_gone = "after"
+            self.first_error = self.first_error or error
+        return gone
 
     def onerror(self, func: Callable[..., Any], path: Any, exc_info: Any) -> None:
         self._handle(_real(func), path, exc_info[1], exc_info)
@@ -321,7 +359,8 @@ class Walk:
 
     def _handle(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
         code = getattr(exc, "errno", None)
-        is_top = evidence.norm(path) == self.top_norm
+        top = self.position.top
+        is_top = evidence.norm(path) == top
         if code == errno.ENOENT and self.first_error is None:
             self.first_error = exc
         if code == errno.ENOENT:
@@ -330,15 +369,15 @@ class Walk:
                 return
             if not is_top:
                 self.entries_gone.append(evidence.norm(path))
-                if self.settle_on_vanish and rule.settle_on_vanishing(len(self.entries_gone)):
-                    self.settle_on_vanish = False  # once per call: a resumed walk goes to its end
+                if self.wait_on_vanish and rule.settle_on_vanishing(len(self.entries_gone)):
+                    self.wait_on_vanish = False  # once per call: a resumed walk goes to its end
                     raise _Vanishing
                 return
             if func is os.rmdir:
                 self.top_gone = "after"
-                self.renamed_to = _find_renamed(self.top_norm, self.ident or self.top_st)
+                self.renamed_to = _find_renamed(top, self.position.identity())
                 return
-            gone, waited = rule.top_gone_before_by_peer(self.top_norm, self.rules)
+            gone, waited = rule.top_gone_before_by_peer(top, self.rules)
             self.waited += waited
             if gone:
                 self.top_gone = "before"
@@ -350,25 +389,24 @@ class Walk:
     def _retry(self, path: Any, frame: Any) -> bool:
         """Remove a directory again that gained entries mid-walk, if it is still the same directory."""
         before = self._started_on(evidence.norm(path), frame)
-        for attempt in range(_RETRIES):
-            if self.waited >= self.rules.settle_s:
-                return False
-            pause = min(0.02 * (2**attempt), max(self.rules.settle_s - self.waited, 0.0))
-            time.sleep(pause)
-            self.waited += pause
-            now = evidence.lstat_or_none(evidence.norm(path))
-            if now is None:
-                self.retried.append(evidence.norm(path))
-                return True  # a peer finished it
-            if before is None or not os.path.samestat(before, now):
-                return False  # a different directory now stands there (or no telling): not ours to remove
-            failures = _Failures()
-            kwargs = {"onexc": failures.add} if self.use_onexc else {"onerror": failures.add}
-            self.remover(evidence.norm(path), **kwargs)
-            if not any(getattr(e, "errno", None) != errno.ENOENT for e in failures.seen):
-                self.retried.append(evidence.norm(path))
-                return True
-        return False
+        backoff = Backoff(self.rules.settle_s - self.waited, 0.02, 0.16, tries=_RETRIES, paused_only=True)
+        try:
+            while backoff.pause():
+                now = evidence.lstat_or_none(evidence.norm(path))
+                if now is None:
+                    self.retried.append(evidence.norm(path))
+                    return True  # a peer finished it
+                if before is None or not os.path.samestat(before, now):
+                    return False  # a different directory now stands there (or no telling): not ours to remove
+                failures = _Failures()
+                kwargs = {"onexc": failures.add} if self.use_onexc else {"onerror": failures.add}
+                self.remover(evidence.norm(path), **kwargs)
+                if not any(getattr(e, "errno", None) != errno.ENOENT for e in failures.seen):
+                    self.retried.append(evidence.norm(path))
+                    return True
+            return False
+        finally:
+            self.waited += backoff.waited()
 
     def _started_on(self, path: str, frame: Any) -> os.stat_result | None:
         """The directory the standard ``rmtree`` found at ``path`` when it started removing it, read from its
@@ -382,8 +420,8 @@ class Walk:
                 st = entry.stat(follow_symlinks=False)  # cached when the walk reached the entry: no new lookup
             except OSError:
                 st = None
-        if st is None and path == self.top_norm:
-            st = self.ident or self.top_st
+        if st is None and path == self.position.top:
+            st = self.position.identity()
         return st if isinstance(st, os.stat_result) else None
 
     def _forward(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
@@ -399,34 +437,32 @@ class Walk:
             self.forwarded = raised
             raise
 
-    def settle(self) -> bool:
+    def wait_for_peer_removal(self) -> bool:
         """A peer is removing this tree: wait, at most ``FSGUARD_SETTLE_S``, for its name to leave the parent's
         fresh listing, instead of racing the peer entry by entry (N ranks' walks of one tree cost N times its
         metadata operations). True when the tree went (removed, or renamed: then where), False to walk on."""
-        started = time.monotonic()
-        delay = 0.005
-        ident = self.ident or self.top_st
-        try:
-            while True:
-                seen = evidence.look(self.top_norm)
-                if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
-                    if not seen.parent_exists:
-                        return False
-                    self.top_gone = "after"
-                    self.renamed_to = _find_renamed(self.top_norm, ident)
-                    return True
-                now = evidence.lstat_or_none(self.top_norm)
-                start = self.top_st or ident  # what the name showed when the call began (see ``check``)
-                if now is not None and start is not None and not os.path.samestat(now, start):
-                    self.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
-                    return True
-                waited = time.monotonic() - started
-                if waited >= self.rules.settle_s:
+        top, ident = self.position.top, self.position.identity()
+        start = self.position.top_st or ident  # what the name showed when the call began (see ``check``)
+
+        def went() -> bool | None:
+            seen = evidence.look(top)
+            if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
+                if not seen.parent_exists:
                     return False
-                time.sleep(min(delay, self.rules.settle_s - waited))
-                delay = min(delay * 2, 0.05)
-        finally:
-            self.waited += time.monotonic() - started
+                self.top_gone = "after"
+                self.renamed_to = _find_renamed(top, ident)
+                return True
+            now = evidence.lstat_or_none(top)
+            if now is not None and start is not None and not os.path.samestat(now, start):
+                self.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
+                return True
+            return None
+
+        gone, waited = wait_for(went, self.rules.settle_s, 0.005, 0.05)
+        self.waited += waited
+        if not gone:
+            self.position.restart()  # the same tree (checked): the resumed walk's open is its top again
+        return bool(gone)
 
     def verdict(self) -> Verdict | None:
         return rule.walk_verdict(
@@ -484,7 +520,7 @@ def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:
     directory made may get its number (ext4 gives it at once). So the guarded call holds a descriptor of the
     top (``_Held``): while it is open the number cannot be reused, and a link count of 0 (or a handle the
     server no longer knows) says the tree was removed, not moved. Without one (the top could not be opened),
-    the inode and device alone decide, as before."""
+    the inode and device alone decide."""
     if orig is None:
         return None
     held = _held_fd(orig)
@@ -572,24 +608,20 @@ def wait_for_move(top: str, budget_s: float, pending: Callable[[], bool] | None,
 
     ``pending``: whether a peer announced a rename of ``top`` (serialized mode); while one is announced the
     wait goes on up to ``settle_s`` more. Returns ("" when it stayed, else how it went, seconds waited)."""
-    started = time.monotonic()
-    delay = 0.002
+    backoff = Backoff(budget_s, 0.002, 0.02)
     how = "(its name left the fresh listing)"
     extended = False
     while True:
         seen = evidence.look(top)
-        waited = time.monotonic() - started
         if seen.parent_exists and not seen.present:
-            return how, waited
+            return how, backoff.waited()
         if not seen.parent_exists:
-            return "", waited
+            return "", backoff.waited()
         if pending is not None and not extended and pending():
-            budget_s, extended = max(budget_s, waited + settle_s), True
+            backoff.budget_s, extended = max(backoff.budget_s, backoff.waited() + settle_s), True
             how = "(a rename announced to the serialization backend went first)"
-        if waited >= budget_s:
-            return "", waited
-        time.sleep(min(delay, budget_s - waited))
-        delay = min(delay * 2, 0.02)
+        if not backoff.pause():
+            return "", backoff.waited()
 
 
 def run(
@@ -607,20 +639,6 @@ def run(
     exists, else ``onerror``, in the position the caller used; none with ``ignore_errors``), so it accepts
     or rejects the call as the standard ``rmtree`` would alone. With a serializer, the walk runs holding the
     path's lock, after letting a rename of the same path that a peer announced go first."""
-    with _Held() as held:  # the top's descriptor: see _find_renamed
-        return _run(original, args, kwargs, rules, use_onexc, yield_s, serializer, held)
-
-
-def _run(
-    original: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    rules: Rules,
-    use_onexc: bool,
-    yield_s: float,
-    serializer: Any,
-    held: _Held,
-) -> Verdict | None:
     remover = checked(original) or original
     walk = _make_walk(remover, args, kwargs, rules, use_onexc)
     if walk is None:
@@ -635,68 +653,104 @@ def _run(
             positional[2] = walk.onerror
         else:
             named["onerror"] = walk.onerror
+    with _Held() as held:  # the top's descriptor: see _find_renamed
+        return _Removal(walk, positional, named, ignore, serializer).run(original, yield_s, held)
 
-    top = walk.top_norm
-    tree = walk.top_st is not None and stat.S_ISDIR(walk.top_st.st_mode)  # a rename can only take a tree away
-    if tree and walk.top_st is not None:
-        held.take(top, walk.top_st)
-    pending = (lambda: serializer.pending(top)) if serializer is not None and tree else None
-    # The cheap tests first: own memory is asked only for a directory, in a job with peers.
-    own = evidence.own_last_event(top) if tree and rules.peers else None
-    plan = rule.removal(top, own, walk.top_st, rules, yield_s) if tree else "check"
-    peer_tree = plan == "wait"
-    if plan == "plain":  # nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
-        walk.checking, walk.remover = False, original
-    window = 0.0
-    if peer_tree or (pending is not None and pending()):
-        how, window = wait_for_move(top, yield_s, pending, rules.settle_s)
-        if how:
-            return rule.yielded(top, window, how, _find_renamed(top, walk.top_st))
 
-    def call() -> bool:
-        with walk.active():
-            walk.remover(*positional, **named)
-        return True
+class _Removal:
+    """The course of one guarded ``rmtree``: the yield window, the walk (alone, or holding the path's lock),
+    and a failure that escaped the walk's handler, into one verdict."""
 
-    def call_unless_announced() -> bool:
-        return False if pending is not None and pending() else call()
+    def __init__(self, walk: Walk, positional: list[Any], named: dict[str, Any], ignore: bool, serializer: Any) -> None:
+        self.walk = walk
+        self.arguments = (positional, named)  # the caller's, with fsguard's handler in place of the caller's
+        self.ignore = ignore
+        self.serializer = serializer
+        self.top = walk.position.top
+        self.pending: Callable[[], bool] | None = None  # whether a peer announced a rename of the top (serialized)
+        self.window = 0.0  # seconds waited for a peer to move the tree before (or instead of) the walk
 
-    # Only in a job with peers (a lone process has nobody to wait for), and not serialized (peers do not walk
-    # the tree meanwhile).
-    walk.settle_on_vanish = serializer is None and not ignore and rules.peers
-    try:
-        if serializer is None:
+    def run(self, original: Callable[..., Any], yield_s: float, held: _Held) -> Verdict | None:
+        walk, top, rules = self.walk, self.top, self.walk.rules
+        position = walk.position
+        tree = position.is_tree()
+        if tree and position.top_st is not None:
+            held.take(top, position.top_st)
+        serializer = self.serializer
+        if serializer is not None and tree:
+            self.pending = lambda: bool(serializer.pending(top))
+        # The cheap tests first: own memory is asked only for a directory, in a job with peers.
+        own = evidence.own_last_event(top) if tree and rules.peers else None
+        plan = rule.removal(top, own, position.top_st, rules, yield_s) if tree else "check"
+        if plan == "plain":  # nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
+            walk.plain(original)
+        if plan == "wait" or self._announced():
+            yielded = self._yield(yield_s)
+            if yielded is not None:
+                return yielded
+        try:
+            yielded = self._walk()
+            if yielded is not None:
+                return yielded
+        except _Moved as moved:
+            return rule.moved_mid_walk(top, moved.renamed_to, position.removed_names, walk.waited + self.window)
+        except FileNotFoundError as exc:
+            if not self._absorbs(exc):
+                raise
+        found = walk.verdict()
+        if plan == "wait" and position.removed_count:
+            return rule.removed_peer_tree(top, self.window, found, made_here=own == "made-shared")
+        return found
+
+    def _announced(self) -> bool:
+        return self.pending is not None and self.pending()
+
+    def _yield(self, budget_s: float) -> Verdict | None:
+        """Wait up to ``budget_s`` (more while a peer's announced rename is pending) for a peer to move the
+        tree away: the verdict saying where it went, or None when it stayed."""
+        how, waited = wait_for_move(self.top, budget_s, self.pending, self.walk.rules.settle_s)
+        self.window += waited
+        if not how:
+            return None
+        return rule.yielded(self.top, self.window, how, _find_renamed(self.top, self.walk.position.top_st))
+
+    def _walk(self) -> Verdict | None:
+        """Remove the tree: alone (waiting for a peer that removes it too), or holding the path's lock (then a
+        rename of it that a peer announced meanwhile goes first: its verdict)."""
+        walk, (positional, named) = self.walk, self.arguments
+        if self.serializer is None:
+            # Only in a job with peers (a lone process has nobody to wait for); serialized, peers do not walk
+            # the tree meanwhile.
             try:
-                call()
+                walk.remove(positional, named, wait_on_vanish=not self.ignore and walk.rules.peers)
             except _Vanishing:
-                if not walk.settle():
-                    walk.ident = None  # the same tree (settle checked): the resumed walk's open is its top again
-                    call()  # the peer stopped (or is slow): remove what is left, as the standard walk would
-        elif not serializer.call("rmtree", [top], call_unless_announced, (), {}):
-            # A peer announced a rename of this path while this process waited for the lock: give the lock
-            # back so that it goes first, then remove only what is still here.
-            how, waited = wait_for_move(top, 0.0, pending, rules.settle_s)
-            window += waited
-            if how:
-                return rule.yielded(top, window, how, _find_renamed(top, walk.top_st))
-            serializer.call("rmtree", [top], call, (), {})
-    except _Moved:
-        return rule.moved_mid_walk(top, walk.renamed_to, walk.removed_names, walk.waited + window)
-    except FileNotFoundError as exc:
-        # Some failures escape the handler (e.g. ``fstat`` of the top on FUSE after a peer removed it);
-        # one the handler passed on to the caller (raised, or raised by the caller's handler) stays raised.
-        if exc is walk.forwarded or ignore:
-            raise
-        name = getattr(exc, "filename", None)
-        if name is not None and evidence.norm(name) != top:
-            raise
-        gone, waited = rule.escaped_gone(top, rules)
-        walk.waited += waited
-        if not gone:
-            raise
-        walk.top_gone = "after"
-        walk.first_error = walk.first_error or exc
-    found = walk.verdict()
-    if peer_tree and walk.removed_count:
-        return rule.removed_peer_tree(top, window, found, made_here=own == "made-shared")
-    return found
+                if not walk.wait_for_peer_removal():
+                    walk.remove(positional, named)  # the peer stopped (or is slow): remove what is left
+            return None
+
+        def call() -> bool:
+            walk.remove(positional, named)
+            return True
+
+        def call_unless_announced() -> bool:
+            return False if self._announced() else call()
+
+        if self.serializer.call("rmtree", [self.top], call_unless_announced, (), {}):
+            return None
+        # A peer announced a rename of this path while this process waited for the lock: give the lock back so
+        # that it goes first, then remove only what is still here.
+        yielded = self._yield(0.0)
+        if yielded is None:
+            self.serializer.call("rmtree", [self.top], call, (), {})
+        return yielded
+
+    def _absorbs(self, error: FileNotFoundError) -> bool:
+        """Whether a failure that escaped the handler (e.g. ``fstat`` of the top on FUSE after a peer removed it)
+        is the top gone meanwhile. One the handler passed on to the caller (raised, or raised by the caller's
+        handler) is the caller's, and so is any with ``ignore_errors``."""
+        if error is self.walk.forwarded or self.ignore:
+            return False
+        name = getattr(error, "filename", None)
+        if name is not None and evidence.norm(name) != self.top:
+            return False
+        return self.walk.top_went(error)

@@ -1,8 +1,8 @@
 """Turning decisions into records: the call site, the error, the launch, written by ``fsguard.records``.
 
 Mechanism only: the guards decide, this module writes down what they decided and where it was called from.
-The settings and the launch live in ``fsguard.state.STATE`` (``runtime.settings`` and ``runtime.launch``
-read them there), and so does the thread-local ``Busy`` mark (``runtime.Busy``/``runtime.busy`` are it).
+The settings and the launch are read from ``fsguard.state.STATE``; the thread-local ``Busy`` mark is
+``fsguard.state``'s too (imported here for the modules that mark their own calls through this one).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import config, launcher
+from . import launcher
 from ._version import __version__
 from .state import STATE
 from .state import Busy as Busy  # the thread-local mark lives with the process state
@@ -20,30 +20,13 @@ TYPE_CHECKING = False  # not typing's: records, sysconfig and typing are not imp
 if TYPE_CHECKING:
     from typing import Any
 
-    settings: config.Settings
-    launch: launcher.Launch | None
 
-_dirs: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """``runtime.settings`` and ``runtime.launch``: the process state's (one source of truth)."""
-    if name in ("settings", "launch"):
-        return getattr(STATE, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def configure(new_settings: config.Settings, new_launch: launcher.Launch | None) -> None:
-    STATE.settings = new_settings
-    STATE.launch = new_launch
-
-
-def _site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+def site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Directory prefixes for ``call_site``, found once: (fsguard and wrapt: skipped), (fsguard's
     applications, ``fsguard/demo`` and ``fsguard/cli``: not skipped), (the standard library: skipped),
     (site-packages, inside the standard library's directory: not skipped)."""
-    global _dirs
-    if _dirs is None:
+    caches = STATE.caches
+    if caches.site_dirs is None:
         import sysconfig  # not at startup: only a record needs a call site
 
         package = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -64,15 +47,16 @@ def _site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tup
                 stdlib.add(path + os.sep)
         keep = {p + os.sep for k in ("purelib", "platlib") if (p := paths.get(k))}
         keep.update(p + os.sep for p in sys.path if p.endswith(("site-packages", "dist-packages")))
-        _dirs = tuple(own), applications, tuple(stdlib), tuple(keep)
-    return _dirs
+        caches.site_dirs = tuple(own), applications, tuple(stdlib), tuple(keep)
+    found: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]] = caches.site_dirs
+    return found
 
 
 def call_site(depth: int = 2) -> dict[str, Any] | None:
     """file, line and function of the first frame outside fsguard's mechanism and policy, wrapt and the
     standard library. Frames in ``fsguard/demo`` and ``fsguard/cli`` are callers, as a user's training
     script is: they are programs that use fsguard (the demo's workload, the command line)."""
-    own, applications, stdlib, keep = _site_dirs()
+    own, applications, stdlib, keep = site_dirs()
     frame: Any = sys._getframe(depth)
     fallback = None
     while frame is not None:

@@ -3,8 +3,11 @@ held locks.
 
 ``STATE`` holds what an active fsguard knows about this process: the settings, the launch, the original
 functions it patched, the serializer (``FSGUARD_SERIALIZE=1``), the rules' numbers, and the memory of its own
-guarded calls (the ``deque`` the happy path appends to: ``memory``, or ``dirs`` for mkdir and makedirs).
-``patching.install`` fills it, ``uninstall`` of the last operation empties it again.
+guarded calls (the ``deque`` the happy path appends to: ``memory``, or ``dirs`` for mkdir and makedirs) with
+its index, what fsguard finds once and keeps (``caches``), the record writer's state (``writer``) and the
+process's nonce. ``patching.install`` fills it, ``uninstall`` of the last operation empties it again (the
+memory and the writer stay: they describe the process, not the install). No other module keeps state of its
+own: they read and write it here.
 
 Forks: ranks fork while another thread may be inside fsguard (DataLoader workers, compile pools, async
 checkpoints). A fork copies only the forking thread, so a lock another thread held at that moment would stay
@@ -33,10 +36,82 @@ MEMORY_SIZE = 4096
 DIRS_SIZE = 1 << 15
 
 
+class Caches:
+    """What fsguard finds once and keeps while installed: each is found again after ``uninstall``."""
+
+    __slots__ = (
+        "boot_time",
+        "failed_rules",
+        "handler_layers",
+        "job_start",
+        "pass_through",
+        "rmtree_checked",
+        "site_dirs",
+        "source_trees",
+        "statx",
+    )
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.job_start: tuple[float, str] | None = None  # (when this job started here, how that was found): evidence
+        self.boot_time: float | None = None  # wall-clock time of boot: evidence
+        self.statx: Any = None  # libc's statx and a buffer maker, False where there is none: evidence
+        self.site_dirs: Any = None  # the directory prefixes a call site is told by: runtime
+        self.handler_layers: dict[Any, Any] = {}  # (code, offset) -> the layers handling it: handlers
+        self.pass_through: frozenset[Any] | None = None  # standard wrappers' code objects: handlers
+        self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: handlers
+        self.rmtree_checked: tuple[Any, Any] | None = None  # (rmtree, its checked copy or None): rmwalk
+        self.failed_rules: set[str] = set()  # operations whose rule failed (reported once each): patching
+
+
+class Writer:
+    """The record writer's state (``fsguard.records``): kept across installs (the logger's handler stays
+    attached, the file open); in a forked child its lock is new and the parent's file is left alone."""
+
+    __slots__ = (
+        "handler",
+        "held_for_fork",
+        "inherited",
+        "jsonl",
+        "jsonl_failed",
+        "limiter",
+        "lock",
+        "logger",
+        "propagate_before",
+    )
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # around each record's writing; held across a fork (see records)
+        self.held_for_fork = False
+        self.logger: Any = None  # the ``fsguard`` logging.Logger, once a record is written
+        self.handler: Any = None  # fsguard's own stderr logging.StreamHandler
+        self.propagate_before = True  # the logger's propagate before fsguard's handler was attached
+        self.jsonl: tuple[int, Any] | None = None  # (pid, open file)
+        self.jsonl_failed = False
+        self.inherited: list[Any] = []  # a forked child's copies of its parent's file: kept, never flushed or closed
+        self.limiter: Any = None  # records._Limiter: lines per call site and decision
+
+
 class State:
     """What an active fsguard knows about this process (one instance: ``STATE``)."""
 
-    __slots__ = ("dirs", "launch", "lock", "memory", "originals", "rules_for", "serializer", "settings")
+    __slots__ = (
+        "caches",
+        "dirs",
+        "index",
+        "index_lock",
+        "launch",
+        "lock",
+        "memory",
+        "nonce",
+        "originals",
+        "rules_for",
+        "serializer",
+        "settings",
+        "writer",
+    )
 
     def __init__(self) -> None:
         self.lock = threading.RLock()  # install/uninstall
@@ -44,16 +119,22 @@ class State:
         self.memory: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=MEMORY_SIZE)
         # the same entries for mkdir and makedirs (they are not in ``memory``): see fsguard.memory
         self.dirs: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=DIRS_SIZE)
+        self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
+        self.index_lock = threading.Lock()  # decisions of several threads index and read together
         self.originals: dict[str, Any] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
+        self.nonce = os.urandom(4).hex()  # random per process, renewed at fork: fsguard.locks' tokens
+        self.writer = Writer()
+        self.caches = Caches()
         self.reset()
 
     def reset(self) -> None:
-        """Back to "not installed": default settings, no launch, no originals, no serializer, no rules."""
+        """Back to "not installed": default settings, no launch, no originals, no serializer, no rules, no caches."""
         self.settings: config.Settings = config.Settings()
         self.launch: launcher.Launch | None = None
         self.originals.clear()
         self.serializer: Any = None  # fsguard.locks.Serializer when FSGUARD_SERIALIZE=1
         self.rules_for: tuple[object, Any] | None = None  # (the settings they were made from, guards.Rules)
+        self.caches.clear()
 
 
 STATE = State()
@@ -128,6 +209,7 @@ def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
 
 def _after_fork_in_child() -> None:
     STATE.lock = threading.RLock()
+    STATE.nonce = os.urandom(4).hex()
     for reset in _child_resets:
         try:
             reset()

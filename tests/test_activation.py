@@ -418,11 +418,16 @@ def test_busy_nests_and_uninstall_leaves_a_clean_state(fsguard_python: Path) -> 
             assert runtime.busy()  # the inner block restored the outer's mark
         assert not runtime.busy()
         fsguard.install()
-        assert state.STATE.serializer is not None and runtime.settings.serialize
+        assert state.STATE.serializer is not None and state.STATE.settings.serialize
+        from fsguard import evidence, handlers
+        evidence.job_start(False)
+        handlers.caller_handles(FileExistsError())
+        assert state.STATE.caches.job_start is not None and state.STATE.caches.handler_layers
         fsguard.uninstall()
         s = state.STATE
         assert (s.serializer, s.originals, s.launch, s.rules_for) == (None, {}, None, None)
-        assert s.settings == config.Settings() and not runtime.settings.serialize
+        assert s.settings == config.Settings() and not state.STATE.settings.serialize
+        assert (s.caches.job_start, s.caches.handler_layers, s.caches.failed_rules) == (None, {}, set())
         before = state.set_serializer(locks.serializer(config.load({"FSGUARD_SERIALIZE": "1"}), None))
         assert before is None and s.serializer is not None
         state.set_serializer(None)

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fsguard"
 
 # Lowest first. A module (or a package, for everything in it) may import only from lower layers.
 LAYERS: list[tuple[str, ...]] = [
-    ("fsguard._values", "fsguard._version", "fsguard._warn"),  # leaves: import nothing of fsguard
+    ("fsguard._values", "fsguard._version", "fsguard._warn", "fsguard.waiting"),  # leaves: import nothing of fsguard
     ("fsguard.demo",),  # standard library only, besides the leaves
     ("fsguard.config", "fsguard.launcher", "fsguard.mounts"),  # mounts: what each filesystem honours
     ("fsguard.state",),  # the one process state and the one at-fork hook

@@ -82,7 +82,7 @@ def test_this_machines_disk_and_tmpfs_are_coherent_and_a_name_is_found_by_its_ow
     assert (missing.parent_exists, missing.present) == (True, False)
     assert not look(str(tmp_path / "f" / "below")).parent_exists
     assert not look(str(tmp_path / "no" / "below")).parent_exists
-    waited = evidence.settle(lambda: None, 5.0, str(tmp_path / "nope"))[1]
+    waited = evidence.wait_for_seen(lambda: None, 5.0, str(tmp_path / "nope"))[1]
     assert waited < 1.0, "nothing to wait for on a coherent filesystem"
 
 

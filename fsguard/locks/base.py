@@ -92,9 +92,6 @@ class Backend(Protocol):
     def flight_done(self, flight: str, held: Held, outcome: bytes) -> int: ...
 
 
-_NONCE = os.urandom(4).hex()
-
-
 def holder_text(rank: int | None, host: str, what: str) -> str:
     """How a holder is named in lock values and records: ``rank 3 pid 4711 on node7 (rmtree /ckpt/tmp)``."""
     who = f"rank {rank} " if rank is not None else ""
@@ -103,7 +100,7 @@ def holder_text(rank: int | None, host: str, what: str) -> str:
 
 def process_nonce() -> str:
     """Random per process (renewed after fork), so tokens of two processes never compare equal."""
-    return f"{_NONCE}.{os.getpid()}"
+    return f"{state.STATE.nonce}.{os.getpid()}"
 
 
 class Forkable(Protocol):
@@ -121,8 +118,6 @@ def forkable(backend: Forkable) -> None:
 
 @state.at_fork
 def _after_fork_in_child() -> None:
-    global _NONCE
-    _NONCE = os.urandom(4).hex()
     for backend in list(_BACKENDS):
         try:
             backend.after_fork_in_child()

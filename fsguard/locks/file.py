@@ -29,9 +29,9 @@ import os
 import re
 import stat
 import threading
-import time
 from typing import Any
 
+from ..waiting import Backoff
 from .base import Held, LockTimeout, Unreachable, forkable
 
 CANDIDATES = ("/dev/shm", "/tmp")
@@ -112,9 +112,8 @@ class FileBackend:
             raise Unreachable(f"cannot open lock file {key}.lock: {error}") from error
         self._open.add(fd)
         try:
-            started = time.monotonic()
+            backoff = Backoff(timeout, 0.0002, 0.01)
             holder: str | None = None
-            delay = 0.0002
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -123,13 +122,10 @@ class FileBackend:
                     if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                         raise Unreachable(f"flock failed: {error}") from error
                 holder = _read_holder(fd) or holder
-                waited = time.monotonic() - started
-                if waited >= timeout:
-                    raise LockTimeout(holder, waited)
-                time.sleep(min(delay, timeout - waited))
-                delay = min(delay * 2, 0.01)
+                if not backoff.pause():
+                    raise LockTimeout(holder, backoff.waited())
             os.pwrite(fd, what.encode("utf-8", "replace")[:HOLDER_BYTES].ljust(HOLDER_BYTES), 0)
-            held = Held(key, fd, time.monotonic() - started, holder)
+            held = Held(key, fd, backoff.waited(), holder)
             if holder is not None:
                 held.note = _gone_note(holder, self._host)
             return held
@@ -156,12 +152,16 @@ class FileBackend:
     def announce(self, key: str) -> int | None:
         """Hold a shared flock on ``<key>.rename`` until ``withdraw``; None if it cannot be taken at once."""
         fd = os.open(f"{key}.rename", _FLAGS, 0o600, dir_fd=self._dir())
-        for _ in range(50):  # a pending() probe holds it exclusively for microseconds
+        backoff = Backoff(
+            float("inf"), 0.0005, 0.0005, tries=49
+        )  # 50 tries: a pending() probe holds it for microseconds
+        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 return fd
             except OSError:
-                time.sleep(0.0005)
+                if not backoff.pause():
+                    break
         os.close(fd)
         return None
 

@@ -335,6 +335,59 @@ def test_transformers_438_other_nodes_remove_the_staging_checkpoint(fsguard_pyth
     assert all(r["op"] == "rmtree" and "tmp-checkpoint-" in r["args"][0] for r in on.records), on.records
 
 
+TRANSFORMERS_4_25 = (
+    "transformers==4.25.1",
+    "tokenizers==0.13.3",
+    "huggingface-hub==0.11.1",
+    "requests==2.31.0",
+    "charset-normalizer==3.3.2",
+    "idna==3.6",
+    "urllib3==2.2.1",
+    "certifi==2024.2.2",
+)
+TRAINER_425_FILES = sorted(
+    [
+        "config.json",
+        "optimizer.pt",
+        "pytorch_model.bin",
+        "scheduler.pt",
+        "trainer_state.json",
+        "training_args.bin",
+    ]
+    + [f"rng_state_{r}.pth" for r in range(4)]
+)
+
+
+def test_transformers_425_every_process_removes_the_last_checkpoint(fsguard_python: Path, tmp_path: Path) -> None:
+    """transformers 4.25.1 (huggingface/transformers #20988; the removal at the end of ``train()`` exists since
+    4.12 (PR #14232), fixed in 4.26.0 by PR #20989's ``self.args.should_save``): with ``load_best_model_at_end``
+    and ``save_total_limit=1`` every process, not only the one that saves, removes each checkpoint that is not
+    the best with ``shutil.rmtree``. Ranks that listed it before a peer removed it fail with
+    ``FileNotFoundError`` inside their ``rmtree``; with fsguard the job ends with the best checkpoint alone,
+    every file in it, as 4.26 leaves it."""
+    site = pinned_site(*TRANSFORMERS_4_25)
+    worker = REAL / "hf_trainer_best_model.py"
+
+    def run(where: Path, guarded: bool = False) -> Job:
+        return torchrun(fsguard_python, worker, [str(where / "out"), "4"], where, guarded=guarded, site=site)
+
+    without = until_it_races(run, tmp_path, lambda job: job.returncode != 0)
+    assert "FileNotFoundError" in without.stderr and "shutil.rmtree(checkpoint)" in without.stderr, without.stderr[
+        -3000:
+    ]
+
+    on = run(tmp_path / "with", guarded=True)
+    assert on.returncode == 0, on.stderr[-4000:]
+    assert on.last_json() == {"checkpoint-2": TRAINER_425_FILES}
+    removed = str(tmp_path / "with" / "out" / "checkpoint-4")
+    assert all(r["op"] == "rmtree" and r["args"] == [removed] for r in on.records), on.records
+    # the peers that met another's removal absorb it; removing the newest generation, which no peer moved
+    # within fsguard's wait, is reported as a hazard (the removal goes on, as without fsguard)
+    assert {d for _, d in decisions(on.records)} <= {"absorbed", "hazard"}, on.records
+    ranks = [r["rank"] for r in on.records]
+    assert len(ranks) == len(set(ranks)), on.records  # one record per rank at most
+
+
 # --- (b) and mixed rows -----------------------------------------------------------------------------------
 
 

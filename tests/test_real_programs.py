@@ -388,6 +388,35 @@ def test_transformers_425_every_process_removes_the_last_checkpoint(fsguard_pyth
     assert len(ranks) == len(set(ranks)), on.records  # one record per rank at most
 
 
+IGNITE_ITERATIONS = 6
+
+
+def test_ignite_checkpoint_every_process_removes(fsguard_python: Path, tmp_path: Path) -> None:
+    """pytorch-ignite 0.3.0 (0.1 to 0.3.0; from 0.4.0 ``DiskSaver``'s setup, save and ``remove`` run on rank 0
+    only, ``idist.one_rank_only``): a ``ModelCheckpoint(n_saved=2)`` attached on every process removes the oldest
+    checkpoint file with ``os.remove`` on every process, the pattern users filed against Lightning 0.7's
+    ``ModelCheckpoint`` (Lightning-AI/pytorch-lightning #1331, #1366). Every rank but the first to remove it
+    fails with ``FileNotFoundError`` at the first rotation (no timing involved); with fsguard the job ends with
+    the last two checkpoints, as one saving process leaves them, and one ``absorbed`` record per late rank."""
+    site = pinned_site("pytorch-ignite==0.3.0")
+    worker = REAL / "ignite_checkpoint.py"
+
+    def run(where: Path, guarded: bool = False) -> Job:
+        args = [str(where / "checkpoints"), str(IGNITE_ITERATIONS)]
+        return torchrun(fsguard_python, worker, args, where, guarded=guarded, site=site)
+
+    without = until_it_races(run, tmp_path, lambda job: job.returncode != 0)
+    assert "FileNotFoundError" in without.stderr and "os.remove(path)" in without.stderr, without.stderr[-3000:]
+
+    on = run(tmp_path / "with", guarded=True)
+    assert on.returncode == 0, on.stderr[-4000:]
+    assert on.last_json() == [f"job_checkpoint_{i}.pth" for i in (IGNITE_ITERATIONS - 1, IGNITE_ITERATIONS)]
+    assert decisions(on.records) == [("remove", "absorbed")] * len(on.records), on.records
+    removed = [str(tmp_path / "with" / "checkpoints" / f"job_checkpoint_{i}.pth") for i in range(1, 5)]
+    per_file = {path: sum(r["args"][0] == path for r in on.records) for path in removed}
+    assert per_file == dict.fromkeys(removed, 3), per_file  # every removal: the 3 ranks that came late
+
+
 # --- (b) and mixed rows -----------------------------------------------------------------------------------
 
 

@@ -426,16 +426,16 @@ def test_ignite_checkpoint_every_process_removes(fsguard_python: Path, tmp_path:
 
 
 MONAI_ITEMS = 8
-MONAI_SPLITS = ("train", "validation", "test")
+MONAI_CACHES = [f"fold{fold}/{split}" for fold in range(8) for split in ("train", "validation", "test")]
 
 
 def test_monai_persistent_dataset_every_rank_makes_the_cache_directory(fsguard_python: Path, tmp_path: Path) -> None:
     """MONAI 0.5.3 (Project-MONAI/MONAI #2374; ``exist_ok=True`` from 0.6.0): every rank builds a
-    ``PersistentDataset`` on one shared cache directory per split, and its constructor makes the directory with
-    "exists, else make" (``if not self.cache_dir.exists(): self.cache_dir.mkdir(parents=True)``): a rank whose
-    peer made it in between crashes with ``FileExistsError``. With fsguard every rank fills and reads the cache,
-    each split's directory holds one ``<md5>.pt`` per item (the names every rank computes alike), and each
-    absorbed ``mkdir`` leaves one record."""
+    ``PersistentDataset`` on one shared cache directory per fold and split, and its constructor makes the
+    directory with "exists, else make" (``if not self.cache_dir.exists(): self.cache_dir.mkdir(parents=True)``):
+    a rank whose peer made it in between crashes with ``FileExistsError`` (each directory a small window: 24 of
+    them). With fsguard every rank fills and reads the cache, each directory holds one ``<md5>.pt`` per item
+    (the names every rank computes alike), and each absorbed ``mkdir`` leaves one record."""
     site = pinned_site("monai==0.5.3")
     worker = REAL / "monai_persistent_cache.py"
 
@@ -451,12 +451,12 @@ def test_monai_persistent_dataset_every_rank_makes_the_cache_directory(fsguard_p
     on = run(tmp_path / "with", guarded=True)
     assert on.returncode == 0, on.stderr[-4000:]
     tree = on.last_json()
-    assert sorted(tree) == sorted(MONAI_SPLITS), tree
-    names = tree["train"]
+    assert sorted(tree) == sorted(MONAI_CACHES), tree
+    names = tree[MONAI_CACHES[0]]
     assert len(names) == MONAI_ITEMS and all(n.endswith(".pt") and len(n) == 35 for n in names), names
-    assert all(tree[split] == names for split in MONAI_SPLITS), tree  # one entry per item, named alike
+    assert all(tree[cache] == names for cache in MONAI_CACHES), tree  # one entry per item, named alike
     assert decisions(on.records) == [("mkdir", "absorbed")] * len(on.records), on.records
-    dirs = [str(tmp_path / "with" / "cache" / split) for split in MONAI_SPLITS]
+    dirs = [str(tmp_path / "with" / "cache" / cache) for cache in MONAI_CACHES]
     assert all(r["args"][0] in dirs for r in on.records), on.records
     assert all(sum(r["args"][0] == d for r in on.records) <= 3 for d in dirs), on.records  # the late ranks
 

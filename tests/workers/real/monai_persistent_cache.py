@@ -4,7 +4,7 @@ MONAI's distributed examples do: MONAI up to 0.5.3 makes the directory with "exi
 rank fills the cache (one ``<md5>.pt`` per item, written to a private temporary directory and moved in).
 
 Run as ``torchrun ... monai_persistent_cache.py <cache_root> <items>``; one dataset (and cache directory) per
-split; rank 0 prints one JSON line: the files in each split's cache directory.
+fold and split; rank 0 prints one JSON line: the files in each cache directory.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch.distributed as dist
 from monai.data import PersistentDataset
 from monai.transforms import Lambda
 
-SPLITS = ("train", "validation", "test")  # one cache directory each
+SPLITS = ("train", "validation", "test")
+FOLDS = 8  # cross-validation folds: a cache directory per fold and split, each a chance for the race
 
 
 def main() -> None:
@@ -27,14 +28,15 @@ def main() -> None:
     # weights-only torch.load reads them back (numpy arrays it refuses)
     data = [{"image": [float(i)] * 16} for i in range(items)]
     double = Lambda(lambda d: {"image": [2 * x for x in d["image"]]})
-    for split in SPLITS:
+    caches = [os.path.join(f"fold{fold}", split) for fold in range(FOLDS) for split in SPLITS]
+    for cache in caches:
         dist.barrier()  # the ranks start each phase together, as after a training step
-        dataset = PersistentDataset(data, transform=double, cache_dir=os.path.join(cache_root, split))
+        dataset = PersistentDataset(data, transform=double, cache_dir=os.path.join(cache_root, cache))
         total = sum(sum(dataset[i]["image"]) for i in range(len(dataset)))
         assert total == 2 * 16 * sum(range(items)), total
     dist.barrier()
     if dist.get_rank() == 0:
-        tree = {split: sorted(os.listdir(os.path.join(cache_root, split))) for split in SPLITS}
+        tree = {cache: sorted(os.listdir(os.path.join(cache_root, cache))) for cache in caches}
         print(json.dumps(tree), flush=True)
     dist.destroy_process_group()
 

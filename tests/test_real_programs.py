@@ -426,14 +426,14 @@ def test_ignite_checkpoint_every_process_removes(fsguard_python: Path, tmp_path:
 
 
 MONAI_ITEMS = 8
-MONAI_CACHES = [f"fold{fold}/{split}" for fold in range(8) for split in ("train", "validation", "test")]
+MONAI_CACHES = [f"fold{fold}/{split}" for fold in range(16) for split in ("train", "validation", "test")]
 
 
 def test_monai_persistent_dataset_every_rank_makes_the_cache_directory(fsguard_python: Path, tmp_path: Path) -> None:
     """MONAI 0.5.3 (Project-MONAI/MONAI #2374; ``exist_ok=True`` from 0.6.0): every rank builds a
     ``PersistentDataset`` on one shared cache directory per fold and split, and its constructor makes the
     directory with "exists, else make" (``if not self.cache_dir.exists(): self.cache_dir.mkdir(parents=True)``):
-    a rank whose peer made it in between crashes with ``FileExistsError`` (each directory a small window: 24 of
+    a rank whose peer made it in between crashes with ``FileExistsError`` (each directory a small window: 48 of
     them). With fsguard every rank fills and reads the cache, each directory holds one ``<md5>.pt`` per item
     (the names every rank computes alike), and each absorbed ``mkdir`` leaves one record."""
     site = pinned_site("monai==0.5.3")

@@ -18,7 +18,7 @@ from monai.data import PersistentDataset
 from monai.transforms import Lambda
 
 SPLITS = ("train", "validation", "test")
-FOLDS = 8  # cross-validation folds: a cache directory per fold and split, each a chance for the race
+FOLDS = 16  # cross-validation folds: a cache directory per fold and split, each a chance for the race
 
 
 def main() -> None:

@@ -360,9 +360,9 @@ TRAINER_425_FILES = sorted(
 
 def test_transformers_425_every_process_removes_the_last_checkpoint(fsguard_python: Path, tmp_path: Path) -> None:
     """transformers 4.25.1 (huggingface/transformers #20988; the removal at the end of ``train()`` came in 4.24.0,
-    fixed in 4.26.0 by PR #20989's ``self.args.should_save``): with ``load_best_model_at_end``
-    and ``save_total_limit=1`` every process, not only the one that saves, removes each checkpoint that is not
-    the best with ``shutil.rmtree``. Ranks that listed it before a peer removed it fail with
+    fixed in 4.26.0 by PR #20989's ``self.args.should_save``): with ``load_best_model_at_end`` and
+    ``save_total_limit=1`` every process, not only the one that saves, removes each checkpoint that is not the
+    best with ``shutil.rmtree``. Ranks that listed it before a peer removed it fail with
     ``FileNotFoundError`` inside their ``rmtree``; with fsguard the job ends with the best checkpoint alone,
     every file in it, as 4.26 leaves it."""
     site = pinned_site(*TRANSFORMERS_4_25)
@@ -372,9 +372,8 @@ def test_transformers_425_every_process_removes_the_last_checkpoint(fsguard_pyth
         return torchrun(fsguard_python, worker, [str(where / "out"), "4"], where, guarded=guarded, site=site)
 
     without = until_it_races(run, tmp_path, lambda job: job.returncode != 0)
-    assert "FileNotFoundError" in without.stderr and "shutil.rmtree(checkpoint)" in without.stderr, without.stderr[
-        -3000:
-    ]
+    crashed = "FileNotFoundError" in without.stderr and "shutil.rmtree(checkpoint)" in without.stderr
+    assert crashed, without.stderr[-3000:]
 
     on = run(tmp_path / "with", guarded=True)
     assert on.returncode == 0, on.stderr[-4000:]

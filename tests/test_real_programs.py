@@ -335,6 +335,131 @@ def test_transformers_438_other_nodes_remove_the_staging_checkpoint(fsguard_pyth
     assert all(r["op"] == "rmtree" and "tmp-checkpoint-" in r["args"][0] for r in on.records), on.records
 
 
+TRANSFORMERS_4_25 = (
+    "transformers==4.25.1",
+    "tokenizers==0.13.3",
+    "huggingface-hub==0.11.1",
+    "requests==2.31.0",
+    "charset-normalizer==3.3.2",
+    "idna==3.6",
+    "urllib3==2.2.1",
+    "certifi==2024.2.2",
+)
+TRAINER_425_FILES = sorted(
+    [
+        "config.json",
+        "optimizer.pt",
+        "pytorch_model.bin",
+        "scheduler.pt",
+        "trainer_state.json",
+        "training_args.bin",
+    ]
+    + [f"rng_state_{r}.pth" for r in range(4)]
+)
+
+
+def test_transformers_425_every_process_removes_the_last_checkpoint(fsguard_python: Path, tmp_path: Path) -> None:
+    """transformers 4.25.1 (huggingface/transformers #20988; the removal at the end of ``train()`` came in 4.24.0,
+    fixed in 4.26.0 by PR #20989's ``self.args.should_save``): with ``load_best_model_at_end`` and
+    ``save_total_limit=1`` every process, not only the one that saves, removes each checkpoint that is not the
+    best with ``shutil.rmtree``. Ranks that listed it before a peer removed it fail with
+    ``FileNotFoundError`` inside their ``rmtree``; with fsguard the job ends with the best checkpoint alone,
+    every file in it, as 4.26 leaves it."""
+    site = pinned_site(*TRANSFORMERS_4_25)
+    worker = REAL / "hf_trainer_best_model.py"
+
+    def run(where: Path, guarded: bool = False) -> Job:
+        return torchrun(fsguard_python, worker, [str(where / "out"), "4"], where, guarded=guarded, site=site)
+
+    without = until_it_races(run, tmp_path, lambda job: job.returncode != 0)
+    crashed = "FileNotFoundError" in without.stderr and "shutil.rmtree(checkpoint)" in without.stderr
+    assert crashed, without.stderr[-3000:]
+
+    on = run(tmp_path / "with", guarded=True)
+    assert on.returncode == 0, on.stderr[-4000:]
+    assert on.last_json() == {"checkpoint-2": TRAINER_425_FILES}
+    removed = str(tmp_path / "with" / "out" / "checkpoint-4")
+    assert all(r["op"] == "rmtree" and r["args"] == [removed] for r in on.records), on.records
+    # the peers that met another's removal absorb it; removing the newest generation, which no peer moved
+    # within fsguard's wait, is reported as a hazard (the removal goes on, as without fsguard)
+    assert {d for _, d in decisions(on.records)} <= {"absorbed", "hazard"}, on.records
+    ranks = [r["rank"] for r in on.records]
+    assert len(ranks) == len(set(ranks)), on.records  # one record per rank at most
+
+
+IGNITE_ITERATIONS = 6
+
+
+def test_ignite_checkpoint_every_process_removes(fsguard_python: Path, tmp_path: Path) -> None:
+    """pytorch-ignite 0.3.0 (from 0.4.0 ``DiskSaver``'s setup, save and ``remove`` run on rank 0 only,
+    ``idist.one_rank_only``; no ignite issue number found): a ``ModelCheckpoint(n_saved=2)`` attached on every
+    process removes the oldest checkpoint file with ``os.remove`` on every process, the pattern users filed
+    against Lightning 0.7's ``ModelCheckpoint`` (Lightning-AI/pytorch-lightning #1331, #1366). Every rank but the
+    first to remove it fails with ``FileNotFoundError`` at the first rotation (no timing involved), unless
+    ``DiskSaver``'s "exists, else make" of the directory crashed one with ``FileExistsError`` before; with fsguard
+    the job ends with the last two checkpoints, as one saving process leaves them, and one ``absorbed`` record
+    per late rank."""
+    site = pinned_site("pytorch-ignite==0.3.0")
+    worker = REAL / "ignite_checkpoint.py"
+
+    def run(where: Path, guarded: bool = False) -> Job:
+        args = [str(where / "checkpoints"), str(IGNITE_ITERATIONS)]
+        return torchrun(fsguard_python, worker, args, where, guarded=guarded, site=site)
+
+    without = until_it_races(run, tmp_path, lambda job: job.returncode != 0)
+    removal = "FileNotFoundError" in without.stderr and "os.remove(path)" in without.stderr
+    making = "FileExistsError" in without.stderr and "os.makedirs(dirname)" in without.stderr  # now and then
+    assert removal or making, without.stderr[-3000:]
+
+    on = run(tmp_path / "with", guarded=True)
+    assert on.returncode == 0, on.stderr[-4000:]
+    assert on.last_json() == [f"job_checkpoint_{i}.pth" for i in (IGNITE_ITERATIONS - 1, IGNITE_ITERATIONS)]
+    assert {d for _, d in decisions(on.records)} == {"absorbed"}, on.records
+    made = [r for r in on.records if r["op"] == "makedirs"]
+    assert all(r["args"][0] == str(tmp_path / "with" / "checkpoints") for r in made), made
+    assert len(made) <= 3, made  # DiskSaver's "exists, else make", when the ranks meet in it
+    removed = [str(tmp_path / "with" / "checkpoints" / f"job_checkpoint_{i}.pth") for i in range(1, 5)]
+    per_file = {path: sum(r["op"] == "remove" and r["args"][0] == path for r in on.records) for path in removed}
+    assert per_file == dict.fromkeys(removed, 3), per_file  # every removal: the 3 ranks that came late
+    assert len(on.records) == len(made) + 4 * 3, on.records
+
+
+MONAI_ITEMS = 8
+MONAI_CACHES = [f"fold{fold}/{split}" for fold in range(16) for split in ("train", "validation", "test")]
+
+
+def test_monai_persistent_dataset_every_rank_makes_the_cache_directory(fsguard_python: Path, tmp_path: Path) -> None:
+    """MONAI 0.5.3 (Project-MONAI/MONAI #2374; ``exist_ok=True`` from 0.6.0): every rank builds a
+    ``PersistentDataset`` on one shared cache directory per fold and split, and its constructor makes the
+    directory with "exists, else make" (``if not self.cache_dir.exists(): self.cache_dir.mkdir(parents=True)``):
+    a rank whose peer made it in between crashes with ``FileExistsError`` (each directory a small window: 48 of
+    them). With fsguard every rank fills and reads the cache, each directory holds one ``<md5>.pt`` per item
+    (the names every rank computes alike), and each absorbed ``mkdir`` leaves one record."""
+    site = pinned_site("monai==0.5.3")
+    worker = REAL / "monai_persistent_cache.py"
+
+    def run(where: Path, guarded: bool = False) -> Job:
+        args = [str(where / "cache"), str(MONAI_ITEMS)]
+        return torchrun(fsguard_python, worker, args, where, guarded=guarded, site=site)
+
+    without = until_it_races(run, tmp_path, lambda job: job.returncode != 0)
+    assert "FileExistsError" in without.stderr and "self.cache_dir.mkdir(parents=True)" in without.stderr, (
+        without.stderr[-3000:]
+    )
+
+    on = run(tmp_path / "with", guarded=True)
+    assert on.returncode == 0, on.stderr[-4000:]
+    tree = on.last_json()
+    assert sorted(tree) == sorted(MONAI_CACHES), tree
+    names = tree[MONAI_CACHES[0]]
+    assert len(names) == MONAI_ITEMS and all(n.endswith(".pt") and len(n) == 35 for n in names), names
+    assert all(tree[cache] == names for cache in MONAI_CACHES), tree  # one entry per item, named alike
+    assert decisions(on.records) == [("mkdir", "absorbed")] * len(on.records), on.records
+    dirs = [str(tmp_path / "with" / "cache" / cache) for cache in MONAI_CACHES]
+    assert all(r["args"][0] in dirs for r in on.records), on.records
+    assert all(sum(r["args"][0] == d for r in on.records) <= 3 for d in dirs), on.records  # the late ranks
+
+
 # --- (b) and mixed rows -----------------------------------------------------------------------------------
 
 

@@ -79,7 +79,8 @@ SYSCALLS = "%file,getdents64"  # what strace counts: every call naming a path, a
 # peers are then plain 127.0.0.1, found in /etc/hosts at once, as a cluster's hosts file or a healthy DNS server
 # would answer; ``dual`` measures the store as a launcher serves it here. The ranks keep the resolver's
 # defaults either way, as a job's would (their own lookups are part of the cold figures).
-RES_OPTIONS = "timeout:1 attempts:1"
+RES_OPTIONS = "timeout:1 attempts:1"  # the server's only: the ranks get the environment's own (USER_RES_OPTIONS)
+USER_RES_OPTIONS = os.environ.get("RES_OPTIONS")
 LISTEN = ("ipv4", "dual")
 CHANGES = ("mkdir", "mkdirat", "rename", "renameat", "renameat2", "unlink", "unlinkat", "rmdir")
 
@@ -158,7 +159,11 @@ class Pool:
 
     @staticmethod
     def _start(argv: list[str], env: dict[str, str], stderr: IO[str]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(argv, env=common.clean_env(env), stdin=subprocess.DEVNULL, stderr=stderr)
+        full = common.clean_env(env)
+        full.pop("RES_OPTIONS", None)  # the store server's, set in this process (see RES_OPTIONS)
+        if USER_RES_OPTIONS is not None:
+            full["RES_OPTIONS"] = USER_RES_OPTIONS
+        return subprocess.Popen(argv, env=full, stdin=subprocess.DEVNULL, stderr=stderr)
 
     @staticmethod
     def _read(stream: Any) -> str:
@@ -370,6 +375,25 @@ def _tally(cell: dict[str, Any], trial: dict[str, Any], answers: list[dict[str, 
             cell["errors"][a["error"]] = cell["errors"].get(a["error"], 0) + 1
 
 
+def _trace_network(pool: Pool, where: Path | None, tag: str) -> subprocess.Popen[bytes] | None:
+    """``strace -f -tt`` of the network syscalls (and polls: a resolver's waits) of three ranks of a cold pool
+    (first, middle, last), written to ``where/<tag>.<pid>``: where a cold call's time goes, its threads included
+    (they are started after the attach)."""
+    if where is None or shutil.which("strace") is None:
+        return None
+    where.mkdir(parents=True, exist_ok=True)
+    pids = sorted({pool.pids[0], pool.pids[pool.size // 2], pool.pids[-1]})
+    argv = ["strace", "-f", "-tt", "-ff", "-e", "trace=%network,poll,ppoll", "-o", str(where / tag)]
+    for pid in pids:
+        argv += ["-p", str(pid)]
+    tracer = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert tracer.stderr is not None
+    for _ in pids:  # "Process N attached": one line each
+        if not tracer.stderr.readline():
+            break
+    return tracer
+
+
 def _phases(trial: dict[str, Any], answers: list[dict[str, Any]]) -> dict[str, Any]:
     """Where a cold trial's time went, s from the moment fsguard started (``boot_at``): the ranks' start-ups, the
     store clients fsguard made (each one's time to connect, and when the last one of a rank was made), the calls'
@@ -413,6 +437,7 @@ def run(
     cold_ops: tuple[str, ...] = OPS,
     cold_gate_s: float = 0.0,
     store_listen: str = "ipv4",
+    trace_network: Path | None = None,
     syscalls: bool = True,
 ) -> dict[str, Any]:
     python = ws.venv("fsguard")
@@ -490,7 +515,13 @@ def run(
                                             None if counts is None else {k: v / size for k, v in counts.items()}
                                         )
                                     else:
-                                        answers = pool.trial(trial, cold_gate_s)
+                                        tracer = _trace_network(pool, trace_network, f"{mode}-{size}-{op}-{t}")
+                                        try:
+                                            answers = pool.trial(trial, cold_gate_s)
+                                        finally:
+                                            if tracer is not None:
+                                                tracer.send_signal(signal.SIGINT)
+                                                tracer.wait(timeout=60)
                                     if any(not a["active"] for a in answers):
                                         problems.append(f"{mode} x{size} cold: fsguard inactive in a rank")
                                     _tally(cell, trial, answers, "cold_")
@@ -614,9 +645,9 @@ def _store_server(listen: str = "ipv4") -> Any:
     except ImportError:
         return None
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009
-    os.environ["RES_OPTIONS"] = RES_OPTIONS
     options: dict[str, Any] = {"is_master": True, "wait_for_workers": False, "timeout": timedelta(seconds=60)}
     if listen == "dual":
+        os.environ["RES_OPTIONS"] = RES_OPTIONS  # read by this process's resolver at its first lookup
         return tcp_store("127.0.0.1", 0, **options)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -861,6 +892,7 @@ def main(argv: list[str] | None = None) -> int:
         "--store-listen", choices=LISTEN, default="ipv4", help="the store server's socket (see RES_OPTIONS)"
     )
     parser.add_argument("--fit", type=Path, nargs="+", metavar="JSON", help="only print the fits of these results")
+    parser.add_argument("--trace-network", type=Path, metavar="DIR", help="strace three ranks of each cold pool")
     parser.add_argument("--no-syscalls", action="store_true", help="skip the strace-counted trial of each cell")
     args = parser.parse_args(argv)
     if args.quick:
@@ -887,6 +919,7 @@ def main(argv: list[str] | None = None) -> int:
             cold_ops=tuple(args.cold_ops),
             cold_gate_s=args.cold_gate_s,
             store_listen=args.store_listen,
+            trace_network=args.trace_network,
             syscalls=not args.no_syscalls,
         )
     found = fits([result])

@@ -4,7 +4,8 @@ with ``--fork N``, a zygote that forks N ranks.
 A rank connects to the coordinator's Unix socket (``FSG_BENCH_SOCKET``), says who it is
 (``{"rank", "pid", "fsguard_active"}``), then answers trials, one JSON object per line: the coordinator sends
 ``{"op", "path", "dst", "start", "rank0_marker"}`` or ``{"quit": true}``; the rank sleeps until ``start`` (a
-``time.monotonic`` value, one clock for all processes of the machine), makes the call, and answers
+``time.monotonic`` value, one clock for all processes of the machine), makes the call (``convoy``: its own
+``os.replace(f"{path}.{rank}", dst)``, a call no peer makes, onto the one name every rank replaces), and answers
 ``{"ok", "error", "latency_s", "end", "late_s", "cpu_s", "store_ops"}``.
 
 A fresh rank had fsguard activated by its ``.pth`` at start-up. A forked rank is made from a zygote: one
@@ -20,6 +21,11 @@ from a real rank: the code pages and imported modules are shared copy-on-write (
 rank instead of about 150 MiB with torch), no first call pays a lazy import, and the rank's parent is the
 zygote (fsguard reads the parent's start time as a bound of the job's start: the zygote started before the
 trials' files were laid out, as a launcher agent does).
+
+Cold pools (``FSG_BENCH_DEFER_BOOT=1``): a forked rank runs ``fsguard._boot.start()`` not at once but when
+the first trial's ``boot_at`` comes, so that every rank of the pool starts fsguard at the same moment, as the
+ranks of a job start together (forking one by one spreads the start-ups over seconds, during which the first
+ranks' background connections would be made); the trial's own call comes at its ``start``.
 
 Store operations: in the store arm, ``torch.distributed.TCPStore`` is replaced in the rank by a factory of
 counting proxies before fsguard's first serialized call makes its clients, so every request fsguard sends
@@ -40,6 +46,7 @@ import time
 from typing import Any
 
 STORE_OPS: dict[str, int] = {}
+CONNECTS: list[tuple[float, float]] = []  # when (time.monotonic) each of fsguard's TCPStore clients began and was made
 _REAL_STORE: list[Any] = []
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
@@ -75,7 +82,10 @@ def count_store_ops() -> None:
     _REAL_STORE.append(real)  # the probe's own requests are not fsguard's: it uses the real class
 
     def factory(*args: Any, **kwargs: Any) -> CountingStore:
-        return CountingStore(real(*args, **kwargs))
+        began = time.monotonic()
+        client = real(*args, **kwargs)
+        CONNECTS.append((began, time.monotonic()))
+        return CountingStore(client)
 
     setattr(dist, "TCPStore", factory)  # noqa: B010
 
@@ -113,9 +123,11 @@ def store_probe(trial: dict[str, Any], rank: int) -> dict[str, tuple[float, floa
     return times
 
 
-def operation(trial: dict[str, Any]) -> None:
+def operation(trial: dict[str, Any], rank: int) -> None:
     op, path = trial["op"], trial["path"]
-    if op == "makedirs":
+    if op == "convoy":  # different calls on one path: singleflight cannot collapse them, the lock serializes them
+        os.replace(f"{path}.{rank}", trial["dst"])
+    elif op == "makedirs":
         os.makedirs(path)
     elif op == "rename":
         os.rename(path, trial["dst"])
@@ -132,7 +144,7 @@ def rank0_then_barrier(trial: dict[str, Any], rank: int) -> None:
     marker = trial["rank0_marker"]
     if rank == 0:
         try:
-            operation(trial)
+            operation(trial, rank)
         finally:
             with open(marker, "w"):
                 pass
@@ -159,10 +171,17 @@ def serve(rank: int) -> int:
     hello = {"rank": rank, "pid": os.getpid(), "fsguard_active": active, "warm_s": time.monotonic() - warm_started}
     stream.write(json.dumps(hello) + "\n")
     stream.flush()
+    booted = None
     for line in stream:
         trial = json.loads(line)
         if trial.get("quit"):
             break
+        if trial.get("boot_at") is not None and booted is None:  # a deferred start-up: at the cold trial's gate
+            delay = trial["boot_at"] - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            boot()
+            booted = time.monotonic()
         delay = trial["start"] - time.monotonic()
         if delay > 0:
             time.sleep(delay)
@@ -180,7 +199,7 @@ def serve(rank: int) -> int:
             if trial.get("rank0_marker"):
                 rank0_then_barrier(trial, rank)
             else:
-                operation(trial)
+                operation(trial, rank)
         except OSError as exc:
             error = type(exc).__name__
         latency = time.perf_counter() - started
@@ -193,6 +212,9 @@ def serve(rank: int) -> int:
             "late_s": woke - trial["start"],
             "cpu_s": time.process_time() - cpu,
             "store_ops": {k: v - before.get(k, 0) for k, v in STORE_OPS.items() if v != before.get(k, 0)},
+            "active": hasattr(os.rename, "__wrapped__"),
+            "booted": booted,
+            "connects": CONNECTS,
         }
         stream.write(json.dumps(answer) + "\n")
         stream.flush()
@@ -200,9 +222,20 @@ def serve(rank: int) -> int:
     return 0
 
 
+def boot() -> None:
+    """What the ``.pth`` runs at a rank's start-up, on the rank's own variables (the store arm's requests counted
+    first)."""
+    import fsguard._boot
+
+    if os.environ.get("FSGUARD_LOCK") == "store":
+        count_store_ops()
+    fsguard._boot.start()
+
+
 def zygote(size: int) -> int:
     """Import what ranks need, then fork ``size`` ranks (see the module docstring); wait for them all."""
     rank_env = json.loads(os.environ.pop("FSG_BENCH_RANK_ENV"))
+    defer = os.environ.pop("FSG_BENCH_DEFER_BOOT", "") == "1"  # start-up at the first trial's boot_at
     import fsguard
     import fsguard._boot
 
@@ -223,9 +256,8 @@ def zygote(size: int) -> int:
             code = 1
             try:
                 os.environ.update({**rank_env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-                if rank_env.get("FSGUARD_LOCK") == "store":
-                    count_store_ops()
-                fsguard._boot.start()  # what the .pth runs at a rank's start-up, on the rank's own variables
+                if not defer:
+                    boot()
                 code = serve(rank)
             finally:
                 os._exit(code)

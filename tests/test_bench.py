@@ -73,6 +73,14 @@ def test_scale_alone(tmp_path: Path) -> None:
         store = cells.get(f"{op}/4/serialize-store")
         if store is not None:  # torch importable: every rank talked to the store
             assert store["success_rate"] == 1 and store["store_ops_per_rank"]["total"] > 0
+    assert cells["convoy/4/fsguard"]["success_rate"] == 1  # every rank's own replace onto one name
+    assert "convoy/4/rank0+barrier" not in cells
+    cold = cells["makedirs/4/fsguard"]  # a pool of its own, the race its ranks' first call
+    assert cold["cold_success_rate"] == 1 and cold["cold_jobs"] == 2 and cold["cold_wall_ms"]["p50"] > 0
+    store = cells.get("makedirs/4/serialize-store")
+    if store is not None:
+        assert store["cold_success_rate"] == 1 and store["cold_store_ops_per_rank"]["total"] > 0
+        assert store["cold_phases"][0]["clients_per_rank"]["max"] >= 1  # no process group: a connection of its own
     assert result["ranks"] == "fork" and set(result["memory_kib_per_rank"]) >= {"none/4", "fsguard/4"}
 
 

@@ -395,8 +395,9 @@ class StoreBackend:
                 self._depart(name, ticket)
                 raise LockTimeout(holder, waited)
             # The next ticket looks at the value every eighth of a lease (a killed holder is then taken over about
-            # a lease after its last renewal), the others once a lease.
-            bound = min(timeout - waited, self.lease_s / 8 if successor else since + 2 * self.lease_s - now + 0.01)
+            # a lease after its last renewal), the others once a lease (and act on two).
+            due = since + 2 * self.lease_s - now + 0.01
+            bound = min(timeout - waited, self.lease_s / 8 if successor else min(due, self.lease_s))
             woke = self._wait_key(go, bound)
             if woke is None:  # a store that cannot wait (not a TCPStore): poll
                 time.sleep(min(delay, bound))
@@ -540,7 +541,11 @@ class StoreBackend:
             return None
         from datetime import timedelta
 
-        with self._wait_io:
+        # One wait at a time on the connection: another thread's wait is bounded too (by its own bound here,
+        # answered as an alarm: the caller looks again).
+        if not self._wait_io.acquire(timeout=timeout):
+            return False
+        try:
             if self._waiter is None:
                 import torch.distributed as dist
 
@@ -555,6 +560,8 @@ class StoreBackend:
                     raise
                 return False
             return not self._alarms.cancel(alarm)
+        finally:
+            self._wait_io.release()
 
     def _ring(self, name: str) -> None:
         """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""

@@ -159,3 +159,20 @@ def test_a_hand_off_wakes_the_next_ticket_only_and_passes_over_one_that_gave_up(
     waiters[1].release(got[1])
     for thread in threads:
         thread.join(10)
+
+
+def test_a_ticket_that_never_claims_its_turn_is_passed_over_after_a_lease(store_port: int) -> None:
+    """A rank killed while queued (here: a ticket taken and never used) does not stall the queue for good: its
+    turn, unclaimed for a lease (0.5 s here), goes to the next ticket."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port), "TORCHELASTIC_RESTART_COUNT": f"d{os.getpid()}"}
+    holder, waiter = StoreBackend(1.5, env), StoreBackend(1.5, env)
+    first = holder.acquire("d", 1.0, "holder")
+    assert holder._add_raw(holder.prefix + "d/n", 1) == 2  # the ghost's ticket
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire("d", 5.0, "waiter")))
+    thread.start()
+    holder.release(first)
+    thread.join(10)
+    assert got, "the queue stalled behind a ticket that never came"
+    assert "ticket 2 did not claim its turn" in got[0].note and not got[0].took_over, got[0].note
+    waiter.release(got[0])

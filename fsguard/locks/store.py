@@ -9,35 +9,46 @@ imported on the first serialized call, never at startup.
 Connections: requests go through the default process group's own store client where one exists on that
 server (c10d serializes its requests and ours), otherwise through a client connection of fsguard's own,
 given up for the group's client once a group on the same server exists. Blocking waits use one more
-connection of their own (see below). Each new c10d client connection reverse-resolves the store's address
+connection of their own (see below): a c10d client serves one request at a time, so a ``wait`` on the group's
+client would hold up the job's own store requests until it ends (measured: a ``set`` behind a 1.5 s ``wait``
+took 1.5 s), and a wait bounded without c10d's timeout warnings needs a second connection to set its key.
+Each new c10d client connection reverse-resolves the store's address
 (``getnameinfo`` for its log text, in the client's ``SocketImpl``; to ``127.0.0.1`` it is the IPv4-mapped
 ``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list): when many ranks connect at once, the resolver waits
 out its 5 s timeout for queries a busy DNS server dropped, and c10d says "The hostname of the client socket
 cannot be retrieved. err=-3" when one fails. So the connections are opened ahead of the first serialized call,
 off its critical path (``prepare``: by a background thread once the program has imported ``torch.distributed``).
 
-The lock: key ``/fsguard/lock/<restart>/<stripe>``; free when absent or empty; held when its value is
-``<token>#<seq> <holder text>``. Taking it is ``compare_set(key, "", mine)``; giving it back is
-``compare_set(key, mine, "")``, which clears it only if it is still ours (no delete that could remove a
-successor's lock). Both are single atomic store operations: an uncontended call costs two round trips.
+The lock: a ticket queue under key ``/fsguard/lock/<restart>/<stripe>`` (``K``). A caller takes a ticket
+``t = add(K/n, 1)``; the lock's value is either a reservation, free for one ticket only (``=<t>``; empty for
+ticket 1), or its holder's ``<t>:<token>#<seq> <holder text>``. Taking it is ``compare_set(K, reservation of
+t, mine)``; giving it back is ``compare_set(K, mine, reservation of t + 1)`` (it changes the value only if it is
+still ours) and then ``add(K/go/<t+1>, 1)``, which wakes the waiter of ticket ``t + 1``, and only that one. An
+uncontended call costs five round trips (ticket, take, give back, wake the next ticket, delete its own go key);
+a waiter four more or less whatever the number of waiters (ticket, a failed take, one ``wait`` on its go key, the
+take): store requests per hand-off do not grow with the queue.
 
-Waiting is not polling: a waiter that finds the lock held by value ``<token>#<seq> ...`` blocks in the store's
-``wait`` on the key ``<lock>/next/<token>#<seq>``, which the holder sets when that value stops being current
-(renewed to ``seq`` + 1, or given back). Every waiter wakes at the hand-off (or at the next renewal) and tries
-``compare_set`` once more: a hand-off costs each waiter two round trips, not a poll every few milliseconds.
-Waits use a client connection of their own, so a thread blocked in one never delays the renewal of a lock
-this process holds. A wait ends by a key being set, never by the socket timing out (c10d prints two warning
-lines for every wait that times out): at the end of its bound, the waiter's own alarm thread sets the key it
-waits on (``_Alarms``); a holder killed mid-call costs its waiters no noise on stderr. Keys set for waiters
-are deleted a lease later (a waiter that comes later still wakes: at the end of its bounded wait it tries
-again, and a changed value is not a dead holder).
+Waiting is not polling: a waiter blocks in the store's ``wait`` on its own go key. Waits use a client connection
+of their own, so a thread blocked in one never delays the renewal of a lock this process holds. A wait ends by
+a key being set, never by the socket timing out (c10d prints two warning lines for every wait that times out):
+at the end of its bound, the waiter's own alarm thread adds 0 to the key it waits on (``_Alarms``); the waiter
+then deletes the key and looks at the lock's value again (a hand-off in between shows in the value), so a go
+key never wakes it twice. The go key of a ticket is deleted by its holder when it gives the lock back.
+
+Tickets that do not come: a waiter that gives up at its bound adds ``DEPART`` to its go key, and passes the turn
+on itself if it came already; a hand-off that finds ``DEPART`` there passes the turn on at once. A ticket whose
+turn came but was not claimed for a lease (its process killed before its turn, or frozen) is passed over by
+the next ticket; a thread that comes back to find its turn passed takes a new ticket. Keys live under the
+restart count, so a restarted job starts with empty queues.
 
 Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
 (``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole
 lease on its own monotonic clock knows the holder stopped renewing (killed, or frozen), and takes the lock
-over with ``compare_set(key, that value, mine)``: atomic, so of several waiters exactly one wins, and a
-holder that wakes up again finds its lock gone (and says so in a record) instead of clearing the new
-owner's. No wall-clock times are compared, so clock skew between nodes does not matter.
+over (the next ticket looks at the value every eighth of a lease, the others once a lease): the next ticket
+takes it with ``compare_set(K, that value, mine)``, the waiters behind it pass it on to that ticket a lease
+later (it may be gone as well). Atomic, so exactly one wins, and a holder that wakes up again finds its lock
+gone (and says so in a record) instead of clearing the new owner's. No wall-clock times are compared, so clock
+skew between nodes does not matter.
 
 Lease length: a third of ``FSGUARD_LOCK_TIMEOUT``, between 0.5 s and 10 s (10 s at the default 30 s). A
 peer of a killed holder is then served *serialized* after at most one lease, well inside its own bound;
@@ -61,6 +72,7 @@ from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 SEAL = 1 << 40  # added to a flight's waiter count by its performer when it reads it
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
 BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only when the store fails to set a key
+DEPART = 1 << 30  # added to a ticket's go counter by its waiter when it gives up: a hand-off passes the turn on
 
 
 def lease_for(lock_timeout: float) -> float:
@@ -74,9 +86,35 @@ class _Lease:
     what: bytes
     seq: int = 0
     released: bool = False
+    ticket: int = 0  # a lock's place in its queue (0: a flight)
 
     def value(self) -> bytes:
+        if self.ticket:
+            return b"%d:%s#%d %s" % (self.ticket, self.token, self.seq, self.what)
         return b"%s#%d %s" % (self.token, self.seq, self.what)
+
+
+def _reserved(ticket: int) -> bytes:
+    """The value of a lock that is free for ``ticket`` (and for no other): empty for the first ticket."""
+    return b"" if ticket == 1 else b"=%d" % ticket
+
+
+def _ticket_of(value: bytes) -> int:
+    """The ticket a lock value belongs to: a reservation (``=<t>``, or empty for ticket 1) or a holder's value
+    (``<t>:<token>#<seq> <holder text>``)."""
+    if not value:
+        return 1
+    head = value[1:] if value.startswith(b"=") else value.partition(b":")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def _holds(value: bytes) -> bool:
+    """Whether a lock value is a holder's (not a reservation)."""
+    return bool(value) and not value.startswith(b"=")
+
+
+def _go_key(name: str, ticket: int) -> str:
+    return f"{name}/go/{ticket}"
 
 
 class _Alarms:
@@ -134,7 +172,7 @@ class _Alarms:
 
 def holder_of(value: bytes) -> str | None:
     """The holder text of a lock value, or None for a free lock."""
-    if not value:
+    if not value or value.startswith(b"="):
         return None
     return value.partition(b" ")[2].decode("utf-8", "replace") or value.decode("utf-8", "replace")
 
@@ -288,55 +326,116 @@ class StoreBackend:
             self._failure = (time.monotonic(), why, _group_initialized())
         return Unreachable(why)
 
-    # --- the lock --------------------------------------------------------------------------------------
+    # --- the lock: a ticket queue ------------------------------------------------------------------------
 
     def acquire(self, key: str, timeout: float, what: str) -> Held:
         self._connect()
-        lease = _Lease(
-            self.prefix + key,
-            b"%s.%d" % (process_nonce().encode(), next(self._tokens)),
-            what.encode("utf-8", "replace"),
-        )
-        mine = lease.value()
+        name = self.prefix + key
         started = time.monotonic()
-        seen, seen_since = b"", started
-        stale: bytes | None = None
         holder: str | None = None
-        delay = 0.0002
         try:
-            while True:
-                current = self._cas(lease.key, b"", mine)
-                if current == mine:
-                    return self._hold(Held(key, lease, time.monotonic() - started, holder))
-                now = time.monotonic()
-                holder = holder_of(current) or holder
-                if current != seen:
-                    seen, seen_since = current, now
-                elif now - seen_since >= self.lease_s:
-                    after = self._cas(lease.key, current, mine)
-                    if after == mine:
-                        held = Held(key, lease, time.monotonic() - started, holder, took_over=True)
-                        held.note = (
-                            f"; took over its lease, not renewed for {now - seen_since:.1f} s (holder killed or frozen)"
-                        )
-                        return self._hold(held)
-                    seen, seen_since = after, time.monotonic()
-                waited = now - started
-                if waited >= timeout:
-                    raise LockTimeout(holder, waited)
-                # until the hand-off, or until the lease would have run out (then the loop takes over)
-                due = max(seen_since + self.lease_s - now, 0.0) + 0.01
-                bound = min(timeout - waited, due)
-                woke = None if current == stale else self._wait_for_change(lease.key, current, bound)
-                if woke is None:  # a store that cannot wait (not a TCPStore), or a peer's alarm woke us: poll
-                    time.sleep(min(delay, timeout - waited, due))
-                    delay = min(delay * 2, 0.05)
-                elif woke:
-                    stale = current  # its key is set: if the value is still this one, do not wait on it again
+            while True:  # a second ticket only when this one's turn was passed on while this thread stalled
+                lease = _Lease(
+                    name,
+                    b"%s.%d" % (process_nonce().encode(), next(self._tokens)),
+                    what.encode("utf-8", "replace"),
+                    ticket=self._add_raw(name + "/n", 1),
+                )
+                held, holder = self._queue(key, lease, started, timeout, holder)
+                if held is not None:
+                    return self._hold(held)
         except (LockTimeout, Unreachable):
             raise
         except Exception as error:
             raise self._broken(error) from error
+
+    def _queue(
+        self, key: str, lease: _Lease, started: float, timeout: float, holder: str | None
+    ) -> tuple[Held | None, str | None]:
+        """Wait for ``lease``'s ticket to be served: (the lock, who held it), or (None, ...) when its turn came and
+        was passed on while this thread could not claim it (it then takes a new ticket)."""
+        name, ticket, mine = lease.key, lease.ticket, lease.value()
+        go = _go_key(name, ticket)
+        seen, since = b"", started
+        woken = False  # go key set (by a hand-off or this waiter's alarm): deleted before waiting on it again
+        delay = 0.0002
+        while True:
+            current = self._cas(name, _reserved(ticket), mine)
+            if current == mine:
+                return Held(key, lease, time.monotonic() - started, holder), holder
+            now = time.monotonic()
+            at = _ticket_of(current)
+            if at > ticket:
+                return None, holder
+            holder = holder_of(current) or holder
+            if woken:
+                self._delete(go)  # then look again: a hand-off between the look above and here is in the value
+                woken = False
+                continue
+            successor = at + 1 == ticket
+            if current != seen:
+                seen, since = current, now
+            elif now - since >= self.lease_s * (1 if successor else 2):
+                # The holder of ticket ``at`` stopped renewing (killed or frozen), or ticket ``at`` has not
+                # claimed its turn for a lease: its successor takes the lock over; the others pass it on a lease
+                # later (the successor may be gone as well).
+                claimed = self._skip(name, current, at, mine if at + 1 == ticket else None)
+                if claimed:
+                    held = Held(key, lease, time.monotonic() - started, holder, took_over=_holds(current))
+                    held.note = (
+                        f"; took over its lease, not renewed for {now - since:.1f} s (holder killed or frozen)"
+                        if _holds(current)
+                        else f"; ticket {at} did not claim its turn for {now - since:.1f} s: passed over"
+                    )
+                    return held, holder
+                seen, since = b"", now
+                continue
+            waited = now - started
+            if waited >= timeout:
+                self._depart(name, ticket)
+                raise LockTimeout(holder, waited)
+            # The next ticket looks at the value every eighth of a lease (a killed holder is then taken over about
+            # a lease after its last renewal), the others once a lease (and act on two).
+            due = since + 2 * self.lease_s - now + 0.01
+            bound = min(timeout - waited, self.lease_s / 8 if successor else min(due, self.lease_s))
+            woke = self._wait_key(go, bound)
+            if woke is None:  # a store that cannot wait (not a TCPStore): poll
+                time.sleep(min(delay, bound))
+                delay = min(delay * 2, 0.05)
+            else:
+                woken = True
+
+    def _skip(self, name: str, stale: bytes, at: int, mine: bytes | None) -> bool:
+        """Pass the turn of ticket ``at`` (lock value ``stale``) on to the next ticket; with ``mine``, that ticket
+        is this waiter's: take the lock itself. True when it did."""
+        if mine is not None:
+            if self._cas(name, stale, mine) != mine:
+                return False
+        elif self._cas(name, stale, _reserved(at + 1)) == _reserved(at + 1):
+            self._hand(name, at + 1)
+        if at > 1:
+            self._delete(_go_key(name, at))
+        return mine is not None
+
+    def _hand(self, name: str, ticket: int) -> None:
+        """The lock is now reserved for ``ticket``: wake its waiter (only that one). A ticket whose waiter gave
+        up (``DEPART`` in its counter) is passed on at once."""
+        while self._add_raw(_go_key(name, ticket), 1) >= DEPART:
+            self._delete(_go_key(name, ticket))
+            if self._cas(name, _reserved(ticket), _reserved(ticket + 1)) != _reserved(ticket + 1):
+                return
+            ticket += 1
+
+    def _depart(self, name: str, ticket: int) -> None:
+        """This waiter gives up: its ticket must not stall the queue. Marked first (a hand-off that comes later
+        passes the turn on), then passed on here if the turn came already. Never raises."""
+        try:
+            self._add_raw(_go_key(name, ticket), DEPART)
+            if self._cas(name, _reserved(ticket), _reserved(ticket + 1)) == _reserved(ticket + 1):
+                self._delete(_go_key(name, ticket))
+                self._hand(name, ticket + 1)
+        except Exception:  # noqa: BLE001 - the next waiter then passes the turn on a lease later
+            pass
 
     def release(self, held: Held) -> None:
         if held.forked():
@@ -349,13 +448,20 @@ class StoreBackend:
             if held.lost:
                 return
             try:
-                after = self._cas(lease.key, lease.value(), b"")
+                after = self._cas(lease.key, lease.value(), _reserved(lease.ticket + 1))
+                if after != _reserved(lease.ticket + 1):
+                    held.lost = f"taken over by {holder_of(after) or 'a later ticket'}"
+                else:
+                    self._hand(lease.key, lease.ticket + 1)
+                if lease.ticket > 1:
+                    self._delete(_go_key(lease.key, lease.ticket))
             except Exception as error:
                 raise self._broken(error) from error
-            if after:
-                held.lost = f"taken over by {holder_of(after)}"
-            else:
-                self._post(lease.key, lease.value())
+
+    def _delete(self, name: str) -> None:
+        store = self._connect()
+        with self._io:
+            store.delete_key(name)
 
     # --- renewal ---------------------------------------------------------------------------------------
 
@@ -399,9 +505,10 @@ class StoreBackend:
                 # compare_set answers the expected value itself when the key has gone
                 held.lost = "cleared by someone else" if after in (old, b"") else f"taken over by {holder_of(after)}"
                 return
-        self._post(lease.key, old)
+        if not lease.ticket:
+            self._post(lease.key, old)  # a flight's waiters wait for its value to change; a lock's, for their turn
 
-    # --- hand-off: waiters block on a key the holder sets, instead of polling -------------------------
+    # --- a flight's waiters block on a key its performer sets when its value changes (deleted a lease later) -
 
     @staticmethod
     def _next_key(key: str, value: bytes) -> str:
@@ -434,7 +541,11 @@ class StoreBackend:
             return None
         from datetime import timedelta
 
-        with self._wait_io:
+        # One wait at a time on the connection: another thread's wait is bounded too (by its own bound here,
+        # answered as an alarm: the caller looks again).
+        if not self._wait_io.acquire(timeout=timeout):
+            return False
+        try:
             if self._waiter is None:
                 import torch.distributed as dist
 
@@ -449,14 +560,17 @@ class StoreBackend:
                     raise
                 return False
             return not self._alarms.cancel(alarm)
+        finally:
+            self._wait_io.release()
 
     def _ring(self, name: str) -> None:
         """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""
         try:
             store = self._connect()
             with self._io:
-                store.set(name, b"1")
-            self._posted.append((time.monotonic(), name))
+                store.add(name, 0)  # a go key is a counter (``_hand``); a flight's next key only has to exist
+            if "/go/" not in name:  # a go key is deleted by its waiter
+                self._posted.append((time.monotonic(), name))
         except Exception:  # noqa: BLE001 - the wait then ends at its backstop, and c10d says why
             pass
 

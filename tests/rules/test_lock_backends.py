@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -109,3 +110,69 @@ def test_a_flight_is_shared_or_declined(pair: tuple[Backend, Backend]) -> None:
     joined = two.flight_claim("f1", "two")
     assert joined is not None and joined[0] is False
     assert one.flight_done("f1", held, b"ok") == 0
+
+
+class _Counted:
+    """A store client that counts the requests sent through it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.requests = inner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        self.requests += 1
+        return getattr(self.inner, name)
+
+
+def test_a_hand_off_wakes_the_next_ticket_only_and_passes_over_one_that_gave_up(store_port: int) -> None:
+    """Issue 24, the lock convoy: a release wakes the waiter of the next ticket and no other (the waiters behind
+    it send no request at all), and a waiter that gave up does not stall the queue: its turn is passed on at once,
+    not a lease later (the lease here is 10 s, the next waiter's bound 5 s)."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port), "TORCHELASTIC_RESTART_COUNT": f"q{os.getpid()}"}
+    holder, quitter, *waiters = [StoreBackend(30.0, env) for _ in range(4)]
+    first = holder.acquire("q", 1.0, "holder")
+    with pytest.raises(LockTimeout):
+        quitter.acquire("q", 0.2, "quitter")  # ticket 2, gives up
+    got: dict[int, Any] = {}
+    events = [threading.Event() for _ in waiters]
+
+    def wait(i: int) -> None:
+        got[i] = waiters[i].acquire("q", 5.0, f"waiter {i}")
+        events[i].set()
+
+    threads = []
+    for i in range(len(waiters)):  # tickets 3 and 4, in this order
+        threads.append(threading.Thread(target=wait, args=(i,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 10
+        while holder._add_raw(holder.prefix + "q/n", 0) < 3 + i:
+            assert time.monotonic() < deadline, "no ticket taken"
+    counted = [_Counted(w._store) for w in waiters]
+    for backend, client in zip(waiters, counted, strict=True):
+        backend._store = client
+    holder.release(first)
+    assert events[0].wait(10), "the next live ticket was not served"
+    assert got[0].note == "" and not got[0].took_over, got[0].note  # served by the hand-off, not passed over
+    assert counted[1].requests == 0, "a waiter behind the next ticket was woken by the hand-off"
+    assert not events[1].is_set()
+    waiters[0].release(got[0])
+    assert events[1].wait(10), "the last ticket was not served"
+    waiters[1].release(got[1])
+    for thread in threads:
+        thread.join(10)
+
+
+def test_a_ticket_that_never_claims_its_turn_is_passed_over_after_a_lease(store_port: int) -> None:
+    """A rank killed while queued (here: a ticket taken and never used) does not stall the queue for good: its
+    turn, unclaimed for a lease (0.5 s here), goes to the next ticket."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port), "TORCHELASTIC_RESTART_COUNT": f"d{os.getpid()}"}
+    holder, waiter = StoreBackend(1.5, env), StoreBackend(1.5, env)
+    first = holder.acquire("d", 1.0, "holder")
+    assert holder._add_raw(holder.prefix + "d/n", 1) == 2  # the ghost's ticket
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire("d", 5.0, "waiter")))
+    thread.start()
+    holder.release(first)
+    thread.join(10)
+    assert got, "the queue stalled behind a ticket that never came"
+    assert "ticket 2 did not claim its turn" in got[0].note and not got[0].took_over, got[0].note
+    waiter.release(got[0])

@@ -28,8 +28,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import evidence
-from .guards import Rules, Verdict
+from .calls import Call
+from .guards import Rules
 from .guards import rmtree as rule
+from .guards.rmtree import Removal
 from .state import STATE
 
 _RETRIES = 4
@@ -428,7 +430,7 @@ class Walk:
         finally:
             self.waited += time.monotonic() - started
 
-    def verdict(self) -> Verdict | None:
+    def verdict(self) -> Removal | None:
         return rule.walk_verdict(
             self.entries_gone, self.retried, self.top_gone, self.renamed_to, self.waited, self.first_error
         )
@@ -553,16 +555,13 @@ def _held_fd(st: os.stat_result) -> int | None:
 # --- the call ------------------------------------------------------------------------------------------
 
 
-def _make_walk(
-    remover: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules, use_onexc: bool
-) -> Walk | None:
+def _make_walk(remover: Callable[..., Any], call: Call, rules: Rules, use_onexc: bool) -> Walk | None:
     """fsguard's walk for one call, or None for a call the standard ``rmtree`` rejects by itself: more
     positional arguments than it takes (adding fsguard's handler would change its message), no path at all."""
-    if len(args) > 3:
+    if call.path is None:
         return None
-    onerror = args[2] if len(args) > 2 else kwargs.get("onerror")
     try:
-        return Walk(remover, args[0] if args else kwargs["path"], rules, use_onexc, onerror, kwargs.get("onexc"))
+        return Walk(remover, call.given[0], rules, use_onexc, call.onerror, call.onexc)
     except (TypeError, ValueError):
         return None
 
@@ -593,14 +592,8 @@ def wait_for_move(top: str, budget_s: float, pending: Callable[[], bool] | None,
 
 
 def run(
-    original: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    rules: Rules,
-    use_onexc: bool,
-    yield_s: float,
-    serializer: Any = None,
-) -> Verdict | None:
+    original: Callable[..., Any], request: Call, rules: Rules, use_onexc: bool, yield_s: float, serializer: Any = None
+) -> Removal | None:
     """One guarded ``rmtree`` call; a verdict when something needs a record.
 
     The walk gets the caller's own arguments, fsguard's handler in place of the caller's (``onexc`` where it
@@ -608,26 +601,25 @@ def run(
     or rejects the call as the standard ``rmtree`` would alone. With a serializer, the walk runs holding the
     path's lock, after letting a rename of the same path that a peer announced go first."""
     with _Held() as held:  # the top's descriptor: see _find_renamed
-        return _run(original, args, kwargs, rules, use_onexc, yield_s, serializer, held)
+        return _run(original, request, rules, use_onexc, yield_s, serializer, held)
 
 
 def _run(
     original: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    request: Call,
     rules: Rules,
     use_onexc: bool,
     yield_s: float,
     serializer: Any,
     held: _Held,
-) -> Verdict | None:
+) -> Removal | None:
     remover = checked(original) or original
-    walk = _make_walk(remover, args, kwargs, rules, use_onexc)
+    walk = _make_walk(remover, request, rules, use_onexc)
     if walk is None:
-        original(*args, **kwargs)  # the standard rmtree says what is wrong (outside any except: no __context__)
+        original(*request.args, **request.kwargs)  # the standard rmtree says what is wrong (outside any except)
         return None
-    ignore = bool(args[1] if len(args) > 1 else kwargs.get("ignore_errors", False))
-    positional, named = list(args), dict(kwargs)
+    ignore = request.ignore_errors
+    positional, named = list(request.args), dict(request.kwargs)
     if not ignore:
         if use_onexc:
             named["onexc"] = walk.onexc

@@ -23,9 +23,9 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
         return reraise()
     if call.fds:
         return reraise("directory file descriptors given: passed through")
-    path = call.dst
-    if path is None or call.given[0] is None:
+    if call.dst is None or call.given[0] is None:
         return reraise()
+    path: str = call.dst
     source = world.stat(call.given[0], call.follow_symlinks)
     if source is None:
         return reraise("the source cannot be read")

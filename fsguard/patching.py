@@ -72,7 +72,7 @@ def load_policy() -> None:
     for rule in _DECIDE.values():
         if isinstance(rule, _Rule):
             rule.load()
-    from . import handlers, records, rmwalk, runtime  # noqa: F401 - loaded now, used at the first failure
+    from . import handlers, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
 
     _rules()
 

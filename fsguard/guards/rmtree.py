@@ -53,17 +53,12 @@ class Removal(Verdict):
     error: BaseException | None
     top_gone: str | None
 
-    def __init__(
-        self,
-        absorb: bool,
-        decision: str | None,
-        evidence: str,
-        waited_s: float = 0.0,
-        detail: dict[str, Any] | None = None,
-        error: BaseException | None = None,
-        top_gone: str | None = None,
-    ) -> None:
-        Value.__init__(self, absorb, decision, evidence, waited_s, {} if detail is None else detail, error, top_gone)
+    def __init__(self, *fields: Any) -> None:  # in ``_fields`` order, as ``Value`` copies and pickles it
+        Value.__init__(self, *fields)
+
+    @classmethod
+    def of(cls, verdict: Verdict, error: BaseException | None = None, top_gone: str | None = None) -> Removal:
+        return cls(*verdict._values(), error, top_gone)
 
 
 def _live(world: World | None) -> World:
@@ -110,19 +105,24 @@ def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Remo
     """The tree left its path while this process waited to remove it: moved (found under another name by its
     inode) or removed by a peer; either way nothing is left to remove."""
     if renamed_to is None:
-        return Removal(
-            True,
-            "absorbed",
-            f"tree removed by a peer (or moved out of its parent) {how} while this process waited "
-            f"{waited_s:.2f} s to remove it: nothing left to remove",
-            waited_s,
+        return Removal.of(
+            Verdict(
+                True,
+                "absorbed",
+                f"tree removed by a peer (or moved out of its parent) {how} while this process waited "
+                f"{waited_s:.2f} s to remove it: nothing left to remove",
+                waited_s,
+            )
         )
-    return Removal(
-        True,
-        "yielded",
-        f"a peer moved the tree to {renamed_to} {how} after {waited_s:.2f} s: the rename wins, nothing left to remove",
-        waited_s,
-        {"renamed_to": renamed_to},
+    return Removal.of(
+        Verdict(
+            True,
+            "yielded",
+            f"a peer moved the tree to {renamed_to} {how} after {waited_s:.2f} s: the rename wins, nothing left to "
+            "remove",
+            waited_s,
+            {"renamed_to": renamed_to},
+        )
     )
 
 
@@ -139,16 +139,17 @@ def removed_peer_tree(top: str, waited_s: float, absorbed: Removal | None, made_
     )
     if made_here:
         detail["made_here"] = True
-    return Removal(
+    hazard = Verdict(
         True,
         "hazard",
         f"removed {whose} after no peer moved it away within {waited_s:.2f} s (FSGUARD_YIELD_S): if a peer "
         f"still meant to rename {top}, that rename will fail, and its data is gone{extra}",
         waited_s + (absorbed.waited_s if absorbed is not None else 0.0),
         detail,
-        absorbed.error if absorbed is not None else None,
-        absorbed.top_gone if absorbed is not None else None,
     )
+    if absorbed is None:
+        return Removal.of(hazard)
+    return Removal.of(hazard, absorbed.error, absorbed.top_gone)
 
 
 def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_s: float) -> Removal:
@@ -157,13 +158,15 @@ def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_
     shown = [os.path.relpath(p, top) if p.startswith(top + os.sep) else p for p in removed[:REMOVED_SHOWN]]
     more = f" and {len(removed) - REMOVED_SHOWN} more" if len(removed) > REMOVED_SHOWN else ""
     what = f"{len(removed)} entr{'y' if len(removed) == 1 else 'ies'} ({', '.join(shown)}{more})" if removed else "none"
-    return Removal(
-        True,
-        "hazard",
-        f"tree moved to {where} by a peer while this process was removing it: stopped and left it there; "
-        f"already removed from it: {what}",
-        waited_s,
-        {"renamed_to": renamed_to, "removed": shown, "removed_count": len(removed)},
+    return Removal.of(
+        Verdict(
+            True,
+            "hazard",
+            f"tree moved to {where} by a peer while this process was removing it: stopped and left it there; "
+            f"already removed from it: {what}",
+            waited_s,
+            {"renamed_to": renamed_to, "removed": shown, "removed_count": len(removed)},
+        )
     )
 
 
@@ -229,18 +232,17 @@ def walk_verdict(
             detail["renamed_to"] = renamed_to
             n = _live(world).entries(renamed_to)
             left = "unknown" if n is None else f"{n} entr{'y' if n == 1 else 'ies'}"
-            return Removal(
+            hazard = Verdict(
                 True,
                 "hazard",
                 f"tree renamed to {renamed_to} by a peer while this process was removing it: "
                 f"{renamed_to} may be missing entries removed before the rename (still there: {left})",
                 waited_s,
                 detail,
-                error,
-                top_gone,
             )
+            return Removal.of(hazard, error, top_gone)
         parts.append("top directory removed by a peer at the end")
-    return Removal(True, "absorbed", "; ".join(parts), waited_s, detail, error, top_gone)
+    return Removal.of(Verdict(True, "absorbed", "; ".join(parts), waited_s, detail), error, top_gone)
 
 
 def entry_gone_by_peer(rules: Rules) -> bool:

@@ -140,14 +140,14 @@ class Call:
             self.src_dir_fd,
             self.dst_dir_fd,
         ) = bound
-        self.exist_ok = bool(self.exist_ok)
-        self.ignore_errors = bool(self.ignore_errors)
-        self.follow_symlinks = bool(self.follow_symlinks)
-        normal = [_norm_or_none(p, cwd) for p in self.given]
-        if op in TWO_PATHS and self.bound:
-            self.path, (self.src, self.dst) = None, normal
+        self.exist_ok = self.exist_ok is True or bool(self.exist_ok)
+        self.ignore_errors = self.ignore_errors is True or bool(self.ignore_errors)
+        self.follow_symlinks = self.follow_symlinks is True or bool(self.follow_symlinks)
+        given = self.given
+        if len(given) == 2:
+            self.path, self.src, self.dst = None, _norm_or_none(given[0], cwd), _norm_or_none(given[1], cwd)
         else:
-            self.path, self.src, self.dst = (normal[0] if normal else None), None, None
+            self.path, self.src, self.dst = (_norm_or_none(given[0], cwd) if given else None), None, None
 
     @classmethod
     def remembered(cls, entry: tuple[Any, ...], cwd: str | None = None) -> Call:
@@ -181,29 +181,11 @@ class Call:
 
     def made(self) -> tuple[str, str] | None:
         """(the path this call left something at, how: ``made``, ``made-shared`` or ``found``), if any."""
-        if self.fds:
-            return None
-        if self.op == "makedirs":
-            where, kind = self.path, self.outcome or "made"
-        elif self.op == "mkdir":
-            where, kind = self.path, "made"
-        elif self.op in TWO_PATHS:
-            where, kind = self.dst, "made"
-        else:
-            return None
-        return None if where is None else (where, kind)
+        return None if self.fds else _effects(self.op, self.outcome, self.path, self.src, self.dst)[0]
 
     def gone(self) -> tuple[str, str] | None:
         """(the path this call took away, how: ``removed`` or ``moved-away``), if any."""
-        if self.fds:
-            return None
-        if self.op in ("remove", "rmdir", "rmtree"):
-            where, kind = self.path, "removed"
-        elif self.op in ("rename", "replace"):
-            where, kind = self.src, "moved-away"
-        else:
-            return None
-        return None if where is None else (where, kind)
+        return None if self.fds else _effects(self.op, self.outcome, self.path, self.src, self.dst)[1]
 
     def options(self) -> list[tuple[str, Any]]:
         """The arguments other than the paths, as bound (defaults included): what makes two calls on the same
@@ -219,6 +201,45 @@ class Call:
             ("src_dir_fd", self.src_dir_fd),
             ("dst_dir_fd", self.dst_dir_fd),
         ]
+
+
+Effect = tuple[str, str]  # (a normalised path, what a call did there)
+
+
+def _effects(
+    op: str, outcome: str | None, path: str | None, src: str | None, dst: str | None
+) -> tuple[Effect | None, Effect | None]:
+    """(where a call made something and how, where it took something away and how), from its normalised paths."""
+    if op == "makedirs" or op == "mkdir":
+        return (None if path is None else (path, outcome or "made")), None
+    if op == "symlink" or op == "link":
+        return (None if dst is None else (dst, "made")), None
+    if op == "rename" or op == "replace":
+        return (None if dst is None else (dst, "made")), (None if src is None else (src, "moved-away"))
+    return None, (None if path is None else (path, "removed"))
+
+
+def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Effect | None, float | None]:
+    """What a raw memory entry did: ``Call.remembered(entry, cwd)``'s ``made()``, ``gone()`` and ``time``,
+    without building the ``Call`` (the memory's index asks this of thousands of entries at once)."""
+    op = entry[0]
+    outcome = MAKEDIRS_OUTCOMES.get(op)
+    if outcome is not None:
+        op = "makedirs"
+    when = entry[3] if len(entry) > 3 else None
+    try:
+        given, _, _, _, _, _, _, dir_fd, src_dir_fd, dst_dir_fd = _SIGNATURES[op](*entry[1], **entry[2])
+    except (KeyError, TypeError):
+        return None, None, when
+    if dir_fd is not None or src_dir_fd is not None or dst_dir_fd is not None:
+        return None, None, when
+    if len(given) == 2:
+        moved = op == "rename" or op == "replace"
+        src = _norm_or_none(given[0], cwd) if moved else None
+        made, gone = _effects(op, None, None, src, _norm_or_none(given[1], cwd))
+    else:
+        made, gone = _effects(op if op != "unlink" else "remove", outcome, _norm_or_none(given[0], cwd), None, None)
+    return made, gone, when
 
 
 # --- paths ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import stat
 import threading
 
 from . import state
-from .calls import Call
+from .calls import effects
 from .calls import fspath as fspath
 from .calls import norm as norm
 from .calls import resolve_fds as resolve_fds  # what the happy path remembers: see fsguard.calls
@@ -144,13 +144,11 @@ class _Index:
 
     def _place(self, entry: Entry, seq: int, cwd: str | None, made: dict[str, tuple[int, str, float | None]]) -> None:
         """Put one remembered call into ``made`` (the index's, or for DIRS's entries a batch) and ``gone``."""
-        call = Call.remembered(entry, cwd)
-        found = call.made()
-        if found is not None:
-            made[found[0]] = (seq, found[1], call.time)
-        found = call.gone()
-        if found is not None:
-            self._gone(found[0], (seq, found[1], call.time))
+        did, took, when = effects(entry, cwd)
+        if did is not None:
+            made[did[0]] = (seq, did[1], when)
+        if took is not None:
+            self._gone(took[0], (seq, took[1], when))
 
     def _gone(self, path: str, value: tuple[int, str, float | None]) -> None:
         self.gone[path] = value

@@ -188,19 +188,26 @@ class Call:
         return None if self.fds else _effects(self.op, self.outcome, self.path, self.src, self.dst)[1]
 
     def options(self) -> list[tuple[str, Any]]:
-        """The arguments other than the paths, as bound (defaults included): what makes two calls on the same
-        paths the same call."""
-        return [
-            ("mode", self.mode),
-            ("exist_ok", self.exist_ok),
-            ("ignore_errors", self.ignore_errors),
-            ("follow_symlinks", self.follow_symlinks),
-            ("onerror", self.onerror),
-            ("onexc", self.onexc),
-            ("dir_fd", self.dir_fd),
-            ("src_dir_fd", self.src_dir_fd),
-            ("dst_dir_fd", self.dst_dir_fd),
-        ]
+        """The arguments other than the paths, as bound (defaults included; the values as given, not made
+        bools): what makes two calls on the same paths the same call."""
+        try:
+            bound = _SIGNATURES[self.op](*self.args, **self.kwargs)
+        except (KeyError, TypeError):
+            bound = _UNBOUND
+        return list(zip(_OPTION_NAMES, bound[1:], strict=True))
+
+
+_OPTION_NAMES = (
+    "mode",
+    "exist_ok",
+    "ignore_errors",
+    "onerror",
+    "onexc",
+    "follow_symlinks",
+    "dir_fd",
+    "src_dir_fd",
+    "dst_dir_fd",
+)
 
 
 Effect = tuple[str, str]  # (a normalised path, what a call did there)

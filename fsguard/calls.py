@@ -331,6 +331,8 @@ def resolve_fds(entry: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def first_path(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A call's first path argument as given (the very object: identity matters to the caller), or None."""
+    if args and not kwargs:  # every signature here takes its first path first: no binding needed
+        return args[0]
     try:
         return _SIGNATURES[op](*args, **kwargs)[0][0]
     except (KeyError, TypeError):

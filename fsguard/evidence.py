@@ -345,6 +345,3 @@ def wait_for_seen(probe: Callable[[], T | None], budget_s: float, where: str | N
     while result is None and backoff.pause():
         result = probe()
     return result, backoff.waited()
-
-
-settle = wait_for_seen  # the rules' name for it until they call ``wait_for_seen`` (fsguard.guards)

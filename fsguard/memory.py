@@ -16,7 +16,10 @@ import stat
 import threading
 
 from . import state
-from .state import resolve_fds as resolve_fds  # what the happy path remembers: see fsguard.state
+from .calls import effects
+from .calls import fspath as fspath
+from .calls import norm as norm
+from .calls import resolve_fds as resolve_fds  # what the happy path remembers: see fsguard.calls
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 
@@ -46,30 +49,6 @@ class Event:
 
     def __repr__(self) -> str:
         return f"Event({self.kind!r}, time={self.time!r}, seq={self.seq})"
-
-
-def fspath(path: Any) -> str | bytes:
-    """``os.fspath``, and the bytes of a ``bytearray``/``memoryview``, which the C functions of ``os`` still take
-    (with a DeprecationWarning) and so can fail with: ``TypeError`` for anything else."""
-    if isinstance(path, (bytearray, memoryview)):
-        return bytes(path)
-    value: str | bytes = os.fspath(path)
-    return value
-
-
-def norm(path: Any, cwd: str | None = None) -> str:
-    """Absolute, ``..``-folded text form of a path argument, relative to ``cwd`` (default: the current one)."""
-    if type(path) is str and path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
-        return path  # already normal: the index normalises thousands of these at once
-    value: str | bytes = fspath(path)
-    text = os.fsdecode(value) if isinstance(value, bytes) else value
-    if cwd is None or os.path.isabs(text):
-        return os.path.abspath(text)
-    return os.path.normpath(os.path.join(cwd, text))
-
-
-# operation -> (position, keyword) of the name it makes
-_MADE_AT = {"mkdir": (0, "path"), "symlink": (1, "dst"), "link": (1, "dst")}
 
 
 def _ancestry(path: str) -> list[str]:
@@ -165,28 +144,11 @@ class _Index:
 
     def _place(self, entry: Entry, seq: int, cwd: str | None, made: dict[str, tuple[int, str, float | None]]) -> None:
         """Put one remembered call into ``made`` (the index's, or for DIRS's entries a batch) and ``gone``."""
-        op, args, kwargs = entry[0], entry[1], entry[2]
-        when = entry[3] if len(entry) > 3 else None
-        try:
-            if op == "makedirs":
-                made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made", when)
-            elif op == "makedirs-shared":  # makedirs(exist_ok=True) that made it: a name others make too
-                made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "made-shared", when)
-            elif op == "makedirs-found":  # makedirs(exist_ok=True) that found the directory there
-                made[norm(args[0] if args else kwargs["name"], cwd)] = (seq, "found", when)
-            elif op in _MADE_AT:  # mkdir, symlink, link (calls with directory descriptors are not remembered)
-                position, keyword = _MADE_AT[op]
-                made[norm(args[position] if len(args) > position else kwargs[keyword], cwd)] = (seq, "made", when)
-            elif op in ("remove", "rmdir"):
-                self._gone(norm(args[0] if args else kwargs["path"], cwd), (seq, "removed", when))
-            elif op == "rmtree":
-                if kwargs.get("dir_fd") is None:
-                    self._gone(norm(args[0] if args else kwargs["path"], cwd), (seq, "removed", when))
-            elif not kwargs or (kwargs.get("src_dir_fd") is None and kwargs.get("dst_dir_fd") is None):
-                self._gone(norm(args[0] if args else kwargs["src"], cwd), (seq, "moved-away", when))
-                made[norm(args[1] if len(args) > 1 else kwargs["dst"], cwd)] = (seq, "made", when)
-        except (KeyError, IndexError, TypeError, ValueError):
-            pass  # a call this index cannot place (it succeeded, so there is nothing to learn)
+        did, took, when = effects(entry, cwd)
+        if did is not None:
+            made[did[0]] = (seq, did[1], when)
+        if took is not None:
+            self._gone(took[0], (seq, took[1], when))
 
     def _gone(self, path: str, value: tuple[int, str, float | None]) -> None:
         self.gone[path] = value

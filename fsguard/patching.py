@@ -17,7 +17,8 @@ import time
 import wrapt
 
 from . import config, launcher
-from .state import STATE, Busy, busy, resolve_fds
+from .calls import Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
+from .state import STATE, Busy, busy
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from .guards import Rules, Verdict
+    from .guards import Rules, Verdict, World
 
 # operation -> (module, attribute, name by which pickles refer to it)
 TARGETS: dict[str, tuple[ModuleType, str, str]] = {
@@ -71,12 +72,12 @@ def load_policy() -> None:
     for rule in _DECIDE.values():
         if isinstance(rule, _Rule):
             rule.load()
-    from . import handlers, records, rmwalk, runtime  # noqa: F401 - loaded now, used at the first failure
+    from . import handlers, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
 
     _rules()
 
 
-_DECIDE: dict[str, Callable[[OSError, tuple[Any, ...], dict[str, Any], Rules], Verdict]] = {
+_DECIDE: dict[str, Callable[[Call, OSError, World, Rules], Verdict]] = {
     "makedirs": _rule("makedirs"),
     "rename": _rule("rename"),
     "replace": _rule("rename"),
@@ -144,25 +145,20 @@ def _rules() -> Rules:
 
         job_start = evidence.job_start(STATE.launch is not None)
         peers = STATE.launch is not None and STATE.launch.distributed
-        made = STATE.rules_for = (
-            settings,
-            Rules(settle_s=settings.settle_s, fresh_s=settings.fresh_s, job_start=job_start, peers=peers),
-        )
+        numbers = Rules(settings.settle_s, settings.fresh_s, job_start, peers, evidence.job_start_source)
+        made = STATE.rules_for = (settings, numbers)
     rules: Rules = made[1]
     return rules
 
 
-def _settle(
-    verdict: Verdict, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException | None
-) -> bool:
+def _settle(verdict: Verdict, call: Call, error: BaseException | None) -> bool:
     """Record a verdict that needs one; True when the failure is absorbed."""
     if verdict.decision is not None:
-        shown = list(args[:2] if op in ("rename", "replace", "symlink", "link") else args[:1])
-        if not shown:
-            shown = [kwargs.get(k) for k in ("src", "dst", "name", "path") if k in kwargs]
         from . import runtime  # records, call sites: only once there is something to write
 
-        runtime.record(op, verdict.decision, verdict.evidence, shown, error, verdict.waited_s, verdict.detail)
+        runtime.record(
+            call.op, verdict.decision, verdict.evidence, call.shown(), error, verdict.waited_s, verdict.detail
+        )
     return verdict.absorb
 
 
@@ -213,6 +209,7 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
         return False
     try:
         with Busy():
+            call = Call(op, args, kwargs)
             rules = _rules()
             handler = _NOT_ASKED
             if op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError) and rules.settle_s > 0:
@@ -220,13 +217,17 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, An
                 handler = _caller_handler(error)
                 if handler is not None:
                     rules = rules.without_waits()
-            verdict = _DECIDE[op](error, args, kwargs, rules)
+            from .world import LIVE
+
+            verdict = _DECIDE[op](call, error, LIVE, rules)
     except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
         _rule_failed(op, failure)
         return False
-    if verdict.absorb and not (op == "makedirs" and _exist_ok(args, kwargs)):
+    # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
+    # absorbing keeps the meaning a handler waits for ("exists and is not a directory").
+    if verdict.absorb and not (op == "makedirs" and call.exist_ok):
         verdict = _defer_to_caller(verdict, error, handler)
-    return _settle(verdict, op, args, kwargs, error)
+    return _settle(verdict, call, error)
 
 
 # Operations whose rule may wait up to FSGUARD_SETTLE_S for evidence that never comes (a rename whose source
@@ -259,12 +260,6 @@ def _rule_failed(op: str, failure: Exception) -> None:
         )
 
 
-def _exist_ok(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """makedirs(exist_ok=True) absorbs only a stale lookup's ``FileExistsError`` for a directory that is there:
-    absorbing keeps the meaning a handler waits for ("exists and is not a directory")."""
-    return bool(args[2] if len(args) > 2 else kwargs.get("exist_ok", False))
-
-
 def _defer_to_caller(verdict: Verdict, error: BaseException, found: dict[str, Any] | None = _NOT_ASKED) -> Verdict:
     """The same verdict, or, when the calling code handles ``error`` itself, a ``deferred`` one: re-raised to
     that handler, recorded with the evidence that would have absorbed it (fsguard.handlers). ``found``: the
@@ -290,7 +285,6 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
     now = time.time if op in ("rename", "replace", "symlink", "link") else None
-    takes_fds = op != "makedirs"  # makedirs has no directory descriptor arguments; its exist_ok costs nothing
     makes = op == "makedirs"
     passes_fds = op in _FAMILY
     # mkdir: the standard makedirs' own call, whose FileExistsError it settles itself (exist_ok, or its
@@ -308,25 +302,19 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
                 result = wrapped(*args)
             except OSError as error:
                 if makes_one and error.__class__ is FileExistsError:  # mkdir, makedirs(exist_ok=False)
+                    name = first_path(op, args, kwargs)
                     if getframe(1).f_code is std_makedirs:
-                        found_here.name = args[0]  # the makedirs(exist_ok=True) around it found its leaf
+                        found_here.name = name  # the makedirs(exist_ok=True) around it found its leaf
                         raise
-                    if _stands_before(args[0]):
+                    if _stands_before(name):
                         raise
                 if not _decide(op, error, args, kwargs):
                     raise
                 result = None
             remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
             return result
-        if (
-            kwargs
-            and passes_fds
-            and (
-                kwargs.get("dir_fd") is not None
-                or kwargs.get("src_dir_fd") is not None
-                or kwargs.get("dst_dir_fd") is not None
-            )
-        ):
+        fds = not makes and fds_given(kwargs)  # makedirs takes no directory descriptors
+        if fds and passes_fds:
             return wrapped(*args, **kwargs)
         serializer = state.serializer
         if (
@@ -337,29 +325,29 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
             and not _shutting_down()
         ):
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
-        shared = makes and bool(kwargs.get("exist_ok") or (len(args) > 2 and args[2]))
+        shared = makedirs_exist_ok(args, kwargs) if makes else None  # (name, mode) with exist_ok=True
         found = False
         try:
-            if shared:
+            if shared is not None:
                 # exist_ok=True: made by this call, or found there (the standard makedirs cannot say which)
-                found = not _makedirs_exist_ok(wrapped, args, kwargs)
+                found = not _makedirs_exist_ok(wrapped, args, kwargs, *shared)
                 result = None
             else:
                 result = wrapped(*args, **kwargs)
         except OSError as error:
             if std_makedirs is not None and error.__class__ is FileExistsError and getframe(1).f_code is std_makedirs:
-                found_here.name = args[0] if args else kwargs.get("path")
+                found_here.name = first_path(op, args, kwargs)
                 raise
             if _stays_raised(op, error, args, kwargs) or not _decide(op, error, args, kwargs):
                 raise
             result = None
-        if shared:
+        if shared is not None:
             # Found there (or a peer's, absorbed): not made here. Made here: a name others make too, that a peer
             # may have written into and may still commit with a rename (fsguard.guards.rmtree).
             entry: tuple[Any, ...] = ("makedirs-found" if found else "makedirs-shared", args, kwargs)
         else:
             entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
-        remember(resolve_fds(entry) if kwargs and takes_fds else entry)
+        remember(resolve_fds(entry) if fds else entry)
         return result
 
     def serialized_call(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -375,12 +363,11 @@ _found = threading.local()
 
 def _stays_raised(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """:func:`_stands_before` for a call with keyword arguments (a mkdir, or makedirs(exist_ok=False))."""
-    if error.__class__ is not FileExistsError or not (
-        op == "mkdir" or (op == "makedirs" and not _exist_ok(args, kwargs))
-    ):
+    if error.__class__ is not FileExistsError or op not in ("mkdir", "makedirs"):
         return False
-    name = args[0] if args else kwargs.get("path" if op == "mkdir" else "name")
-    return name is not None and kwargs.get("dir_fd") is None and _stands_before(name)
+    call = Call(op, args, kwargs)
+    name = call.given[0] if call.bound else None
+    return not call.exist_ok and name is not None and call.dir_fd is None and _stands_before(name)
 
 
 def _stands_before(name: Any) -> bool:
@@ -410,7 +397,9 @@ def _stands_before(name: Any) -> bool:
     return st.st_ctime < rules.job_start - rules.fresh_s  # not rules.is_fresh: older than the job
 
 
-def _makedirs_exist_ok(makedirs: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _makedirs_exist_ok(
+    makedirs: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: Any, mode: Any
+) -> bool:
     """``makedirs(..., exist_ok=True)``; True when this call created the directory (False: it was there).
 
     The standard makedirs cannot say which: it swallows its own ``mkdir``'s ``FileExistsError``. So the leaf
@@ -419,11 +408,6 @@ def _makedirs_exist_ok(makedirs: Callable[..., Any], args: tuple[Any, ...], kwar
     ``isdir`` says yes; a name that exists has a parent that does), one ``stat`` fewer than it. Anything else:
     the standard makedirs runs, parents, errors and all, as without fsguard.
     """
-    try:
-        name = args[0] if args else kwargs["name"]
-        mode = args[1] if len(args) > 1 else kwargs.get("mode", 0o777)
-    except KeyError:
-        name = None
     if name is None:
         makedirs(*args, **kwargs)  # the standard makedirs says what is missing
         return False
@@ -466,9 +450,12 @@ def _rmtree_wrapper() -> Callable[..., Any]:
     use_onexc = _takes_onexc(shutil.rmtree)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if busy() or not (args or "path" in kwargs) or sys.meta_path is None:  # (shutting down: unguarded)
+        if busy() or sys.meta_path is None:  # (shutting down: unguarded)
             return wrapped(*args, **kwargs)
-        if kwargs.get("dir_fd") is not None:  # passed through, but remembered as removed
+        call = Call("rmtree", args, kwargs)
+        if not call.bound or call.given[0] is None:  # the standard rmtree says what is wrong
+            return wrapped(*args, **kwargs)
+        if call.dir_fd is not None:  # passed through, but remembered as removed
             wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)))
             return None
@@ -487,18 +474,19 @@ def _rmtree_wrapper() -> Callable[..., Any]:
         serializer = state.serializer
 
         def perform() -> None:
-            verdict = rmwalk.run(wrapped, args, kwargs, rules, use_onexc, yield_s, serializer)
+            verdict = rmwalk.run(wrapped, call, rules, use_onexc, yield_s, serializer)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
             if verdict is not None:
-                error = verdict.detail.pop("error", None)
-                if verdict.absorb and verdict.detail.get("top_gone") and isinstance(error, OSError):
-                    verdict = _defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
-                if not _settle(verdict, "rmtree", args, kwargs, error) and isinstance(error, OSError):
+                error = verdict.error
+                settled: Verdict = verdict
+                if verdict.absorb and verdict.top_gone and isinstance(error, OSError):
+                    settled = _defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
+                if not _settle(settled, call, error) and isinstance(error, OSError):
                     raise error
 
         if serializer is None:
             perform()
-        elif serializer.flown("rmtree", args, kwargs, perform, shared=_SERIALIZED) is _SERIALIZED:
+        elif serializer.flown(call, perform, shared=_SERIALIZED) is _SERIALIZED:
             remember(("rmtree", args, kwargs))  # a peer's identical call removed the tree for this one
         return None
 

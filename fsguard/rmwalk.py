@@ -28,8 +28,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import evidence
-from .guards import Rules, Verdict
+from .calls import Call
+from .guards import Rules
 from .guards import rmtree as rule
+from .guards.rmtree import Removal
 from .state import STATE
 from .waiting import Backoff, wait_for
 
@@ -464,7 +466,7 @@ class Walk:
             self.position.restart()  # the same tree (checked): the resumed walk's open is its top again
         return bool(gone)
 
-    def verdict(self) -> Verdict | None:
+    def verdict(self) -> Removal | None:
         return rule.walk_verdict(
             self.entries_gone, self.retried, self.top_gone, self.renamed_to, self.waited, self.first_error
         )
@@ -589,16 +591,13 @@ def _held_fd(st: os.stat_result) -> int | None:
 # --- the call ------------------------------------------------------------------------------------------
 
 
-def _make_walk(
-    remover: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules, use_onexc: bool
-) -> Walk | None:
+def _make_walk(remover: Callable[..., Any], call: Call, rules: Rules, use_onexc: bool) -> Walk | None:
     """fsguard's walk for one call, or None for a call the standard ``rmtree`` rejects by itself: more
     positional arguments than it takes (adding fsguard's handler would change its message), no path at all."""
-    if len(args) > 3:
+    if call.path is None:
         return None
-    onerror = args[2] if len(args) > 2 else kwargs.get("onerror")
     try:
-        return Walk(remover, args[0] if args else kwargs["path"], rules, use_onexc, onerror, kwargs.get("onexc"))
+        return Walk(remover, call.given[0], rules, use_onexc, call.onerror, call.onexc)
     except (TypeError, ValueError):
         return None
 
@@ -625,14 +624,8 @@ def wait_for_move(top: str, budget_s: float, pending: Callable[[], bool] | None,
 
 
 def run(
-    original: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    rules: Rules,
-    use_onexc: bool,
-    yield_s: float,
-    serializer: Any = None,
-) -> Verdict | None:
+    original: Callable[..., Any], request: Call, rules: Rules, use_onexc: bool, yield_s: float, serializer: Any = None
+) -> Removal | None:
     """One guarded ``rmtree`` call; a verdict when something needs a record.
 
     The walk gets the caller's own arguments, fsguard's handler in place of the caller's (``onexc`` where it
@@ -640,12 +633,12 @@ def run(
     or rejects the call as the standard ``rmtree`` would alone. With a serializer, the walk runs holding the
     path's lock, after letting a rename of the same path that a peer announced go first."""
     remover = checked(original) or original
-    walk = _make_walk(remover, args, kwargs, rules, use_onexc)
+    walk = _make_walk(remover, request, rules, use_onexc)
     if walk is None:
-        original(*args, **kwargs)  # the standard rmtree says what is wrong (outside any except: no __context__)
+        original(*request.args, **request.kwargs)  # the standard rmtree says what is wrong (outside any except)
         return None
-    ignore = bool(args[1] if len(args) > 1 else kwargs.get("ignore_errors", False))
-    positional, named = list(args), dict(kwargs)
+    ignore = request.ignore_errors
+    positional, named = list(request.args), dict(request.kwargs)
     if not ignore:
         if use_onexc:
             named["onexc"] = walk.onexc
@@ -670,7 +663,7 @@ class _Removal:
         self.pending: Callable[[], bool] | None = None  # whether a peer announced a rename of the top (serialized)
         self.window = 0.0  # seconds waited for a peer to move the tree before (or instead of) the walk
 
-    def run(self, original: Callable[..., Any], yield_s: float, held: _Held) -> Verdict | None:
+    def run(self, original: Callable[..., Any], yield_s: float, held: _Held) -> Removal | None:
         walk, top, rules = self.walk, self.top, self.walk.rules
         position = walk.position
         tree = position.is_tree()
@@ -705,7 +698,7 @@ class _Removal:
     def _announced(self) -> bool:
         return self.pending is not None and self.pending()
 
-    def _yield(self, budget_s: float) -> Verdict | None:
+    def _yield(self, budget_s: float) -> Removal | None:
         """Wait up to ``budget_s`` (more while a peer's announced rename is pending) for a peer to move the
         tree away: the verdict saying where it went, or None when it stayed."""
         how, waited = wait_for_move(self.top, budget_s, self.pending, self.walk.rules.settle_s)
@@ -714,7 +707,7 @@ class _Removal:
             return None
         return rule.yielded(self.top, self.window, how, _find_renamed(self.top, self.walk.position.top_st))
 
-    def _walk(self) -> Verdict | None:
+    def _walk(self) -> Removal | None:
         """Remove the tree: alone (waiting for a peer that removes it too), or holding the path's lock (then a
         rename of it that a peer announced meanwhile goes first: its verdict)."""
         walk, (positional, named) = self.walk, self.arguments

@@ -163,32 +163,6 @@ class Busy:
         _local.busy = self._before
 
 
-_FD_ARGUMENTS = {"src_dir_fd": 0, "dst_dir_fd": 1, "dir_fd": 0}  # keyword -> position of the path it anchors
-
-
-def resolve_fds(entry: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An entry whose call used directory descriptors, with its paths resolved through ``/proc/self/fd``.
-
-    Called only for calls with keyword arguments (rare on the happy path): the descriptors may be closed by
-    the time a decision asks, so they are read now. Unresolvable entries are returned unchanged (the index
-    skips them).
-    """
-    op, args, kwargs = entry[0], entry[1], entry[2]
-    if not any(kwargs.get(name) is not None for name in _FD_ARGUMENTS):
-        return entry
-    try:
-        paths = list(args) if args else [kwargs["path"]] if op == "rmtree" else [kwargs["src"], kwargs["dst"]]
-        for name, position in _FD_ARGUMENTS.items():
-            fd = kwargs.get(name)
-            if fd is not None:
-                value: str | bytes = os.fspath(paths[position])
-                text = os.fsdecode(value) if isinstance(value, bytes) else value
-                paths[position] = os.path.join(os.readlink(f"/proc/self/fd/{fd}"), text)
-    except (OSError, KeyError, IndexError, TypeError, ValueError):
-        return entry
-    return (op, tuple(paths), {}, *entry[3:])
-
-
 def set_serializer(serializer: Any) -> Any:
     """Serialize guarded calls with ``serializer`` (a ``fsguard.locks.Serializer``), or stop with None.
 

@@ -17,10 +17,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fsguard"
 LAYERS: list[tuple[str, ...]] = [
     ("fsguard._values", "fsguard._version", "fsguard._warn", "fsguard.waiting"),  # leaves: import nothing of fsguard
     ("fsguard.demo",),  # standard library only, besides the leaves
+    ("fsguard.calls",),  # one call's arguments, decoded: the only module that knows the signatures
     ("fsguard.config", "fsguard.launcher", "fsguard.mounts"),  # mounts: what each filesystem honours
     ("fsguard.state",),  # the one process state and the one at-fork hook
     ("fsguard.memory", "fsguard.records"),
     ("fsguard.evidence", "fsguard.runtime"),
+    ("fsguard.world",),  # the live World the rules ask: evidence, memory and the clock
     ("fsguard.guards",),  # policy: pure decisions returning a Verdict
     ("fsguard.audit",),  # report and scan: records read with their one parser, verdicts from the guards' SCAN
     ("fsguard.locks", "fsguard.handlers", "fsguard.rmwalk"),  # mechanism below patching

@@ -128,8 +128,10 @@ def test_a_rename_failing_on_a_stale_entry_of_its_source_is_decided_as_a_missing
     different results for one path) -> a conflict, as on any filesystem."""
     import errno
 
+    from fsguard.calls import Call
     from fsguard.guards import Rules
     from fsguard.guards import rename as rule
+    from fsguard.world import LIVE
 
     mounts.forget()
     rules = Rules(settle_s=0.5, fresh_s=60.0, job_start=0.0, peers=True)
@@ -137,8 +139,8 @@ def test_a_rename_failing_on_a_stale_entry_of_its_source_is_decided_as_a_missing
     (stale_mounts.backing / "checkpoint-2" / "shard").write_text("x")  # the peer's move: staging -> checkpoint-2
     src, dst = str(stale_mounts.b / "staging"), str(stale_mounts.b / "checkpoint-2")
     error = FileExistsError(errno.EEXIST, "File exists", src, None, dst)
-    verdict = rule.decide(error, (src, dst), {}, rules)
+    verdict = rule.decide(Call("rename", (src, dst), {}), error, LIVE, rules)
     assert verdict.absorb and verdict.decision == "absorbed" and "stale entry" in verdict.evidence, verdict
     (stale_mounts.backing / "staging").mkdir()  # a source still there: a real second result
-    verdict = rule.decide(error, (src, dst), {}, rules)
+    verdict = rule.decide(Call("rename", (src, dst), {}), error, LIVE, rules)
     assert not verdict.absorb and verdict.decision == "conflict", verdict

@@ -408,7 +408,7 @@ def test_every_guard_tells_scan_its_verdicts() -> None:
     from fsguard import guards
     from fsguard.audit import scan
 
-    modules = {m.name for m in pkgutil.iter_modules(guards.__path__)}
+    modules = {m.name for m in pkgutil.iter_modules(guards.__path__) if not m.name.startswith("_")}  # rules
     assert modules == {rule.__name__.rsplit(".", 1)[-1] for rule in scan.RULES}
     rows = [*guards.SCAN, *[row for rule in scan.RULES for row in rule.SCAN]]
     assert all(rule.SCAN for rule in scan.RULES)
@@ -452,11 +452,13 @@ def _decide(op: str, error: OSError, args: tuple[Any, ...]) -> Any:
     """The guard's rule for ``op``, called as ``fsguard.patching`` calls it (the one place that knows how)."""
     import time
 
+    from fsguard.calls import Call
     from fsguard.guards import Rules, link, makedirs, mkdir, remove, rename, symlink
+    from fsguard.world import LIVE
 
     rule = {"makedirs": makedirs, "mkdir": mkdir, "remove": remove, "rmdir": remove, "rename": rename}
     rule |= {"replace": rename, "symlink": symlink, "link": link}
-    return rule[op].decide(error, args, {}, Rules(0.0, 60.0, time.time() - 10, peers=True))
+    return rule[op].decide(Call(op, args, {}), error, LIVE, Rules(0.0, 60.0, time.time() - 10, peers=True))
 
 
 @pytest.mark.parametrize("op", ["makedirs", "mkdir", "remove", "rmdir", "rename", "replace", "symlink", "link"])

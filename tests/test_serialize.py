@@ -349,12 +349,13 @@ def test_lock_directory_is_private_and_never_followed(tmp_path: Path) -> None:
 
 
 def test_keys_are_normalised_and_ordered() -> None:
-    from fsguard.locks.serializer import stripe, targets
+    from fsguard.calls import Call
+    from fsguard.locks.serializer import stripe
 
-    assert targets("rename", ("a/../b", "/x/./y"), {}) == [os.path.abspath("b"), "/x/y"]
-    assert targets("rename", ("a", "b"), {"src_dir_fd": 3}) is None
-    assert targets("rmtree", (), {"path": b"/t"}) == ["/t"]
-    assert targets("makedirs", ("/d",), {"dir_fd": 4}) is None
+    assert Call("rename", ("a/../b", "/x/./y"), {}).targets() == [os.path.abspath("b"), "/x/y"]
+    assert Call("rename", ("a", "b"), {"src_dir_fd": 3}).targets() is None
+    assert Call("rmtree", (), {"path": b"/t"}).targets() == ["/t"]
+    assert Call("makedirs", ("/d",), {"dir_fd": 4}).targets() is None
     assert stripe("/x/y") == stripe(os.path.normpath("/x/./y")) and len(stripe("/x")) == 3
 
 

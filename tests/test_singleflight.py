@@ -132,14 +132,15 @@ def test_a_genuine_error_is_each_ranks_own(fsguard_python: Path, tmp_path: Path,
 
 
 def test_different_calls_are_not_collapsed(fsguard_python: Path, tmp_path: Path, store_port: int) -> None:
+    from fsguard.calls import Call
     from fsguard.locks.flight import flight_key
 
     target = tmp_path / "results"
-    one = flight_key("makedirs", [str(target)], (str(target),), {}, "node1")
-    assert one == flight_key("makedirs", [str(target)], (str(target),), {}, "node1")
-    assert one != flight_key("makedirs", [str(target)], (str(target),), {"exist_ok": True}, "node1")
-    assert one != flight_key("makedirs", [str(target)], (str(target),), {}, "node2")  # tmp_path: node-local
-    assert flight_key("makedirs", [str(target)], (str(target), 0o777, object()), {}, "node1") is None
+    one = flight_key(Call("makedirs", (str(target),), {}), [str(target)], "node1")
+    assert one == flight_key(Call("makedirs", (str(target),), {}), [str(target)], "node1")
+    assert one != flight_key(Call("makedirs", (str(target),), {"exist_ok": True}), [str(target)], "node1")
+    assert one != flight_key(Call("makedirs", (str(target),), {}), [str(target)], "node2")  # tmp_path: node-local
+    assert flight_key(Call("makedirs", (str(target), 0o777, object()), {}), [str(target)], "node1") is None
     # Mixed calls on one path: each makes (or shares) its own kind, and all end as without fsguard.
     answers, _ = _storm(fsguard_python, tmp_path, store_port, ["makedirs", "makedirs_exist_ok"] * 4, target)
     assert all(a["ok"] for a in answers), answers

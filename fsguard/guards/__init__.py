@@ -1,18 +1,80 @@
 """Policy: for each guarded operation, one small rule that decides what a failure means.
 
-A rule looks at the error and the evidence and returns a ``Verdict``: absorb the failure (a peer of this
-job already did the same thing) or re-raise it unchanged. Rules never patch, lock or log: the mechanism in
-``fsguard.patching`` does that with their verdict. Each rule's module ends in its ``SCAN`` table: what
-``fsguard scan`` says of its errors in the log of a job that ran without fsguard.
+A rule is ``decide(call, error, world, rules) -> Verdict``: from the decoded call (``fsguard.calls.Call``), the
+error, what it asks the ``World`` and the ``Rules``' numbers, it decides to absorb the failure (a peer of this
+job already did the same thing) or to re-raise it unchanged. Rules never sleep, touch the filesystem, patch,
+lock or log: every question about the world goes through ``World`` (live: ``fsguard.world``; in tests, a
+fake), and the mechanism in ``fsguard.patching`` acts on the verdict.
+
+The numbers are a separate argument, not part of the world: they are a plain value made from the settings
+and the launch, changed per call (``without_waits`` when the caller handles the error) and varied by tests
+independently of what the filesystem shows. Each rule's module ends in its ``SCAN`` table: what ``fsguard scan``
+says of its errors in the log of a job that ran without fsguard.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
 from .._values import Frozen, Value
 
-TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from ..evidence import Look
+    from ..memory import Event
+
+T = TypeVar("T")
+
+
+class World(Protocol):
+    """Everything a rule may ask about the world. Answers are never cached by a rule: ask again for news."""
+
+    def now(self) -> float:
+        """Wall-clock time (``time.time``)."""
+
+    def look(self, path: str) -> Look:
+        """The name as the freshest probe its mount honours shows it (``fsguard.evidence.look``)."""
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        """The name's own ``lstat`` (a lookup: may be stale on a caching mount), None when it fails."""
+
+    def stat(self, path: Any, follow_symlinks: bool = True) -> os.stat_result | None:
+        """``os.stat`` of a path argument as given, None when it fails."""
+
+    def readlink(self, path: str) -> str | None:
+        """A symlink's target text, None when it is not (or no longer) one."""
+
+    def created(self, path: str, st: os.stat_result) -> tuple[float, str]:
+        """(when ``path`` was created, ``"created"``), or its ctime where no birth time is kept (``"changed"``)."""
+
+    def own_last(self, path: str, within: bool = False) -> Event | None:
+        """The newest thing this process's own guarded calls did to ``path`` (``fsguard.memory.own_last``)."""
+
+    def wait_for(
+        self, probe: Callable[[], T | None], budget_s: float, where: str | None = None
+    ) -> tuple[T | None, float]:
+        """``probe()`` until it answers (not None), bounded by ``budget_s`` and by ``where``'s mount (nothing to
+        wait for on a coherent one). Returns (the answer or None, seconds waited)."""
+
+    def lookups_may_be_stale(self, path: str) -> bool:
+        """Whether the mount of ``path`` may answer lookups from a cache (``fsguard.mounts``)."""
+
+    def later_generation(self, path: str) -> str | None:
+        """A sibling directory that is a later generation of the name (``checkpoint-6`` beside ``checkpoint-2``)."""
+
+    def is_mount_point(self, path: str, st: os.stat_result) -> bool:
+        """Whether ``path`` (whose ``lstat`` is ``st``) is the root of a mount."""
+
+    def entries(self, path: str) -> int | None:
+        """How many entries the directory lists, None when it cannot be read."""
+
+
+def own_event(world: World, path: str, within: bool = False) -> str | None:
+    """The kind of :meth:`World.own_last` (``made``, ``made-shared``, ``found``, ``moved-away``, ``removed``)."""
+    event = world.own_last(path, within)
+    return event.kind if event is not None else None
 
 
 class Verdict(Value):
@@ -20,11 +82,12 @@ class Verdict(Value):
 
     ``absorb``: return as if the call had succeeded. ``decision``: the record to write (``absorbed``,
     ``hazard`` or ``conflict``), or None for a plain re-raise that needs no record. A plain (unhashable)
-    value, not ``Frozen``: ``detail`` is a dict, which the mechanism may still read from (rmtree's error).
+    value, not ``Frozen``: ``detail`` is a dict, what the record says beside the evidence (rmtree's verdicts,
+    ``fsguard.guards.rmtree.Removal``, carry what the mechanism acts on in fields of their own).
     """
 
-    _fields = ("absorb", "decision", "evidence", "waited_s", "detail")
-    __slots__ = _fields
+    _fields: tuple[str, ...] = ("absorb", "decision", "evidence", "waited_s", "detail")
+    __slots__ = ("absorb", "decision", "detail", "evidence", "waited_s")
     absorb: bool
     decision: str | None
     evidence: str
@@ -57,19 +120,27 @@ def conflict(evidence: str, waited_s: float = 0.0, **detail: Any) -> Verdict:
 class Rules(Frozen):
     """The numbers a rule needs from the configuration and the job."""
 
-    _fields = ("settle_s", "fresh_s", "job_start", "peers")
+    _fields = ("settle_s", "fresh_s", "job_start", "peers", "job_start_source")
     __slots__ = _fields
     settle_s: float
     fresh_s: float
     job_start: float
     peers: bool  # a distributed launcher says this process has peers (FSGUARD=force alone does not)
+    job_start_source: str  # how ``job_start`` was found (fsguard.evidence.job_start)
 
-    def __init__(self, settle_s: float, fresh_s: float, job_start: float, peers: bool = False) -> None:
-        super().__init__(settle_s, fresh_s, job_start, peers)
+    def __init__(
+        self,
+        settle_s: float,
+        fresh_s: float,
+        job_start: float,
+        peers: bool = False,
+        job_start_source: str = "this process's start",
+    ) -> None:
+        super().__init__(settle_s, fresh_s, job_start, peers, job_start_source)
 
     def without_waits(self) -> Rules:
         """The same numbers with no settle budget: decide from what the fresh listings show now."""
-        return Rules(0.0, self.fresh_s, self.job_start, self.peers)
+        return Rules(0.0, self.fresh_s, self.job_start, self.peers, self.job_start_source)
 
     def is_fresh(self, when: float) -> bool:
         """Made or changed (``when``: a birth time or a ctime) during this job: at most ``fresh_s`` before its
@@ -77,13 +148,9 @@ class Rules(Frozen):
         and for the start stagger of launchers without a rendezvous."""
         return when >= self.job_start - self.fresh_s
 
-    def since(self) -> str:
+    def since(self, now: float) -> str:
         """The job's start, for a record: ``job started 12.3 s ago (the start of torchrun agent (pid 7))``."""
-        import time
-
-        from ..evidence import job_start_source
-
-        return f"job started {time.time() - self.job_start:.1f} s ago ({job_start_source}; {self.fresh_s:g} s allowed)"
+        return f"job started {now - self.job_start:.1f} s ago ({self.job_start_source}; {self.fresh_s:g} s allowed)"
 
 
 # What ``fsguard scan`` says of a failure in the log of a job that ran without fsguard: this rule absorbs it when

@@ -1,5 +1,6 @@
 """``os.link`` (and ``Path.hardlink_to``): absorb ``FileExistsError`` when the name is already a link to the
-source's very inode, made during this job by a peer (an identical result).
+source's very inode, made during this job by a peer (an identical result; the rule it shares with
+``os.symlink``: :func:`fsguard.guards.identical.made_by_peer`).
 
 The inode's ctime changes when a link to it is made, so "during this job" is read from it. Re-raised: another
 inode (another file, a directory, a symlink) in the way, the same inode linked before the job or by this
@@ -11,38 +12,41 @@ from __future__ import annotations
 
 import errno
 import os
-import time
-from typing import Any
 
-from .. import evidence
-from . import ABSORBED, Rules, Scan, Verdict, absorb, reraise
+from ..calls import Call
+from . import ABSORBED, Rules, Scan, Verdict, World, reraise
+from ._identical import made_by_peer
 
 
-def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
+def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     if error.errno != errno.EEXIST:
         return reraise()
-    if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
+    if call.fds:
         return reraise("directory file descriptors given: passed through")
-    src = args[0] if args else kwargs.get("src")
-    dst = args[1] if len(args) > 1 else kwargs.get("dst")
-    if src is None or dst is None:
+    if call.dst is None or call.given[0] is None:
         return reraise()
-    path = evidence.norm(dst)
-    own = evidence.own_last(path)
-    try:
-        source = os.stat(src, follow_symlinks=bool(kwargs.get("follow_symlinks", True)))
-    except OSError:
+    path: str = call.dst
+    source = world.stat(call.given[0], call.follow_symlinks)
+    if source is None:
         return reraise("the source cannot be read")
-    # Gone since the call failed: a peer refreshing the same name removed it; wait (bounded) for it again.
-    st, waited = evidence.settle(lambda: evidence.lstat_or_none(path), rules.settle_s)
-    if st is None or (st.st_dev, st.st_ino) != (source.st_dev, source.st_ino):
-        return reraise("another inode stands there")
-    age = time.time() - st.st_ctime
-    if own is not None and own.kind == "made" and (own.time is None or st.st_ctime <= own.time):
-        return reraise("this process made it itself (it has not changed since)")
-    if not rules.is_fresh(st.st_ctime):
-        return reraise(f"the same inode, linked before the job ({age:.1f} s)")
-    return absorb(f"the source's own inode, linked there by a peer {age:.2f} s ago, during this job", waited)
+    inode = (source.st_dev, source.st_ino)
+
+    def entry() -> tuple[os.stat_result, str | None] | None:
+        st = world.lstat(path)
+        if st is None:
+            return None
+        return st, None if (st.st_dev, st.st_ino) == inode else "another inode stands there"
+
+    path = call.dst
+    return made_by_peer(
+        path,
+        world,
+        rules,
+        entry,
+        lambda st: st.st_ctime,
+        "the source's own inode, linked there",
+        "a link to the same inode",
+    )
 
 
 # What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).

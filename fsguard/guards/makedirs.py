@@ -13,40 +13,37 @@ and every other error.
 from __future__ import annotations
 
 import errno
-import time
-from typing import Any
 
-from .. import evidence
-from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, absorb, reraise
+from ..calls import Call
+from ..evidence import kind_of
+from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, World, absorb, own_event, reraise
 
 
-def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
+def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     if error.errno != errno.EEXIST:
         return reraise()
-    name = args[0] if args else kwargs.get("name")
-    if name is None:
+    path = call.path
+    if path is None:
         return reraise()
-    exist_ok = bool(args[2] if len(args) > 2 else kwargs.get("exist_ok", False))
-    path = evidence.norm(name)
-    if not exist_ok:
-        return made_by_peer(path, rules)
+    if not call.exist_ok:
+        return made_by_peer(path, world, rules)
 
-    seen, waited = evidence.settle(lambda: directory_in_listing(path), rules.settle_s, path)
+    seen, waited = world.wait_for(lambda: directory_in_listing(path, world), rules.settle_s, path)
     if not seen:
         return reraise("not a directory in its parent's listing", waited)
     return absorb("directory present in a fresh listing of its parent (lookup cache was stale)", waited)
 
 
-def made_by_peer(path: str, rules: Rules) -> Verdict:
+def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
     """The directory at ``path`` (which a mkdir found existing) was made by a peer during this job."""
-    if evidence.own_last_event(path, within=True) in ("made", "made-shared", "found"):
+    if own_event(world, path, within=True) in ("made", "made-shared", "found"):
         return reraise("this process made it (or found it there) itself")
     # mkdir's EEXIST is the server's word that the name exists; a shared filesystem's listing may show a peer's
     # new directory a moment later (seen on GlusterFS): wait for it there, bounded by the mount's budget.
-    listed, waited = evidence.settle(lambda: directory_in_listing(path), rules.settle_s, path)
+    listed, waited = world.wait_for(lambda: directory_in_listing(path, world), rules.settle_s, path)
     if not listed:
         return reraise("not a directory in its parent's listing", waited)
-    st = evidence.lstat_or_none(path)
+    st = world.lstat(path)
     if st is None:
         # The listing has it but a lookup does not: this node cached "missing" moments ago, so a peer
         # created it within the cache period.
@@ -55,27 +52,28 @@ def made_by_peer(path: str, rules: Rules) -> Verdict:
             "a peer created it moments ago",
             waited,
         )
-    if evidence.kind_of(st) != "dir":
+    if kind_of(st) != "dir":
         return reraise("", waited)
     # Made before this job (its birth time, where the filesystem keeps one): never a peer's duplicate.
-    made, what = evidence.created(path, st)
-    age = time.time() - made
+    made, what = world.created(path, st)
+    now = world.now()
+    age = now - made
     if not rules.is_fresh(made):
-        return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since()})", waited)
+        return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since(now)})", waited)
     later = f", listed {waited:.2f} s later" if waited > 0.001 else ""
     return absorb(f"directory {what} by a peer {age:.2f} s ago, during this job{later}", waited)
 
 
-def directory_in_listing(path: str) -> bool | None:
+def directory_in_listing(path: str, world: World) -> bool | None:
     """True: a directory; False: something else stands there (decided, nothing to wait for); None: not
     listed (yet: a shared filesystem may not show a peer's new directory at once)."""
-    seen = evidence.look(path)
+    seen = world.look(path)
     if not seen.present:
         return None
     kind = seen.kind
     if kind is None:  # the listing does not say: ask a lookup
-        st = evidence.lstat_or_none(path)
-        kind = evidence.kind_of(st) if st is not None else None
+        st = world.lstat(path)
+        kind = kind_of(st) if st is not None else None
     return None if kind is None else kind == "dir"
 
 

@@ -14,20 +14,16 @@ Re-raised: a file or symlink in the way, a directory older than the job, one thi
 from __future__ import annotations
 
 import errno
-from typing import Any
 
-from .. import evidence
-from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, reraise
+from ..calls import Call
+from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, World, reraise
 from .makedirs import made_by_peer
 
 
-def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
-    if error.errno != errno.EEXIST or kwargs.get("dir_fd") is not None:
+def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
+    if error.errno != errno.EEXIST or call.dir_fd is not None or call.path is None:
         return reraise()
-    name = args[0] if args else kwargs.get("path")
-    if name is None:
-        return reraise()
-    return made_by_peer(evidence.norm(name), rules)
+    return made_by_peer(call.path, world, rules)
 
 
 # What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).

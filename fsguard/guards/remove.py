@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import errno
 import os
-import time
-from typing import Any
 
-from .. import evidence
-from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, absorb, reraise
+from ..calls import Call, fspath
+from ..evidence import kind_of
+from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, World, absorb, own_event, reraise
 
 # Ranks of one job reach the same cleanup within seconds of each other: a directory that has not changed
 # for longer than this says nobody removed anything from it lately (settle windows longer than this count).
@@ -37,27 +36,26 @@ RECENT_S = 30.0
 UP_TO = 2
 
 
-def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
-    if error.errno != errno.ENOENT or kwargs.get("dir_fd") is not None:
+def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
+    if error.errno != errno.ENOENT or call.dir_fd is not None:
         return reraise()
-    name = args[0] if args else kwargs.get("path")
-    if name is None or not evidence.fspath(name):  # "" names no entry at all
+    path = call.path
+    if path is None or not fspath(call.given[0]):  # "" names no entry at all
         return reraise()
-    path = evidence.norm(name)
-    own = evidence.own_last_event(path)
+    own = own_event(world, path)
     if own in ("removed", "moved-away"):
         return reraise("this process removed or moved it away itself")
     if not rules.peers:
         return reraise("no peers: not in a distributed job")
     parent = os.path.dirname(path)
-    st = evidence.lstat_or_none(parent)
+    st = world.lstat(parent)
     gone_with = None
     if st is None:  # a peer removed the whole directory (a hand-written tree removal: walk, remove, rmdir)
-        gone_with, parent, st = _nearest_existing(parent)
-    if st is None or evidence.kind_of(st) != "dir":
+        gone_with, parent, st = _nearest_existing(parent, world)
+    if st is None or kind_of(st) != "dir":
         return reraise("parent directory is missing")
     changed = max(st.st_mtime, st.st_ctime)
-    age = time.time() - changed
+    age = world.now() - changed
     where = "its directory" if gone_with is None else f"its directory {gone_with} is gone too, and {parent}"
     if not rules.is_fresh(changed):
         return reraise(f"{where} unchanged during this job ({age:.1f} s)")
@@ -68,14 +66,14 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     return absorb(f"gone; {where} changed {age:.2f} s ago, during this job: a peer removed the tree")
 
 
-def _nearest_existing(missing: str) -> tuple[str, str, os.stat_result | None]:
+def _nearest_existing(missing: str, world: World) -> tuple[str, str, os.stat_result | None]:
     """(the topmost missing directory, the directory above it, its ``lstat``) for a missing ``missing``; the
     ``lstat`` is None when nothing exists within ``UP_TO`` levels (never a whole chain of missing names)."""
     for _ in range(UP_TO):
         above = os.path.dirname(missing)
         if above == missing:
             break
-        st = evidence.lstat_or_none(above)
+        st = world.lstat(above)
         if st is not None:
             return missing, above, st
         missing = above

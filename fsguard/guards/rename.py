@@ -25,36 +25,23 @@ never resolved against the wrong directory).
 from __future__ import annotations
 
 import errno
-import time
-from typing import Any
 
-from .. import evidence
-from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, absorb, conflict, reraise
+from ..calls import Call
+from ..evidence import Look
+from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, absorb, conflict, reraise
 
 # A destination whose ctime is within this many seconds of this process's own move of the same source is
 # taken as that move's result (covers coarse file timestamps and small clock offsets to a file server).
 OWN_SLACK_S = 1.0
 
 
-def _paths(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str] | None:
-    if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
-        return None
-    try:
-        src = args[0] if args else kwargs["src"]
-        dst = args[1] if len(args) > 1 else kwargs["dst"]
-        return evidence.norm(src), evidence.norm(dst)
-    except (IndexError, KeyError, TypeError, ValueError):
-        return None
-
-
-def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules: Rules) -> Verdict:
-    paths = _paths(args, kwargs)
-    if paths is None:
+def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
+    src, dst = call.src, call.dst
+    if call.fds or src is None or dst is None:
         return reraise("directory file descriptors given: passed through")
-    src, dst = paths
     stale_source = ""
     if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
-        if not _source_moved_under_a_stale_entry(src):
+        if not _source_moved_under_a_stale_entry(src, world):
             return conflict(
                 "destination is a non-empty directory: two different results for one path (left in place, "
                 "error raised)",
@@ -64,37 +51,37 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         stale_source = f" (the call failed with {errno.errorcode[error.errno]} on this node's stale entry of it)"
     elif error.errno != errno.ENOENT:
         return reraise()
-    own = evidence.own_last(src)
+    own = world.own_last(src)
     if own is not None and own.kind == "moved-away" and own.time is None:
         return reraise("this process moved the source away itself")
     own_move = own.time if own is not None and own.kind == "moved-away" else None
     # This process's own newest change of the destination (a move, symlink or link onto it; an absorbed move
     # is remembered as one): while nobody changed it since, the missing source was this process's own.
-    put = evidence.own_last(dst)
+    put = world.own_last(dst)
     own_put = put.time if put is not None and put.kind == "made" else None
     own_times = [t for t in (own_move, own_put) if t is not None]
 
     # Present again means re-published by a peer after the call found it missing (the destination's parent
     # is checked below: a missing one is the other way this call fails with ENOENT).
-    republished = ", source re-published since by a peer" if evidence.look(src).present else ""
+    republished = ", source re-published since by a peer" if world.look(src).present else ""
 
-    def destination_present() -> evidence.Look | None:
-        seen = evidence.look(dst)
+    def destination_present() -> Look | None:
+        seen = world.look(dst)
         if not seen.parent_exists:
             return seen  # decided: nothing to wait for
         return seen if seen.present else None
 
-    seen, waited = evidence.settle(destination_present, rules.settle_s, dst)
+    seen, waited = world.wait_for(destination_present, rules.settle_s, dst)
     if seen is None or not seen.present:
         where = "destination's parent is missing" if seen is not None else "destination absent"
         return reraise(f"source gone, {where} after {waited:.2f} s", waited)
 
     later = f", appeared {waited:.2f} s later" if waited > 0.001 else ""
-    st = evidence.lstat_or_none(dst)
+    st = world.lstat(dst)
     if st is None and (own_times or republished):
         # In the fresh listing, not yet in this node's lookup cache, and whose move it was needs its ctime (the
         # test below): wait, within the same budget, for the lookup to show it.
-        st, more = evidence.settle(lambda: evidence.lstat_or_none(dst), max(rules.settle_s - waited, 0.0), dst)
+        st, more = world.wait_for(lambda: world.lstat(dst), max(rules.settle_s - waited, 0.0), dst)
         waited += more
     if st is None:
         if own_times or republished:
@@ -104,7 +91,8 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
             f"cache{later}: a peer renamed it moments ago",
             waited,
         )
-    age = time.time() - st.st_ctime
+    now = world.now()
+    age = now - st.st_ctime
     if not rules.is_fresh(st.st_ctime):
         return reraise(f"source gone but destination is older than the job ({age:.1f} s)", waited)
     if own_put is not None and st.st_ctime <= own_put + OWN_SLACK_S:
@@ -118,7 +106,7 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
         # source elsewhere (a staging dir committed to ``checkpoint-1``, made again, then committed by a peer to
         # ``checkpoint-2``) says nothing about who made this destination.
         return reraise("this process moved the source away itself; the destination has not changed since", waited)
-    again = f", {time.time() - max(own_times):.1f} s after this process's own move" if own_times else ""
+    again = f", {now - max(own_times):.1f} s after this process's own move" if own_times else ""
     return absorb(
         f"source gone{stale_source}{republished}, destination present and changed {age:.2f} s ago{later}{again}: "
         f"a peer did the same move",
@@ -126,13 +114,13 @@ def decide(error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any], rules:
     )
 
 
-def _source_moved_under_a_stale_entry(src: str) -> bool:
+def _source_moved_under_a_stale_entry(src: str, world: World) -> bool:
     """A directory rename that failed as if onto a non-empty directory, although its source is no longer in its
     parent's fresh listing: on a filesystem whose lookups may be stale (GlusterFS), this node's cached entry of
     the source still named the directory a peer already moved, and that is what the call tried to move."""
-    if not evidence.lookups_may_be_stale(src):
+    if not world.lookups_may_be_stale(src):
         return False
-    seen = evidence.look(src)
+    seen = world.look(src)
     return seen.parent_exists and not seen.present
 
 

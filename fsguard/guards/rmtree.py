@@ -32,13 +32,52 @@ import os
 import stat
 from typing import Any
 
-from .. import evidence
-from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict
+from .._values import Value
+from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, own_event
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..evidence import Look
 
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
 
 
-def removal(path: str, own_event: str | None, top: os.stat_result | None, rules: Rules, yield_s: float) -> str:
+class Removal(Verdict):
+    """A verdict about one guarded ``rmtree`` call. ``error``: the first error the walk absorbed, the one the
+    caller gets when the verdict re-raises or defers to its handler; ``top_gone``: ``"before"`` or ``"after"``
+    the walk when the top path itself was gone (that error escapes the standard ``rmtree``: a caller's handler
+    of it decides), else None. ``detail`` keeps ``top_gone`` for the record too."""
+
+    _fields = (*Verdict._fields, "error", "top_gone")
+    __slots__ = ("error", "top_gone")
+    error: BaseException | None
+    top_gone: str | None
+
+    def __init__(self, *fields: Any) -> None:  # in ``_fields`` order, as ``Value`` copies and pickles it
+        Value.__init__(self, *fields)
+
+    @classmethod
+    def of(cls, verdict: Verdict, error: BaseException | None = None, top_gone: str | None = None) -> Removal:
+        return cls(*verdict._values(), error, top_gone)
+
+
+def _live(world: World | None) -> World:
+    """The world a call from the walk's own code asks (it passes none): the live one."""
+    if world is not None:
+        return world
+    from ..world import LIVE
+
+    return LIVE
+
+
+def removal(
+    path: str,
+    own: str | None,
+    top: os.stat_result | None,
+    rules: Rules,
+    yield_s: float,
+    world: World | None = None,
+) -> str:
     """How to remove the tree at ``path``: ``"wait"`` (first wait up to ``yield_s`` for a peer's rename, then the
     checked walk), ``"check"`` (the checked walk at once: the tree must stay at its path while it is removed) or
     ``"plain"`` (no peer can move it meanwhile: the walk without position checks).
@@ -52,36 +91,42 @@ def removal(path: str, own_event: str | None, top: os.stat_result | None, rules:
     directory), which no rename can move. Checked at once: a tree older than the job, or when the window is off."""
     if top is None or not stat.S_ISDIR(top.st_mode):
         return "check"
-    if not rules.peers or own_event == "made":
+    if not rules.peers or own == "made":
         return "plain"
     if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):
         return "check"
-    if evidence.later_generation(path) is not None or evidence.is_mount_point(path, top):
+    world = _live(world)
+    if world.later_generation(path) is not None or world.is_mount_point(path, top):
         return "plain"
     return "wait"
 
 
-def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Verdict:
+def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Removal:
     """The tree left its path while this process waited to remove it: moved (found under another name by its
     inode) or removed by a peer; either way nothing is left to remove."""
     if renamed_to is None:
-        return Verdict(
-            True,
-            "absorbed",
-            f"tree removed by a peer (or moved out of its parent) {how} while this process waited "
-            f"{waited_s:.2f} s to remove it: nothing left to remove",
-            waited_s,
+        return Removal.of(
+            Verdict(
+                True,
+                "absorbed",
+                f"tree removed by a peer (or moved out of its parent) {how} while this process waited "
+                f"{waited_s:.2f} s to remove it: nothing left to remove",
+                waited_s,
+            )
         )
-    return Verdict(
-        True,
-        "yielded",
-        f"a peer moved the tree to {renamed_to} {how} after {waited_s:.2f} s: the rename wins, nothing left to remove",
-        waited_s,
-        {"renamed_to": renamed_to},
+    return Removal.of(
+        Verdict(
+            True,
+            "yielded",
+            f"a peer moved the tree to {renamed_to} {how} after {waited_s:.2f} s: the rename wins, nothing left to "
+            "remove",
+            waited_s,
+            {"renamed_to": renamed_to},
+        )
     )
 
 
-def removed_peer_tree(top: str, waited_s: float, absorbed: Verdict | None, made_here: bool = False) -> Verdict:
+def removed_peer_tree(top: str, waited_s: float, absorbed: Removal | None, made_here: bool = False) -> Removal:
     """A tree peers may still have meant to commit, removed after no peer moved it within the window: one they
     made during this job, or one this process made with ``makedirs(exist_ok=True)``, a name they make too."""
     detail = dict(absorbed.detail) if absorbed is not None else {}
@@ -94,7 +139,7 @@ def removed_peer_tree(top: str, waited_s: float, absorbed: Verdict | None, made_
     )
     if made_here:
         detail["made_here"] = True
-    return Verdict(
+    hazard = Verdict(
         True,
         "hazard",
         f"removed {whose} after no peer moved it away within {waited_s:.2f} s (FSGUARD_YIELD_S): if a peer "
@@ -102,53 +147,60 @@ def removed_peer_tree(top: str, waited_s: float, absorbed: Verdict | None, made_
         waited_s + (absorbed.waited_s if absorbed is not None else 0.0),
         detail,
     )
+    if absorbed is None:
+        return Removal.of(hazard)
+    return Removal.of(hazard, absorbed.error, absorbed.top_gone)
 
 
-def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_s: float) -> Verdict:
+def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_s: float) -> Removal:
     """The tree was moved away while this process removed it: left alone, and said so."""
     where = renamed_to or "a name this process cannot see (another directory?)"
     shown = [os.path.relpath(p, top) if p.startswith(top + os.sep) else p for p in removed[:REMOVED_SHOWN]]
     more = f" and {len(removed) - REMOVED_SHOWN} more" if len(removed) > REMOVED_SHOWN else ""
     what = f"{len(removed)} entr{'y' if len(removed) == 1 else 'ies'} ({', '.join(shown)}{more})" if removed else "none"
-    return Verdict(
-        True,
-        "hazard",
-        f"tree moved to {where} by a peer while this process was removing it: stopped and left it there; "
-        f"already removed from it: {what}",
-        waited_s,
-        {"renamed_to": renamed_to, "removed": shown, "removed_count": len(removed)},
+    return Removal.of(
+        Verdict(
+            True,
+            "hazard",
+            f"tree moved to {where} by a peer while this process was removing it: stopped and left it there; "
+            f"already removed from it: {what}",
+            waited_s,
+            {"renamed_to": renamed_to, "removed": shown, "removed_count": len(removed)},
+        )
     )
 
 
-def top_gone_before_by_peer(top: str, rules: Rules) -> tuple[bool, float]:
+def top_gone_before_by_peer(top: str, rules: Rules, world: World | None = None) -> tuple[bool, float]:
     """The top path was missing at the start: a peer's removal (its parent changed during this job), and not
     this process's own earlier removal or move. Returns (decision, seconds waited)."""
-    if evidence.own_last_event(top) in ("removed", "moved-away"):
+    world = _live(world)
+    if own_event(world, top) in ("removed", "moved-away"):
         return False, 0.0
 
-    def gone_from_listing() -> evidence.Look | None:
-        seen = evidence.look(top)
+    def gone_from_listing() -> Look | None:
+        seen = world.look(top)
         return seen if (not seen.parent_exists or not seen.present) else None
 
     # A stale lookup cache can say "missing" while peers are still deleting the tree: wait (bounded)
     # for the fresh listing to drop the name.
-    seen, waited = evidence.settle(gone_from_listing, rules.settle_s, top)
+    seen, waited = world.wait_for(gone_from_listing, rules.settle_s, top)
     if seen is None or not seen.parent_exists:
         return False, waited
-    st = evidence.lstat_or_none(os.path.dirname(top))
+    st = world.lstat(os.path.dirname(top))
     return st is not None and rules.is_fresh(st.st_ctime), waited
 
 
-def escaped_gone(top: str, rules: Rules) -> tuple[bool, float]:
+def escaped_gone(top: str, rules: Rules, world: World | None = None) -> tuple[bool, float]:
     """A ``FileNotFoundError`` that bypassed the handler: absorbed if a peer removed the whole tree."""
-    if evidence.own_last_event(top) in ("removed", "moved-away"):
+    world = _live(world)
+    if own_event(world, top) in ("removed", "moved-away"):
         return False, 0.0
 
     def gone() -> bool | None:
-        seen = evidence.look(top)
+        seen = world.look(top)
         return True if seen.parent_exists and not seen.present else None
 
-    result, waited = evidence.settle(gone, rules.settle_s, top)
+    result, waited = world.wait_for(gone, rules.settle_s, top)
     return result is not None, waited
 
 
@@ -159,7 +211,8 @@ def walk_verdict(
     renamed_to: str | None,
     waited_s: float,
     error: BaseException | None,
-) -> Verdict | None:
+    world: World | None = None,
+) -> Removal | None:
     """What a walk that finished absorbed, or None when it absorbed nothing."""
     if not (entries_gone or top_gone or retried):
         return None
@@ -173,34 +226,23 @@ def walk_verdict(
             f"{len(retried)} director{'y' if len(retried) == 1 else 'ies'} "
             f"gained entries mid-walk and were removed again"
         )
-    detail: dict[str, Any] = {
-        "entries_gone": entries_gone[:50],
-        "retried": retried[:50],
-        "error": error,
-        "top_gone": top_gone,  # the top's error escapes the standard rmtree: a caller's handler decides
-    }
+    detail: dict[str, Any] = {"entries_gone": entries_gone[:50], "retried": retried[:50], "top_gone": top_gone}
     if top_gone == "after":
         if renamed_to:
             detail["renamed_to"] = renamed_to
-            return Verdict(
+            n = _live(world).entries(renamed_to)
+            left = "unknown" if n is None else f"{n} entr{'y' if n == 1 else 'ies'}"
+            hazard = Verdict(
                 True,
                 "hazard",
                 f"tree renamed to {renamed_to} by a peer while this process was removing it: "
-                f"{renamed_to} may be missing entries removed before the rename "
-                f"(still there: {_count(renamed_to)})",
+                f"{renamed_to} may be missing entries removed before the rename (still there: {left})",
                 waited_s,
                 detail,
             )
+            return Removal.of(hazard, error, top_gone)
         parts.append("top directory removed by a peer at the end")
-    return Verdict(True, "absorbed", "; ".join(parts), waited_s, detail)
-
-
-def _count(path: str) -> str:
-    try:
-        n = len(os.listdir(path))
-    except OSError:
-        return "unknown"
-    return f"{n} entr{'y' if n == 1 else 'ies'}"
+    return Removal.of(Verdict(True, "absorbed", "; ".join(parts), waited_s, detail), error, top_gone)
 
 
 def entry_gone_by_peer(rules: Rules) -> bool:

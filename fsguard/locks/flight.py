@@ -39,13 +39,10 @@ from hashlib import sha1
 from typing import Any
 
 from .. import mounts
+from ..calls import Call
 
 PLAIN = (int, str, bytes, bool, float, type(None))
-PATH_ARGS = {"makedirs": 1, "rename": 2, "replace": 2, "rmtree": 1}
-PATH_NAMES = {"makedirs": ("name",), "rename": ("src", "dst"), "replace": ("src", "dst"), "rmtree": ("path",)}
-# A caller's error handler decides what each rank's failure means, and must see it; a directory descriptor is
-# this process's own: such calls are never shared.
-OWN = ("onerror", "onexc", "dir_fd")
+SHARED = frozenset(("makedirs", "rename", "replace", "rmtree"))  # the operations whose calls can be shared
 
 
 def shared_fs(dev: int) -> bool:
@@ -53,15 +50,16 @@ def shared_fs(dev: int) -> bool:
     return mounts.shared(dev)
 
 
-def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[str, Any], host: str) -> str | None:
-    """The key naming this call among the job's identical calls, or None for a call that is never shared."""
-    if op not in PATH_ARGS:
+def flight_key(call: Call, paths: list[str], host: str) -> str | None:
+    """The key naming this call among the job's identical calls, or None for a call that is never shared: a
+    caller's error handler decides what each rank's failure means, and must see it; a directory descriptor is
+    this process's own; an argument that is not a plain value cannot be compared across processes."""
+    if call.op not in SHARED or not call.bound:
         return None
-    rest = list(args[PATH_ARGS[op] :])
-    extra = sorted((k, v) for k, v in kwargs.items() if k not in PATH_NAMES[op])
-    if not all(isinstance(v, PLAIN) for v in rest) or not all(isinstance(v, PLAIN) for _, v in extra):
+    if call.onerror is not None or call.onexc is not None or call.fds:
         return None
-    if any(v is not None for k, v in extra if k in OWN) or (op == "rmtree" and any(v is not None for v in rest[1:])):
+    options = call.options()
+    if not all(isinstance(value, PLAIN) for _, value in options):
         return None
     devices: list[Any] = []
     local = False
@@ -71,13 +69,13 @@ def flight_key(op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[st
             return None  # nothing to name the filesystem by: every rank makes its own call
         devices.append(dev)
         local = local or not shared_fs(dev)
-    if op == "rmtree":  # the same tree: the object at the path, not only the filesystem it is on
+    if call.op == "rmtree":  # the same tree: the object at the path, not only the filesystem it is on
         try:
             st = os.lstat(paths[0])
         except (OSError, ValueError):
             return None  # nothing there: each rank's own call says what that means
         devices.append((st.st_dev, st.st_ino))
-    text = repr((op, paths, rest, extra, devices, host if local else ""))
+    text = repr((call.op, paths, options, devices, host if local else ""))
     return sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 

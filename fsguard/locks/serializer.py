@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import evidence, runtime
+from .. import runtime
+from ..calls import Call
 from ..runtime import busy
 from . import flight
 from .base import Backend, Held, LockTimeout, Unreachable, forkable, holder_text
@@ -43,24 +44,6 @@ def stripe(path: str) -> str:
     from hashlib import sha1  # here, not at startup: a cached import costs well under a microsecond
 
     return sha1(path.encode("utf-8", "surrogateescape")).hexdigest()[:STRIPES_HEX]
-
-
-def targets(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str] | None:
-    """The normalised paths a call works on, or None when it cannot be keyed (``*dir_fd`` calls)."""
-    try:
-        if op in ("rename", "replace"):
-            if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
-                return None
-            src = args[0] if args else kwargs["src"]
-            dst = args[1] if len(args) > 1 else kwargs["dst"]
-            return [evidence.norm(src), evidence.norm(dst)]
-        if any(kwargs.get(fd) is not None for fd in ("dir_fd", "src_dir_fd", "dst_dir_fd")):
-            return None
-        if op in ("symlink", "link"):  # keyed by the name they make
-            return [evidence.norm(args[1] if len(args) > 1 else kwargs["dst"])]
-        return [evidence.norm(args[0] if args else kwargs["name" if op == "makedirs" else "path"])]
-    except (IndexError, KeyError, TypeError, ValueError):
-        return None
 
 
 class Serializer:
@@ -141,32 +124,26 @@ class Serializer:
         (for ``rmtree``, the whole walk), and is given back before a failure goes to the guard's rule. A
         rule may wait up to ``FSGUARD_SETTLE_S`` for a slow filesystem to show a peer's change; waiting
         that out while holding the lock would make every later rank wait for it too."""
-        paths = targets(op, args, kwargs)
+        call = Call(op, args, kwargs)
+        paths = call.targets()
         if not paths:
             return guarded_call(wrapped, args, kwargs)
 
         def locked(*call_args: Any, **call_kwargs: Any) -> Any:
             return self.call(op, paths, wrapped, call_args, call_kwargs)
 
-        return self.flown(op, args, kwargs, lambda: guarded_call(locked, args, kwargs), paths=paths)
+        return self.flown(call, lambda: guarded_call(locked, args, kwargs), paths=paths)
 
     # --- singleflight (fsguard.locks.flight) -----------------------------------------------------------
 
-    def flown(
-        self,
-        op: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        perform: Callable[[], Any],
-        shared: Any = None,
-        paths: list[str] | None = None,
-    ) -> Any:
+    def flown(self, call: Call, perform: Callable[[], Any], shared: Any = None, paths: list[str] | None = None) -> Any:
         """``perform()`` (the whole guarded call), or, when peers make the identical call at this moment, one
         of them performs it and the others return ``shared`` as soon as its ``perform()`` returned. When it
         raised (or ended without an outcome: killed, frozen, too slow), every waiting rank calls its own
         ``perform()``, so each gets its own result and its own error object."""
-        paths = paths or targets(op, args, kwargs)
-        flight = self._claim(op, paths, args, kwargs) if paths else None
+        op = call.op
+        paths = paths or call.targets()
+        flight = self._claim(call, paths) if paths else None
         if flight is None or paths is None:
             return perform()
         backend, name, token, performer = flight
@@ -185,9 +162,7 @@ class Serializer:
         self._land(backend, op, paths, name, token, b"ok")
         return result
 
-    def _claim(
-        self, op: str, paths: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, str, Any, bool] | None:
+    def _claim(self, call: Call, paths: list[str]) -> tuple[Any, str, Any, bool] | None:
         """(backend, flight, token, performer?) for a call identical calls of peers can share, else None."""
         if busy() or self._local.__dict__.get("keys"):
             return None  # a call made while this thread holds locks (an onerror handler's) is its own
@@ -196,10 +171,11 @@ class Serializer:
                 backend = self.backend
                 if backend.scope != "job":
                     return None
-                name = flight.flight_key(op, paths, args, kwargs, self._host)
+                name = flight.flight_key(call, paths, self._host)
                 if name is None:
                     return None
-                claimed = backend.flight_claim(name, holder_text(self._rank, self._host, f"{op} {' -> '.join(paths)}"))
+                what = f"{call.op} {' -> '.join(paths)}"
+                claimed = backend.flight_claim(name, holder_text(self._rank, self._host, what))
         except Exception:  # noqa: BLE001 - no singleflight: the call goes to the lock as before
             return None
         if claimed is None:

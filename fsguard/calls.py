@@ -1,0 +1,339 @@
+"""One guarded call, decoded: ``Call``. The only module that knows the guarded functions' signatures.
+
+The happy path decodes nothing: the wrapper calls through and remembers the raw ``(op, args, kwargs)`` tuple
+(``(op, args, kwargs, time)`` for the calls that record a time). A ``Call`` is built from that only when
+something asks: a failure's decision, the memory's index, the serializer keying a call, the rmtree walk.
+Arguments are bound by the signatures below, as the interpreter binds them (positional or by keyword), never
+picked out by hand; a call its function would reject binds to nothing (``bound`` False: no paths).
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # not typing's: imported at startup (see bench/startup.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    # (paths as given, mode, exist_ok, ignore_errors, onerror, onexc, follow_symlinks, dir_fd, src_dir_fd,
+    # dst_dir_fd)
+    Bound = tuple[tuple[Any, ...], Any, Any, Any, Any, Any, Any, Any, Any, Any]
+
+
+# --- the signatures (a missing path binds to None: the call itself says what is wrong) -------------------
+
+
+def _makedirs(name: Any = None, mode: Any = 0o777, exist_ok: Any = False) -> Bound:
+    return (name,), mode, exist_ok, False, None, None, True, None, None, None
+
+
+def _mkdir(path: Any = None, mode: Any = 0o777, *, dir_fd: Any = None) -> Bound:
+    return (path,), mode, False, False, None, None, True, dir_fd, None, None
+
+
+def _remove(path: Any = None, *, dir_fd: Any = None) -> Bound:  # remove, unlink, rmdir
+    return (path,), None, False, False, None, None, True, dir_fd, None, None
+
+
+def _rename(src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> Bound:
+    return (src, dst), None, False, False, None, None, True, None, src_dir_fd, dst_dir_fd
+
+
+def _symlink(src: Any = None, dst: Any = None, target_is_directory: Any = False, *, dir_fd: Any = None) -> Bound:
+    return (src, dst), None, False, False, None, None, True, dir_fd, None, None
+
+
+def _link(
+    src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None, follow_symlinks: Any = True
+) -> Bound:
+    return (src, dst), None, False, False, None, None, follow_symlinks, None, src_dir_fd, dst_dir_fd
+
+
+def _rmtree(
+    path: Any = None, ignore_errors: Any = False, onerror: Any = None, *, onexc: Any = None, dir_fd: Any = None
+) -> Bound:
+    return (path,), None, False, ignore_errors, onerror, onexc, True, dir_fd, None, None
+
+
+_SIGNATURES: dict[str, Callable[..., Bound]] = {
+    "makedirs": _makedirs,
+    "mkdir": _mkdir,
+    "remove": _remove,
+    "unlink": _remove,
+    "rmdir": _remove,
+    "rename": _rename,
+    "replace": _rename,
+    "symlink": _symlink,
+    "link": _link,
+    "rmtree": _rmtree,
+}
+TWO_PATHS = frozenset(("rename", "replace", "symlink", "link"))
+# The kinds of remembered entry that are a makedirs(exist_ok=True) (fsguard.patching): it made the directory
+# (a name other processes make too), or found it there.
+MAKEDIRS_OUTCOMES = {"makedirs-shared": "made-shared", "makedirs-found": "found"}
+_UNBOUND: Bound = ((), None, False, False, None, None, True, None, None, None)
+_FD_NAMES = ("dir_fd", "src_dir_fd", "dst_dir_fd")
+
+
+class Call:
+    """One call of a guarded function, decoded.
+
+    ``given``: the path arguments as given (``(path,)``, or ``(src, dst)`` for rename, replace, symlink and
+    link; None for one not given). ``path`` (one-path operations), ``src`` and ``dst`` (two-path ones): the same,
+    normalised (absolute, ``..`` folded, relative to ``cwd``; None where missing or not a path). ``outcome``:
+    for a remembered ``makedirs(exist_ok=True)``, ``made-shared`` (it made the directory) or ``found``.
+    ``time``: the wall-clock time after the call, where the wrapper recorded one. ``args``/``kwargs``: the call
+    as made, to make it again."""
+
+    __slots__ = (
+        "args",
+        "bound",
+        "dir_fd",
+        "dst",
+        "dst_dir_fd",
+        "exist_ok",
+        "follow_symlinks",
+        "given",
+        "ignore_errors",
+        "kwargs",
+        "mode",
+        "onerror",
+        "onexc",
+        "op",
+        "outcome",
+        "path",
+        "src",
+        "src_dir_fd",
+        "time",
+    )
+
+    def __init__(
+        self,
+        op: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        time: float | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        self.outcome = MAKEDIRS_OUTCOMES.get(op)
+        if self.outcome is not None:
+            op = "makedirs"
+        self.op = "remove" if op == "unlink" else op
+        self.args = args
+        self.kwargs = kwargs
+        self.time = time
+        try:
+            bound = _SIGNATURES[op](*args, **kwargs)
+            self.bound = True
+        except (KeyError, TypeError):  # not a guarded operation, or a call its function rejects
+            bound, self.bound = _UNBOUND, False
+        (
+            self.given,
+            self.mode,
+            self.exist_ok,
+            self.ignore_errors,
+            self.onerror,
+            self.onexc,
+            self.follow_symlinks,
+            self.dir_fd,
+            self.src_dir_fd,
+            self.dst_dir_fd,
+        ) = bound
+        self.exist_ok = self.exist_ok is True or bool(self.exist_ok)
+        self.ignore_errors = self.ignore_errors is True or bool(self.ignore_errors)
+        self.follow_symlinks = self.follow_symlinks is True or bool(self.follow_symlinks)
+        given = self.given
+        if len(given) == 2:
+            self.path, self.src, self.dst = None, _norm_or_none(given[0], cwd), _norm_or_none(given[1], cwd)
+        else:
+            self.path, self.src, self.dst = (_norm_or_none(given[0], cwd) if given else None), None, None
+
+    @classmethod
+    def remembered(cls, entry: tuple[Any, ...], cwd: str | None = None) -> Call:
+        """The call a raw memory entry stands for (``fsguard.memory``), its paths relative to ``cwd``."""
+        return cls(entry[0], entry[1], entry[2], entry[3] if len(entry) > 3 else None, cwd)
+
+    def __repr__(self) -> str:
+        return f"Call({self.op!r}, {self.args!r}, {self.kwargs!r})"
+
+    @property
+    def fds(self) -> bool:
+        """Whether the call names its paths relative to directory descriptors."""
+        return self.dir_fd is not None or self.src_dir_fd is not None or self.dst_dir_fd is not None
+
+    def shown(self) -> list[Any]:
+        """The path arguments as given, for a record."""
+        return [p for p in self.given if p is not None]
+
+    def targets(self) -> list[str] | None:
+        """The normalised paths the call works on (``symlink``/``link``: the name they make), or None when it
+        cannot be keyed by them (directory descriptors, a path missing)."""
+        if self.fds:
+            return None
+        if self.op in ("rename", "replace"):
+            paths = [self.src, self.dst]
+        elif self.op in ("symlink", "link"):
+            paths = [self.dst]
+        else:
+            paths = [self.path]
+        return None if any(p is None for p in paths) else [p for p in paths if p is not None]
+
+    def made(self) -> tuple[str, str] | None:
+        """(the path this call left something at, how: ``made``, ``made-shared`` or ``found``), if any."""
+        return None if self.fds else _effects(self.op, self.outcome, self.path, self.src, self.dst)[0]
+
+    def gone(self) -> tuple[str, str] | None:
+        """(the path this call took away, how: ``removed`` or ``moved-away``), if any."""
+        return None if self.fds else _effects(self.op, self.outcome, self.path, self.src, self.dst)[1]
+
+    def options(self) -> list[tuple[str, Any]]:
+        """The arguments other than the paths, as bound (defaults included; the values as given, not made
+        bools): what makes two calls on the same paths the same call."""
+        try:
+            bound = _SIGNATURES[self.op](*self.args, **self.kwargs)
+        except (KeyError, TypeError):
+            bound = _UNBOUND
+        return list(zip(_OPTION_NAMES, bound[1:], strict=True))
+
+
+_OPTION_NAMES = (
+    "mode",
+    "exist_ok",
+    "ignore_errors",
+    "onerror",
+    "onexc",
+    "follow_symlinks",
+    "dir_fd",
+    "src_dir_fd",
+    "dst_dir_fd",
+)
+
+
+Effect = tuple[str, str]  # (a normalised path, what a call did there)
+
+
+def _effects(
+    op: str, outcome: str | None, path: str | None, src: str | None, dst: str | None
+) -> tuple[Effect | None, Effect | None]:
+    """(where a call made something and how, where it took something away and how), from its normalised paths."""
+    if op == "makedirs" or op == "mkdir":
+        return (None if path is None else (path, outcome or "made")), None
+    if op == "symlink" or op == "link":
+        return (None if dst is None else (dst, "made")), None
+    if op == "rename" or op == "replace":
+        return (None if dst is None else (dst, "made")), (None if src is None else (src, "moved-away"))
+    return None, (None if path is None else (path, "removed"))
+
+
+def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Effect | None, float | None]:
+    """What a raw memory entry did: ``Call.remembered(entry, cwd)``'s ``made()``, ``gone()`` and ``time``,
+    without building the ``Call`` (the memory's index asks this of thousands of entries at once)."""
+    op = entry[0]
+    outcome = MAKEDIRS_OUTCOMES.get(op)
+    if outcome is not None:
+        op = "makedirs"
+    when = entry[3] if len(entry) > 3 else None
+    try:
+        given, _, _, _, _, _, _, dir_fd, src_dir_fd, dst_dir_fd = _SIGNATURES[op](*entry[1], **entry[2])
+    except (KeyError, TypeError):
+        return None, None, when
+    if dir_fd is not None or src_dir_fd is not None or dst_dir_fd is not None:
+        return None, None, when
+    if len(given) == 2:
+        moved = op == "rename" or op == "replace"
+        src = _norm_or_none(given[0], cwd) if moved else None
+        made, gone = _effects(op, None, None, src, _norm_or_none(given[1], cwd))
+    else:
+        made, gone = _effects(op if op != "unlink" else "remove", outcome, _norm_or_none(given[0], cwd), None, None)
+    return made, gone, when
+
+
+# --- paths ---------------------------------------------------------------------------------------------
+
+
+def fspath(path: Any) -> str | bytes:
+    """``os.fspath``, and the bytes of a ``bytearray``/``memoryview``, which the C functions of ``os`` still take
+    (with a DeprecationWarning) and so can fail with: ``TypeError`` for anything else."""
+    if isinstance(path, (bytearray, memoryview)):
+        return bytes(path)
+    value: str | bytes = os.fspath(path)
+    return value
+
+
+def norm(path: Any, cwd: str | None = None) -> str:
+    """Absolute, ``..``-folded text form of a path argument, relative to ``cwd`` (default: the current one)."""
+    if type(path) is str and path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
+        return path  # already normal: the index normalises thousands of these at once
+    value: str | bytes = fspath(path)
+    text = os.fsdecode(value) if isinstance(value, bytes) else value
+    if cwd is None or os.path.isabs(text):
+        return os.path.abspath(text)
+    return os.path.normpath(os.path.join(cwd, text))
+
+
+def _norm_or_none(path: Any, cwd: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return norm(path, cwd)
+    except (TypeError, ValueError):
+        return None
+
+
+# --- what the wrapper asks on its way (cheap: no Call) ---------------------------------------------------
+
+
+def fds_given(kwargs: dict[str, Any]) -> bool:
+    """Whether a call's keyword arguments name a directory descriptor."""
+    return (
+        kwargs.get("dir_fd") is not None or kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None
+    )
+
+
+def _makedirs_shared(name: Any = None, mode: Any = 0o777, exist_ok: Any = False) -> tuple[Any, Any] | None:
+    return (name, mode) if exist_ok else None
+
+
+def makedirs_exist_ok(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+    """(name, mode) of a ``makedirs`` call with ``exist_ok`` true, else None (a call ``makedirs`` rejects too).
+    The same signature as ``_makedirs``, without building a ``Call``: every ``makedirs(exist_ok=True)`` asks."""
+    if len(args) == 1 and len(kwargs) == 1 and "exist_ok" in kwargs:  # the common spelling, bound at once
+        return (args[0], 0o777) if kwargs["exist_ok"] else None
+    try:
+        return _makedirs_shared(*args, **kwargs)
+    except TypeError:
+        return None
+
+
+def resolve_fds(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A raw entry whose call used directory descriptors, with its paths resolved through ``/proc/self/fd``.
+
+    Called at once, on the happy path, for calls with keyword arguments only: the descriptors may be closed by
+    the time a decision asks. Unresolvable entries are returned unchanged (the index skips them)."""
+    op, args, kwargs = entry[0], entry[1], entry[2]
+    if not fds_given(kwargs):
+        return entry
+    call = Call(op, args, kwargs)
+    if not call.bound or any(p is None for p in call.given):
+        return entry
+    paths = list(call.given)
+    try:
+        for position, fd in enumerate((call.src_dir_fd, call.dst_dir_fd) if len(paths) == 2 else (call.dir_fd,)):
+            if fd is not None:
+                value: str | bytes = os.fspath(paths[position])
+                text = os.fsdecode(value) if isinstance(value, bytes) else value
+                paths[position] = os.path.join(os.readlink(f"/proc/self/fd/{fd}"), text)
+    except (OSError, TypeError, ValueError):
+        return entry
+    return (op, tuple(paths), {}, *entry[3:])
+
+
+def first_path(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A call's first path argument as given (the very object: identity matters to the caller), or None."""
+    if args and not kwargs:  # every signature here takes its first path first: no binding needed
+        return args[0]
+    try:
+        return _SIGNATURES[op](*args, **kwargs)[0][0]
+    except (KeyError, TypeError):
+        return None

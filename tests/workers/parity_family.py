@@ -28,6 +28,7 @@ Skip = base.Skip
 KINDS = base.KINDS
 CALL_MARK = base.CALL_MARK
 NOBODY = base.NOBODY
+j, touch = base.j, base.touch
 PATCHED = ["link", "mkdir", "remove", "rmdir", "rmtree", "symlink", "unlink"]
 
 ROWS: dict[str, Row] = {}
@@ -48,16 +49,6 @@ def row(
         return act
 
     return register
-
-
-def j(*parts: str) -> str:
-    return os.path.join(*parts)
-
-
-def touch(path: str, text: str = "x") -> str:
-    with open(path, "w") as f:
-        f.write(text)
-    return path
 
 
 def mkdir(path: str) -> str:

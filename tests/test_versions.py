@@ -8,14 +8,11 @@ if pip cannot install wrapt (no index), the version's tests skip with pip's reas
 * the whole bad-input parity table of ``tests/test_parity.py`` runs (``tests/parity_support.py``): on
   3.12+ the ``shutil.rmtree(onexc=...)`` rows really run;
 * the caller's-handler rows of ``tests/test_handlers.py`` (each version's bytecode differs; 3.10 reads the
-  source's ``ast``), and, end to end, the claim idiom of ``tests/test_claims.py`` whose handler is two frames
-  up (4 ranks x 20 rounds);
+  source's ``ast``), and two claim idioms of ``tests/test_claims.py`` (4 ranks x 20 rounds);
 * activation: the ``.pth`` patches all four functions with ``FSGUARD=1`` under a torchrun environment, and
   nothing with ``FSGUARD`` unset, where ``-X importtime`` shows no fsguard or wrapt import;
-* the rmtree race of ``tests/test_races.py`` (4 ranks, its worker and its checks): it happens without fsguard
-  and is absorbed, with well-formed records, with it. (The makedirs, rename and replace races run under the
-  test interpreter only: those calls are the same in every version, and what fsguard decides differently
-  per version, where the caller's handler is, is the handler rows above.)
+* the four races of ``tests/test_races.py`` (4 ranks, its worker and its checks): they happen without
+  fsguard and are absorbed, with well-formed records, with it;
 * rmtree, whose standard implementation differs most between versions (a recursive walk up to 3.12, a
   stack of steps from 3.13): a directory that gained entries mid-walk is removed again only while it is
   the same directory, and a tree a peer renamed mid-walk is found under its new name (``hazard``).
@@ -175,8 +172,9 @@ def test_handler_row(venv: Venv, handler_outcomes: handlers.Outcomes, name: str)
     handlers.check_row(handler_outcomes, name)
 
 
-def test_claim_idiom_with_its_handler_two_frames_up(venv: Venv, tmp_path: Path) -> None:
-    claims.check_claim_idiom(venv.python, tmp_path, "helper")
+@pytest.mark.parametrize("idiom", ["sequential", "helper"])
+def test_claim_idiom(venv: Venv, tmp_path: Path, idiom: str) -> None:
+    claims.check_claim_idiom(venv.python, tmp_path, idiom)
 
 
 @pytest.fixture(scope="module")
@@ -225,12 +223,12 @@ def test_activation(venv: Venv) -> None:
     assert "fsguard:" not in off.stderr
 
 
-def test_rmtree_race(venv: Venv, tmp_path: Path) -> None:
-    """The rmtree race of ``tests/test_races.py`` under this version's rmtree: it happens without fsguard (some
-    rank fails with the race's error) and is absorbed with it, with every record checked as there. (Its premise
-    that rmtree ranks also fail on entries inside the tree is left out: from 3.13 the standard rmtree ignores
-    those itself, and only the top's removal fails.)"""
-    (race,) = [r for r in races.RACES if r.op == "rmtree"]
+@pytest.mark.parametrize("race", races.RACES, ids=lambda r: r.op)
+def test_race(venv: Venv, tmp_path: Path, race: races.Race) -> None:
+    """A race of ``tests/test_races.py`` under this version: it happens without fsguard (some rank fails with
+    the race's error) and is absorbed with it, with every record checked as there. (Its premise that rmtree
+    ranks also fail on entries inside the tree is left out: from 3.13 the standard rmtree ignores those
+    itself, and only the top's removal fails.)"""
     job = races.run_job(venv.python, race, tmp_path / "without", guarded=False)
     lost = races.failures(job)
     assert lost, f"{race.op}: the race never happened in {race.iterations} iterations"

@@ -53,16 +53,21 @@ def _worker(
     if command == "prepare":
         return {}
     result: dict[str, Any] = json.loads(done.stdout)
-    stderr: dict[str, list[str]] = {"<before any row>": []}
-    current = "<before any row>"
-    for line in done.stderr.splitlines():
-        if line.startswith(MARKER):
-            current = line[len(MARKER) :]
-            stderr[current] = []
-        else:
-            stderr[current].append(line)
-    result["stderr"] = stderr
+    result["stderr"] = by_row(done.stderr, MARKER)
     return result
+
+
+def by_row(stderr: str, marker: str) -> dict[str, list[str]]:
+    """A table worker's stderr by row: it writes ``<marker><row>`` before each row's lines."""
+    rows: dict[str, list[str]] = {"<before any row>": []}
+    current = "<before any row>"
+    for line in stderr.splitlines():
+        if line.startswith(marker):
+            current = line[len(marker) :]
+            rows[current] = []
+        else:
+            rows[current].append(line)
+    return rows
 
 
 @contextmanager

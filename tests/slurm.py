@@ -99,6 +99,8 @@ ReturnToService=2
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/builtin
+# sbatch --wait polls every 2 s while 2 < MinJobAge/2, else 8 s, then 32 s: a 11 s job took 42 s to wait for
+MinJobAge=4
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """

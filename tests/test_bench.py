@@ -1,15 +1,24 @@
-"""The benchmarks keep working: each script, and the runner, with tiny sizes. No timing assertions."""
+"""The benchmarks keep working: each script alone, and the runner, with tiny sizes. No timing assertions.
+
+Each script runs once (``--quick``), for every test that reads its results; the runner runs one benchmark
+end to end, and its summary table is checked on the results of all four.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, clean_env
+
+RUNNER_ONLY = "decide"  # the quickest benchmark
+Alone = Callable[[str], tuple[dict[str, Any], str]]
 
 
 def bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -21,20 +30,33 @@ def bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return done
 
 
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory: pytest.TempPathFactory) -> Alone:
+    """``alone(name)``: ``bench/<name>.py --quick`` run once in this module: its JSON section and its stdout."""
+    done: dict[str, tuple[dict[str, Any], str]] = {}
+
+    def run(name: str) -> tuple[dict[str, Any], str]:
+        if name not in done:
+            where = tmp_path_factory.mktemp(name)
+            out = bench(str(ROOT / "bench" / f"{name}.py"), "--quick", "--json", str(where / "r.json"), cwd=where)
+            done[name] = json.loads((where / "r.json").read_text())[name], out.stdout
+        return done[name]
+
+    return run
+
+
 @pytest.mark.timeout(420)
-def test_startup_alone(tmp_path: Path) -> None:
-    done = bench(str(ROOT / "bench" / "startup.py"), "--quick", "--json", str(tmp_path / "s.json"), cwd=tmp_path)
-    result = json.loads((tmp_path / "s.json").read_text())["startup"]
+def test_startup_alone(alone: Alone) -> None:
+    result, stdout = alone("startup")
     assert {"absent", "disabled", "force", "torchrun", "wrapt"} <= set(result["arms"])
     assert result["summary"]["disabled_imports"] == []  # disabled: no fsguard or wrapt import at all
     assert result["importtime"]["force"]["fsguard_own_ms"] > 0
-    assert "fsguard's own share" in done.stdout
+    assert "fsguard's own share" in stdout
 
 
 @pytest.mark.timeout(420)
-def test_calls_alone(tmp_path: Path) -> None:
-    done = bench(str(ROOT / "bench" / "calls.py"), "--quick", "--json", str(tmp_path / "c.json"), cwd=tmp_path)
-    result = json.loads((tmp_path / "c.json").read_text())["calls"]
+def test_calls_alone(alone: Alone) -> None:
+    result, stdout = alone("calls")
     assert set(result["happy_path"]) == {
         "replace",
         "rename",
@@ -56,13 +78,12 @@ def test_calls_alone(tmp_path: Path) -> None:
     for op, r in result["bindfs"].items():
         if op != "skipped":
             assert r["raised"] == [], (op, r)
-    assert "happy path" in done.stdout
+    assert "happy path" in stdout
 
 
 @pytest.mark.timeout(420)
-def test_scale_alone(tmp_path: Path) -> None:
-    bench(str(ROOT / "bench" / "scale.py"), "--quick", "--json", str(tmp_path / "x.json"), cwd=tmp_path)
-    result = json.loads((tmp_path / "x.json").read_text())["scale"]
+def test_scale_alone(alone: Alone) -> None:
+    result, _ = alone("scale")
     assert result["problems"] == []
     cells = result["cells"]
     for op in ("makedirs", "rename", "replace", "rmtree"):
@@ -84,13 +105,25 @@ def test_scale_alone(tmp_path: Path) -> None:
     assert result["ranks"] == "fork" and set(result["memory_kib_per_rank"]) >= {"none/4", "fsguard/4"}
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(420)
 def test_runner_writes_one_json(tmp_path: Path) -> None:
+    """The runner end to end (its workspace, the JSON file, the summary), with one benchmark: the others' runs
+    would repeat what their own tests run."""
     out = tmp_path / "all.json"
-    done = bench("-m", "bench", "--quick", "--out", str(out), cwd=ROOT)
+    done = bench("-m", "bench", "--quick", "--only", RUNNER_ONLY, "--out", str(out), cwd=ROOT)
     data = json.loads(out.read_text())
-    assert {"machine", "startup", "calls", "scale", "decide"} <= set(data)
+    assert {"machine", "quick", "seconds", RUNNER_ONLY} <= set(data) and set(data["seconds"]) == {RUNNER_ONLY}
     assert "== summary ==" in done.stdout
+
+
+def test_summary_has_every_benchmarks_rows(alone: Alone) -> None:
+    """The runner's summary table, from the results of every benchmark (as ``python -m bench`` gathers them)."""
+    from bench.__main__ import NAMES, summary_rows
+
+    rows = summary_rows({name: alone(name)[0] for name in NAMES})
+    for prefix in ("startup: ", "calls: ", "decide: ", "decide on local", "decide on juicefs", "scale: "):
+        assert [row for row in rows if row[0].startswith(prefix)], (prefix, rows)
+    assert all(len(row) == 3 and all(isinstance(cell, str) for cell in row) for row in rows), rows
 
 
 @pytest.mark.timeout(420)
@@ -113,9 +146,8 @@ def test_yield_window_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(420)
-def test_decide_alone(tmp_path: Path) -> None:
-    done = bench(str(ROOT / "bench" / "decide.py"), "--quick", "--json", str(tmp_path / "d.json"), cwd=tmp_path)
-    result = json.loads((tmp_path / "d.json").read_text())["decide"]
+def test_decide_alone(alone: Alone) -> None:
+    result, stdout = alone("decide")
     local = result["filesystems"]["local"]
     assert set(local["decision"]) == {"0", "100"}
     for cell in local["decision"].values():
@@ -126,4 +158,4 @@ def test_decide_alone(tmp_path: Path) -> None:
             "makedirs-onto-file": ["FileExistsError"],
             "makedirs-exist-ok-onto-file": ["FileExistsError"],
         }
-    assert "juicefs" in result["filesystems"] and "genuine error" in done.stdout
+    assert "juicefs" in result["filesystems"] and "genuine error" in stdout

@@ -10,8 +10,6 @@ exclusive claim held by exactly one rank, and each failure fsguard's evidence wo
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +18,11 @@ from typing import Any
 import pytest
 
 from fsguard.records import Record, parse_line
-from tests.conftest import TORCHRUN_ENV, clean_env
-from tests.workers import claim_worker as worker
+from tests.support.ranks import launch, rank_env
 
 RANKS = 4
 ROUNDS = 20
-WORKER = Path(worker.__file__).resolve()
+WORKER = Path(__file__).resolve().parent / "workers" / "claim_worker.py"
 JOB_TIMEOUT_S = 180
 
 # idiom -> (exclusive: one owner per round, the others None; handler label the deferred records name)
@@ -49,37 +46,15 @@ class Job:
 def run_job(python: Path, idiom: str, where: Path, guarded: bool) -> Job:
     root = where / "root"
     (root / "gate").mkdir(parents=True)
-    procs, outputs = [], []
-    for rank in range(RANKS):
-        env = {
-            **TORCHRUN_ENV,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(RANKS),
-            "LOCAL_WORLD_SIZE": str(RANKS),
-            "TORCHELASTIC_RUN_ID": f"claims-{idiom}",
-            "FSGUARD": "1" if guarded else "0",
-        }
-        out, err = (where / f"rank{rank}.out").open("w"), (where / f"rank{rank}.err").open("w")
-        outputs.append((out, err))
-        command = [str(python), str(WORKER), idiom, str(root), str(ROUNDS)]
-        procs.append(subprocess.Popen(command, env=clean_env(env), stdout=out, stderr=err))
-    try:
-        codes = [p.wait(timeout=JOB_TIMEOUT_S) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for out, err in outputs:
-            out.close()
-            err.close()
-    stderr = [(where / f"rank{r}.err").read_text() for r in range(RANKS)]
-    assert codes == [0] * RANKS, stderr
+    envs = [rank_env(rank, RANKS, f"claims-{idiom}", FSGUARD="1" if guarded else "0") for rank in range(RANKS)]
+    ranks = launch([str(python), str(WORKER), idiom, str(root), str(ROUNDS)], envs, JOB_TIMEOUT_S)
+    stderr = [r.err for r in ranks]
+    assert [r.code for r in ranks] == [0] * RANKS, stderr
     lines = [line for text in stderr for line in text.splitlines()]
     assert all(line.startswith("fsguard: ") for line in lines), lines
     records = [parse_line(line) for line in lines]
     assert all(isinstance(r, Record) for r in records), lines
-    reports = [json.loads((where / f"rank{r}.out").read_text()) for r in range(RANKS)]
+    reports = [r.report() for r in ranks]
     return Job(reports, [r for r in records if r is not None])
 
 

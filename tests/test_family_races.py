@@ -27,12 +27,12 @@ import pytest
 import fsguard
 from fsguard.records import Record, parse_line
 from tests.conftest import TORCHRUN_ENV, clean_env
+from tests.support.ranks import launch, rank_env
 from tests.support.records import check_lines_stand_for
-from tests.workers import family_race_worker as worker
 
 RANKS = 4
 ROUNDS = 30
-WORKER = Path(worker.__file__).resolve()
+WORKER = Path(__file__).resolve().parent / "workers" / "family_race_worker.py"
 JOB_TIMEOUT_S = 180
 # the worker's marker -> the operation its records name
 OPS = {
@@ -64,34 +64,12 @@ def sites() -> dict[int, str]:
 def run_job(python: Path, where: Path, guarded: bool) -> tuple[Path, list[dict[str, Any]], list[str]]:
     root = where / "root"
     (root / "gate").mkdir(parents=True)
-    procs, outputs = [], []
-    for rank in range(RANKS):
-        env = {
-            **TORCHRUN_ENV,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(RANKS),
-            "LOCAL_WORLD_SIZE": str(RANKS),
-            "TORCHELASTIC_RUN_ID": "family-races",
-        }
-        if guarded:
-            env.update(FSGUARD="1", FSGUARD_LOG=str(where / "log"))
-        out, err = (where / f"rank{rank}.out").open("w"), (where / f"rank{rank}.err").open("w")
-        outputs.append((out, err))
-        command = [str(python), str(WORKER), str(root), str(ROUNDS)]
-        procs.append(subprocess.Popen(command, env=clean_env(env), stdout=out, stderr=err))
-    try:
-        codes = [p.wait(timeout=JOB_TIMEOUT_S) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for out, err in outputs:
-            out.close()
-            err.close()
-    stderr = [(where / f"rank{r}.err").read_text() for r in range(RANKS)]
-    assert codes == [0] * RANKS, stderr
-    reports = [json.loads((where / f"rank{r}.out").read_text()) for r in range(RANKS)]
+    extra = {"FSGUARD": "1", "FSGUARD_LOG": str(where / "log")} if guarded else {}
+    envs = [rank_env(rank, RANKS, "family-races", **extra) for rank in range(RANKS)]
+    ranks = launch([str(python), str(WORKER), str(root), str(ROUNDS)], envs, JOB_TIMEOUT_S)
+    stderr = [r.err for r in ranks]
+    assert [r.code for r in ranks] == [0] * RANKS, stderr
+    reports = [r.report() for r in ranks]
     return root, reports, stderr
 
 

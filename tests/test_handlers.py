@@ -28,6 +28,7 @@ import pytest
 
 from fsguard.records import parse_line
 from tests.conftest import TORCHRUN_ENV, clean_env
+from tests.parity_support import by_row
 from tests.workers import parity_handlers as rows
 
 WORKER = Path(rows.__file__).resolve()
@@ -47,15 +48,7 @@ def collect(python: Path, root: Path) -> Outcomes:
         )
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)
-        stderr: dict[str, list[str]] = {"<before any row>": []}
-        current = "<before any row>"
-        for line in done.stderr.splitlines():
-            if line.startswith(MARKER):
-                current = line[len(MARKER) :]
-                stderr[current] = []
-            else:
-                stderr[current].append(line)
-        result["stderr"] = stderr
+        result["stderr"] = by_row(done.stderr, MARKER)
         found[mode] = result
     assert found["force"]["meta"]["patched"] and not found["off"]["meta"]["patched"]
     assert found["force"]["stderr"]["<before any row>"] == found["off"]["stderr"]["<before any row>"] == []

@@ -10,14 +10,13 @@ end with it (the test's premise), and fsguard must really have been active.
 from __future__ import annotations
 
 import re
-import subprocess
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TORCHRUN_ENV, clean_env
+from tests.support.ranks import launch, rank_env
 
 TIMEOUT_S = 120
 _ERROR = re.compile(r"^(\w+(?:Error|Exception)\b.*)$")
@@ -59,31 +58,16 @@ def run_program(python: Path, code: str, where: Path, mode: str, ranks: int, job
     """Start ``ranks`` interpreters of ``code`` at once (with ``job``, a torchrun environment each), with
     ``FSGUARD=mode``, all given the same empty directory as ``argv[1]`` (shown as ``<dir>`` in errors)."""
     where.mkdir(parents=True)
-    procs = []
-    for rank in range(ranks):
-        env = {"FSGUARD": mode}
-        if job:  # ranks of one torchrun job (a single one has a peer elsewhere)
-            size = str(max(ranks, 2))
-            env.update(TORCHRUN_ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=size, LOCAL_WORLD_SIZE=size)
-            env.update(TORCHELASTIC_RUN_ID="never-worse-own")
-        procs.append(
-            subprocess.Popen(
-                [str(python), "-c", _ACTIVE + textwrap.dedent(code), str(where)],
-                env=clean_env(env),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    world = max(ranks, 2)  # ranks of one torchrun job (a single one has a peer elsewhere)
+    envs = [{"FSGUARD": mode, **(rank_env(r, world, "never-worse-own") if job else {})} for r in range(ranks)]
     runs = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-        lines = err.splitlines()
+    for rank in launch([str(python), "-c", _ACTIVE + textwrap.dedent(code), str(where)], envs, TIMEOUT_S):
+        lines = rank.err.splitlines()
         errors = [m.group(1).replace(str(where), "<dir>") for m in map(_ERROR.match, lines) if m]
         runs.append(
             Run(
-                proc.returncode,
-                out,
+                rank.code,
+                rank.out,
                 errors[-1] if errors else None,
                 [line for line in lines if line.startswith("fsguard:")],
                 "fsguard-active: True" in lines,

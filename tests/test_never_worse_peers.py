@@ -29,8 +29,9 @@ from typing import Any
 import pytest
 
 from fsguard.records import BURST, Record, parse_line
-from tests.conftest import TORCHRUN_ENV, clean_env
+from tests.conftest import clean_env
 from tests.support.cli import run_cli
+from tests.support.ranks import launch, rank_env
 
 TIMEOUT_S = 120
 
@@ -41,35 +42,11 @@ def run_ranks(python: Path, code: str, where: Path, ranks: int, guarded: bool, *
     where.mkdir(parents=True, exist_ok=True)
     script = where / "program.py"
     script.write_text(textwrap.dedent(code))
-    procs = []
-    for rank in range(ranks):
-        env = {
-            **TORCHRUN_ENV,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(ranks),
-            "LOCAL_WORLD_SIZE": str(ranks),
-            "FSGUARD": "1" if guarded else "0",
-            **extra,
-        }
-        procs.append(
-            subprocess.Popen(
-                [str(python), str(script), str(where)],
-                env=clean_env(env),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    envs = [rank_env(rank, ranks, FSGUARD="1" if guarded else "0", **extra) for rank in range(ranks)]
     results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        last = out.strip().splitlines()[-1] if out.strip() else ""
-        results.append({"code": proc.returncode, "out": json.loads(last) if last.startswith("{") else None, "err": err})
+    for rank in launch([str(python), str(script), str(where)], envs, TIMEOUT_S):
+        last = rank.out.strip().splitlines()[-1] if rank.out.strip() else ""
+        results.append({"code": rank.code, "out": json.loads(last) if last.startswith("{") else None, "err": rank.err})
     return results
 
 

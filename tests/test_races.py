@@ -11,8 +11,6 @@ a well-formed record, on stderr and in ``FSGUARD_LOG``, naming the worker's line
 # ruff: noqa: F811  (pytest fixtures are imported, then named as parameters)
 from __future__ import annotations
 
-import json
-import subprocess
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from fsguard.launcher import hostname
 from fsguard.records import Record, jsonl_path, parse_line
 from tests.cluster.fixtures import StaleViews, needs_fuse, stale_mounts  # noqa: F401 (fixture)
 from tests.conftest import TORCHRUN_ENV, clean_env, run_python
+from tests.support.ranks import launch, rank_env
 from tests.support.records import check_lines_stand_for
 from tests.workers import race_worker as worker
 
@@ -107,34 +106,12 @@ def run_job(python: Path, race: Race, where: Path, guarded: bool) -> Job:
     """Start RANKS workers at once, as one torchrun job would, and wait for all of them (bounded)."""
     root, log_dir = where / "root", where / "log"
     (root / "gate").mkdir(parents=True)
-    procs, outputs = [], []
-    for rank in range(RANKS):
-        env = {
-            **TORCHRUN_ENV,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(RANKS),
-            "LOCAL_WORLD_SIZE": str(RANKS),
-            "TORCHELASTIC_RUN_ID": f"races-{race.op}",
-        }
-        if guarded:
-            env.update(FSGUARD="1", FSGUARD_LOG=str(log_dir))
-        out, err = (where / f"rank{rank}.out").open("w"), (where / f"rank{rank}.err").open("w")
-        outputs.append((out, err))
-        command = [str(python), str(WORKER), race.op, str(root), str(race.iterations)]
-        procs.append(subprocess.Popen(command, env=clean_env(env), stdout=out, stderr=err))
-    try:
-        codes = [p.wait(timeout=JOB_TIMEOUT_S) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for out, err in outputs:
-            out.close()
-            err.close()
-    stderr = [(where / f"rank{r}.err").read_text() for r in range(RANKS)]
-    assert codes == [0] * RANKS, stderr
-    reports = [json.loads((where / f"rank{r}.out").read_text()) for r in range(RANKS)]
+    extra = {"FSGUARD": "1", "FSGUARD_LOG": str(log_dir)} if guarded else {}
+    envs = [rank_env(rank, RANKS, f"races-{race.op}", **extra) for rank in range(RANKS)]
+    ranks = launch([str(python), str(WORKER), race.op, str(root), str(race.iterations)], envs, JOB_TIMEOUT_S)
+    stderr = [r.err for r in ranks]
+    assert [r.code for r in ranks] == [0] * RANKS, stderr
+    reports = [r.report() for r in ranks]
     assert [r["rank"] for r in reports] == list(range(RANKS))
     return Job(root, reports, stderr, log_dir)
 

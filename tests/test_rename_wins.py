@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,53 +20,21 @@ import pytest
 
 from fsguard.records import parse_line
 from tests.conftest import TORCHRUN_ENV, clean_env
-from tests.workers import rename_wins_worker as worker
+from tests.support.ranks import launch, rank_env
 
 RANKS = 4
 ROUNDS = 40
-WORKER = Path(worker.__file__).resolve()
-
-
-@pytest.fixture(scope="module")
-def store_port() -> Iterator[int]:
-    """A TCPStore server standing in for the launcher's agent store."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    server = getattr(dist, "TCPStore")(  # noqa: B009 - not re-exported for type checkers
-        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30)
-    )
-    yield int(server.port)
-    del server
+WORKER = Path(__file__).resolve().parent / "workers" / "rename_wins_worker.py"
 
 
 def run_job(python: Path, where: Path, extra: dict[str, str] | None) -> tuple[list[dict[str, Any]], list[str]]:
     root = where / "root"
     (root / "gate").mkdir(parents=True)
-    procs = []
-    for rank in range(RANKS):
-        env = {
-            **TORCHRUN_ENV,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(RANKS),
-            "LOCAL_WORLD_SIZE": str(RANKS),
-            "TORCHELASTIC_RUN_ID": "rename-wins",
-            **(extra or {}),
-        }
-        command = [str(python), str(WORKER), str(root), str(ROUNDS)]
-        procs.append(subprocess.Popen(command, env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outs = []
-    try:
-        outs = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    errs = [err.decode() for _, err in outs]
-    assert [p.returncode for p in procs] == [0] * RANKS, errs
-    return [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outs], errs
+    envs = [rank_env(rank, RANKS, "rename-wins", **(extra or {})) for rank in range(RANKS)]
+    ranks = launch([str(python), str(WORKER), str(root), str(ROUNDS)], envs, 240)
+    errs = [r.err for r in ranks]
+    assert [r.code for r in ranks] == [0] * RANKS, errs
+    return [r.report() for r in ranks], errs
 
 
 def test_without_fsguard_checkpoints_are_lost(fsguard_python: Path, tmp_path: Path) -> None:

@@ -14,12 +14,19 @@ from pathlib import Path
 from .env import ROOT, clean_env
 
 COVERAGE_START = """\
-\"\"\"Starts coverage.py in this interpreter when COVERAGE_PROCESS_START is set (scripts/test.sh sets it).\"\"\"
+\"\"\"Starts coverage.py when COVERAGE_PROCESS_START is set (scripts/test.sh sets it), at this interpreter's
+first import of fsguard, before any of its code runs. An interpreter that never imports fsguard (FSGUARD=0,
+a launcher's agent, a baseline run) has nothing to measure, and pays nothing for coverage.\"\"\"
 import os
 import sys
 
-if os.environ.get("COVERAGE_PROCESS_START"):
-    {extend}
+WHERE = {where!r}  # where coverage is importable from (None: this environment)
+
+
+def _start():
+    added = WHERE is not None and WHERE not in sys.path
+    if added:
+        sys.path.append(WHERE)
     try:
         import coverage
 
@@ -27,7 +34,20 @@ if os.environ.get("COVERAGE_PROCESS_START"):
     except ImportError:
         pass
     finally:
-        {restore}
+        if added:  # coverage stays loaded; nothing else of that environment leaks in
+            sys.path.remove(WHERE)
+
+
+class _AtFirstImport:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "fsguard":
+            sys.meta_path.remove(self)
+            _start()
+        return None  # the regular finders import it
+
+
+if os.environ.get("COVERAGE_PROCESS_START"):
+    sys.meta_path.insert(0, _AtFirstImport())
 """
 
 
@@ -94,14 +114,9 @@ def make_venv(where: Path, wheel: Path | None, *, wrapt: str = "link", test_deps
 
 
 def measure_coverage(site: Path, coverage_dir: str | None) -> None:
-    """Start coverage in every interpreter of the environment of ``site``, from before ``fsguard.pth`` runs
-    (``.pth`` files run in name order: ``00-fsguard-coverage.pth`` first). ``coverage_dir``: where coverage is
-    importable from (this environment's), or None when the venv has coverage installed itself."""
-    if coverage_dir is None:
-        extend = restore = "pass"
-    else:
-        extend = f"sys.path.append({coverage_dir!r})"
-        # coverage stays loaded; nothing else of the test environment leaks in
-        restore = f"sys.path.remove({coverage_dir!r})"
-    (site / "_fsguard_coverage_start.py").write_text(COVERAGE_START.format(extend=extend, restore=restore))
+    """Measure fsguard in every interpreter of the environment of ``site`` that imports it, from its first
+    import on (``.pth`` files run in name order: ``00-fsguard-coverage.pth`` before ``fsguard.pth``).
+    ``coverage_dir``: where coverage is importable from (this environment's), or None when the venv has
+    coverage installed itself."""
+    (site / "_fsguard_coverage_start.py").write_text(COVERAGE_START.format(where=coverage_dir))
     (site / "00-fsguard-coverage.pth").write_text("import _fsguard_coverage_start\n")

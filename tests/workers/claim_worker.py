@@ -30,23 +30,11 @@ import random
 import sys
 import time
 
+from gate import barrier  # run as a script: this directory is on sys.path
+
 RANK, WORLD = -1, 0
-GATE_TIMEOUT_S = 60.0
 logger = logging.getLogger("claim_worker")
 lost = 0
-
-
-def barrier(root: str, name: str) -> None:
-    gate = os.path.join(root, "gate")
-    with open(os.path.join(gate, f"{name}.{RANK}"), "w"):
-        pass
-    pending = [os.path.join(gate, f"{name}.{r}") for r in range(WORLD)]
-    deadline = time.monotonic() + GATE_TIMEOUT_S
-    while pending:
-        pending = [p for p in pending if not os.path.exists(p)]
-        if time.monotonic() > deadline:
-            raise SystemExit(f"claim_worker rank {RANK}: gate {name!r} timed out waiting for {pending}")
-        time.sleep(0.0001)
 
 
 def sequential(where: str) -> str:
@@ -195,7 +183,7 @@ def main() -> None:
     claims: list[str | None] = []
     crashes: list[str] = []
     for k in range(rounds):
-        barrier(root, f"round-{k}")
+        barrier(root, f"round-{k}", RANK, WORLD)
         try:
             claims.append(IDIOMS[idiom](os.path.join(root, f"round-{k}")))
         except Exception as error:  # reported: the test compares crashes with and without fsguard

@@ -29,26 +29,14 @@ import sys
 import time
 from collections.abc import Callable
 
+from gate import barrier  # run as a script: this directory is on sys.path
+
 RANK, WORLD = -1, 0
-GATE_TIMEOUT_S = 60.0
 # The training step between two rounds' housekeeping (seconds in real training). fsguard tells this rank's own
 # symlink/link of the last round from a peer's newer one by the entry's ctime, which the kernel takes from a
 # clock that ticks every few milliseconds: a peer's re-creation within that tick looks like this rank's own,
 # and is raised as the standard library would (README, known limits).
 STEP_S = 0.01
-
-
-def barrier(root: str, name: str) -> None:
-    gate = os.path.join(root, "gate")
-    with open(os.path.join(gate, f"{name}.{RANK}"), "w"):
-        pass
-    pending = [os.path.join(gate, f"{name}.{r}") for r in range(WORLD)]
-    deadline = time.monotonic() + GATE_TIMEOUT_S
-    while pending:
-        pending = [p for p in pending if not os.path.exists(p)]
-        if time.monotonic() > deadline:
-            raise SystemExit(f"family_race_worker rank {RANK}: gate {name!r} timed out waiting for {pending}")
-        time.sleep(0.0001)
 
 
 def prepare(root: str, rounds: int) -> None:
@@ -121,7 +109,7 @@ def main() -> None:
         prepare(root, rounds)
     failures = []
     for k in range(rounds):
-        barrier(root, f"round-{k}")
+        barrier(root, f"round-{k}", RANK, WORLD)
         for step in STEPS:
             try:
                 step(root, k)

@@ -23,9 +23,10 @@ import os
 import shutil
 import socket
 import sys
-import time
 
-GATE_S = 60.0
+from gate import barrier  # run as a script: this directory is on sys.path
+
+GATE_POLL_S = 0.001  # the gate may be on a FUSE mount (the cluster's bindfs): poll gently
 
 
 def place() -> tuple[int, int]:
@@ -38,16 +39,6 @@ def place() -> tuple[int, int]:
         if rank in env and size in env:
             return int(env[rank]), int(env[size])
     raise SystemExit("launcher_job: no launcher environment")
-
-
-def barrier(root: str, name: str, rank: int, world: int) -> None:
-    gate = os.path.join(root, "gate")
-    open(os.path.join(gate, f"{name}.{rank}"), "w").close()
-    deadline = time.monotonic() + GATE_S
-    while any(not os.path.exists(os.path.join(gate, f"{name}.{r}")) for r in range(world)):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"launcher_job rank {rank}: gate {name} timed out")
-        time.sleep(0.001)
 
 
 def started(pid: int | str) -> float | None:
@@ -72,7 +63,7 @@ def race(root: str, rank: int, world: int) -> list[dict[str, object]]:
     temp = os.path.join(root, "latest.tmp")
     with open(temp, "w") as f:  # before the gate: only the guarded replace races (module docstring)
         f.write("step 1\n")
-    barrier(root, "prepared", rank, world)
+    barrier(root, "prepared", rank, world, poll_s=GATE_POLL_S)
     calls = (
         ("makedirs", lambda: os.makedirs(os.path.join(root, "results"))),  # guarded call: makedirs
         ("rename", lambda: os.rename(staging, final)),  # guarded call: rename
@@ -80,7 +71,7 @@ def race(root: str, rank: int, world: int) -> list[dict[str, object]]:
         ("rmtree", lambda: shutil.rmtree(tree)),  # guarded call: rmtree
     )
     for name, call in calls:
-        barrier(root, name, rank, world)
+        barrier(root, name, rank, world, poll_s=GATE_POLL_S)
         try:
             call()
         except OSError as error:
@@ -130,7 +121,7 @@ def main() -> None:
         json.dump(report, f)
     print(f"launcher_job: rank {rank}/{world} on {report['host']}: {len(report['failures'])} failures", flush=True)
     if world > 1:
-        barrier(root, "reported", rank, world)
+        barrier(root, "reported", rank, world, poll_s=GATE_POLL_S)
     sys.exit(1 if report["failures"] else 0)
 
 

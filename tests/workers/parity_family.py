@@ -15,7 +15,6 @@ import os
 import pathlib
 import posix
 import sys
-import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -29,9 +28,8 @@ Skip = base.Skip
 KINDS = base.KINDS
 CALL_MARK = base.CALL_MARK
 NOBODY = base.NOBODY
+j, touch = base.j, base.touch
 PATCHED = ["link", "mkdir", "remove", "rmdir", "rmtree", "symlink", "unlink"]
-with open(__file__) as _source:
-    SOURCE = _source.read().splitlines()
 
 ROWS: dict[str, Row] = {}
 
@@ -51,16 +49,6 @@ def row(
         return act
 
     return register
-
-
-def j(*parts: str) -> str:
-    return os.path.join(*parts)
-
-
-def touch(path: str, text: str = "x") -> str:
-    with open(path, "w") as f:
-        f.write(text)
-    return path
 
 
 def mkdir(path: str) -> str:
@@ -618,29 +606,7 @@ def link_without_write_permission(d: str, calls: Calls) -> Any:
     os.link(j(d, "ro", "a"), j(d, "ro", "best"))  # <- call
 
 
-# --- the harness (parity_cases.py's, reading this file's frames and source) ---------------------------------
-
-
-def describe(exc: BaseException, act: Callable[..., Any]) -> dict[str, Any]:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == __file__]
-    last = next((f for f in reversed(frames) if f.name == act.__name__), None)
-    show = base.show
-    return {
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "errno": getattr(exc, "errno", None),
-        "strerror": getattr(exc, "strerror", None),
-        "filename": show(getattr(exc, "filename", None)),
-        "filename_type": type(getattr(exc, "filename", None)).__name__,
-        "filename2": show(getattr(exc, "filename2", None)),
-        "filename2_type": type(getattr(exc, "filename2", None)).__name__,
-        "args": show(exc.args),
-        "str": show(str(exc)),
-        "context": None if exc.__context__ is None else type(exc.__context__).__name__,
-        "cause": None if exc.__cause__ is None else type(exc.__cause__).__name__,
-        "suppress_context": exc.__suppress_context__,
-        "worker_frames": [[f.name, f.lineno] for f in frames],
-        "failing_line": SOURCE[last.lineno - 1].strip() if last and last.lineno else None,
-    }
+# --- the harness (parity_cases.py's: its describe reads this file's frames and source too) ---------------------------------
 
 
 def run_row(item: Row, d: str) -> dict[str, Any]:
@@ -654,7 +620,7 @@ def run_row(item: Row, d: str) -> dict[str, Any]:
         except Skip as reason:
             return {"skip": str(reason)}
         except Exception as exc:
-            outcome = {"ok": False, "exc": describe(exc, item.act)}
+            outcome = {"ok": False, "exc": base.describe(exc, item.act)}
         finally:
             os.chdir(cwd)
     sys.stderr.flush()

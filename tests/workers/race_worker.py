@@ -19,11 +19,14 @@ import json
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable
 
+if __package__:  # imported by tests/test_races.py for its constants
+    from .gate import barrier
+else:  # run as a script: this directory is on sys.path
+    from gate import barrier
+
 RANK, WORLD = -1, 0  # this rank and the job's size, from the launcher environment (set by main)
-GATE_TIMEOUT_S = 60.0
 SHARDS = 4  # files in a staged checkpoint
 TREE = (6, 50)  # rmtree: subdirectories, files in each (plus as many files at the top)
 TEMP_SUFFIX = ".tmp.pid_4242_7"  # compiler cache: pid and random seed coincide across nodes
@@ -35,20 +38,6 @@ def shard_text(k: int, i: int) -> str:
 
 def kernel_text(k: int, rank: int) -> str:
     return f"kernel {k} built by rank {rank}\n" * 256
-
-
-def barrier(root: str, name: str) -> None:
-    """Wait until every rank reached ``name``; bounded, so a dead peer fails the run instead of hanging it."""
-    gate = os.path.join(root, "gate")
-    with open(os.path.join(gate, f"{name}.{RANK}"), "w"):
-        pass
-    pending = [os.path.join(gate, f"{name}.{r}") for r in range(WORLD)]
-    deadline = time.monotonic() + GATE_TIMEOUT_S
-    while pending:
-        pending = [p for p in pending if not os.path.exists(p)]
-        if time.monotonic() > deadline:
-            raise SystemExit(f"race_worker rank {RANK}: gate {name!r} timed out waiting for {pending}")
-        time.sleep(0.0001)
 
 
 # --- preparation (rank 0, before the start gate) --------------------------------------------------------
@@ -110,7 +99,7 @@ def race_replace(root: str, k: int) -> list[tuple[str, OSError]]:
     with open(private, "w") as f:
         f.write(kernel_text(k, RANK))
     os.rename(private, target + TEMP_SUFFIX)
-    barrier(root, f"published-{k}")
+    barrier(root, f"published-{k}", RANK, WORLD)
     os.replace(target + TEMP_SUFFIX, target)  # guarded call: replace
     return []
 
@@ -139,7 +128,7 @@ def main() -> None:
             PREPARE[op](root, k)
     failures = []
     for k in range(iterations):
-        barrier(root, f"iteration-{k}")
+        barrier(root, f"iteration-{k}", RANK, WORLD)
         try:
             lost = RACES[op](root, k)
         except OSError as error:

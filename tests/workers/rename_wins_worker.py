@@ -20,23 +20,10 @@ import shutil
 import sys
 import time
 
+from gate import barrier  # run as a script: this directory is on sys.path
+
 FILES = 300
-GATE_TIMEOUT_S = 60.0
 RANK, WORLD = int(os.environ.get("RANK", "-1")), int(os.environ.get("WORLD_SIZE", "0"))  # set by the launcher
-
-
-def barrier(root: str, name: str) -> None:
-    """Wait until every rank reached ``name``; bounded, so a dead peer fails the run instead of hanging it."""
-    gate = os.path.join(root, "gate")
-    with open(os.path.join(gate, f"{name}.{RANK}"), "w"):
-        pass
-    pending = [os.path.join(gate, f"{name}.{r}") for r in range(WORLD)]
-    deadline = time.monotonic() + GATE_TIMEOUT_S
-    while pending:
-        pending = [p for p in pending if not os.path.exists(p)]
-        if time.monotonic() > deadline:
-            raise SystemExit(f"rank {RANK}: gate {name!r} timed out waiting for {pending}")
-        time.sleep(0.0001)
 
 
 def commit_or_clean(staging: str, final: str) -> None:
@@ -55,18 +42,18 @@ def main() -> None:
     outcomes: list[str] = []
     for k in range(rounds):
         staging, final = os.path.join(root, f"tmp-checkpoint-{k}"), os.path.join(root, f"checkpoint-{k}")
-        barrier(root, f"start-{k}")
+        barrier(root, f"start-{k}", RANK, WORLD)
         time.sleep(random.random() * 0.002)
         os.makedirs(staging, exist_ok=True)  # every rank, as a save_model does: whoever comes first makes it
         for i in range(RANK, FILES, WORLD):
             with open(os.path.join(staging, f"shard-{i}.bin"), "w") as f:
                 f.write(f"round {k} shard {i}\n")
-        barrier(root, f"written-{k}")
+        barrier(root, f"written-{k}", RANK, WORLD)
         try:
             commit_or_clean(staging, final)
         except OSError as error:
             failures.append({"round": k, "type": type(error).__name__, "errno": error.errno})
-        barrier(root, f"done-{k}")
+        barrier(root, f"done-{k}", RANK, WORLD)
         if RANK == 0:
             try:
                 n = len(os.listdir(final))

@@ -14,7 +14,10 @@ op, target, gate = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(target + f".warm{os.environ['RANK']}", exist_ok=True)  # the store connection, before the gate
 os.rmdir(target + f".warm{os.environ['RANK']}")
 open(gate + f".ready{os.environ['RANK']}", "w").close()
+deadline = time.monotonic() + 600  # bounded: a test that timed out before opening the gate leaves no rank behind
 while not os.path.exists(gate):
+    if time.monotonic() > deadline:
+        raise SystemExit(f"singleflight_rank {os.environ['RANK']}: the start gate {gate} never opened")
     time.sleep(0.002)
 
 

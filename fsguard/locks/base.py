@@ -70,10 +70,15 @@ class Backend(Protocol):
     every process the backend's ``scope`` covers.
 
     Singleflight: ``flight_claim`` returns None where the backend cannot share one call's outcome with peers
-    (then ``flight_wait``/``flight_done`` are never called)."""
+    (then ``flight_wait``/``flight_done`` are never called).
+
+    ``prepare`` opens what the first serialized call would open (a connection), ahead of it, from a background
+    thread; it may do nothing. Errors are the first call's to report."""
 
     name: str
     scope: str  # "job" (every rank of the job) or "node" (ranks of this node only)
+
+    def prepare(self) -> None: ...
 
     def acquire(self, key: str, timeout: float, what: str) -> Held: ...
 

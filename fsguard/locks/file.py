@@ -104,6 +104,9 @@ class FileBackend:
                 raise Unreachable("; ".join(problems) or "no node-local directory for lock files")
             return self._dir_fd
 
+    def prepare(self) -> None:
+        """Nothing to open ahead: a node-local lock file is opened by the call that takes it."""
+
     def acquire(self, key: str, timeout: float, what: str) -> Held:
         dir_fd = self._dir()
         try:

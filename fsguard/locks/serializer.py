@@ -24,6 +24,7 @@ from typing import Any
 from .. import runtime
 from ..calls import Call
 from ..runtime import busy
+from ..waiting import wait_for
 from . import flight
 from .base import Backend, Held, LockTimeout, Unreachable, forkable, holder_text
 
@@ -89,18 +90,21 @@ class Serializer:
         threading.Thread(target=self._prepare, name="fsguard-connect", daemon=True).start()
 
     def _prepare(self) -> None:
-        delay, waited = 0.02, 0.0
-        while self._backend is None and not (_imported("torch") and _imported("torch.distributed")):
-            time.sleep(delay)
-            waited += delay
-            delay = 0.02 if waited < 60 else 0.5
+        def ready() -> bool | None:
+            if self._backend is not None or (_imported("torch") and _imported("torch.distributed")):
+                return True
+            return None
+
+        # Every 20 ms for the first minute (a program imports torch at its start), then every half second for
+        # as long as the process runs: a daemon thread's wait, which nothing waits for.
+        seen, _ = wait_for(ready, 60.0, 0.02, 0.02, factor=1.0)
+        if seen is None:
+            wait_for(ready, float("inf"), 0.5, 0.5, factor=1.0)
         if self._backend is not None:
             return
         try:
             with runtime.Busy():  # its own filesystem calls (imports) are neither guarded nor serialized
-                prepare = getattr(self.backend, "prepare", None)
-                if prepare is not None:
-                    prepare()
+                self.backend.prepare()
         except Exception:  # noqa: BLE001 - the first serialized call connects (and records what failed)
             pass
 

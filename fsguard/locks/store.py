@@ -67,6 +67,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..waiting import Backoff
 from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
 SEAL = 1 << 40  # added to a flight's waiter count by its performer when it reads it
@@ -358,7 +359,7 @@ class StoreBackend:
         go = _go_key(name, ticket)
         seen, since = b"", started
         woken = False  # go key set (by a hand-off or this waiter's alarm): deleted before waiting on it again
-        delay = 0.0002
+        backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only a store that cannot wait
         while True:
             current = self._cas(name, _reserved(ticket), mine)
             if current == mine:
@@ -390,18 +391,16 @@ class StoreBackend:
                     return held, holder
                 seen, since = b"", now
                 continue
-            waited = now - started
-            if waited >= timeout:
+            if backoff.left() <= 0:
                 self._depart(name, ticket)
-                raise LockTimeout(holder, waited)
+                raise LockTimeout(holder, backoff.waited())
             # The next ticket looks at the value every eighth of a lease (a killed holder is then taken over about
             # a lease after its last renewal), the others once a lease (and act on two).
             due = since + 2 * self.lease_s - now + 0.01
-            bound = min(timeout - waited, self.lease_s / 8 if successor else min(due, self.lease_s))
+            bound = min(backoff.left(), self.lease_s / 8 if successor else min(due, self.lease_s))
             woke = self._wait_key(go, bound)
             if woke is None:  # a store that cannot wait (not a TCPStore): poll
-                time.sleep(min(delay, bound))
-                delay = min(delay * 2, 0.05)
+                backoff.pause(bound)
             else:
                 woken = True
 
@@ -629,7 +628,7 @@ class StoreBackend:
             return self._outcome(key, token), True, "gone"
         started = since = time.monotonic()
         seen, stale = value, None
-        delay = 0.0002
+        backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only where no blocking wait can
         while True:
             current = self._cas(key, b"\0", b"\0")  # a peek: the value ("" or b"\0" when ended)
             now = time.monotonic()
@@ -640,14 +639,13 @@ class StoreBackend:
             elif now - since >= self.lease_s:
                 self._cas(key, current, b"")  # close the dead flight: later callers make their own calls
                 return None, False, "dead"
-            remaining = timeout - (now - started)
+            remaining = backoff.left()
             if remaining <= 0:
                 return None, False, "timeout"
             due = since + self.lease_s - now + 0.01
             woke = None if current == stale else self._wait_for_change(key, current, min(remaining, due))
             if woke is None:
-                time.sleep(min(delay, remaining, due))
-                delay = min(delay * 2, 0.05)
+                backoff.pause(due)
             elif woke:
                 stale = current
 

@@ -17,7 +17,9 @@ Each new c10d client connection reverse-resolves the store's address
 ``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list): when many ranks connect at once, the resolver waits
 out its 5 s timeout for queries a busy DNS server dropped, and c10d says "The hostname of the client socket
 cannot be retrieved. err=-3" when one fails. So the connections are opened ahead of the first serialized call,
-off its critical path (``prepare``: by a background thread once the program has imported ``torch.distributed``).
+off its critical path (``prepare``: by a background thread once the program has imported ``torch.distributed``),
+and a call that comes first opens one connection at most on its own path: the one for waits is opened by a
+background thread, and until it is open the call's waits poll (with ``waiting.Backoff``'s steps, up to 50 ms).
 
 The lock: a ticket queue under key ``/fsguard/lock/<restart>/<stripe>`` (``K``). A caller takes a ticket
 ``t = add(K/n, 1)``; the lock's value is either a reservation, free for one ticket only (``=<t>``; empty for
@@ -208,6 +210,7 @@ class StoreBackend:
         self._may_join = False  # requests on our own connection until a process group on the same server exists
         self._waiter: Any = None
         self._wait_io = threading.Lock()
+        self._waiter_lock = threading.Lock()  # held while the connection for waits is being opened
         self._posted: deque[tuple[float, str]] = deque()  # hand-off keys set for waiters, deleted a lease later
         self._renewer: threading.Thread | None = None
         self._tokens = itertools.count()
@@ -216,11 +219,35 @@ class StoreBackend:
     # --- connection ------------------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Connect now, ahead of the first serialized call (a background thread's job). Never raises."""
+        """Connect now, ahead of the first serialized call (a background thread's job), the connection for waits
+        too. Never raises."""
         try:
             self._connect()
         except Exception:  # noqa: BLE001 - the first call tries again (after RETRY_S) and records why
+            return
+        self._open_waiter()
+
+    def _open_waiter(self) -> None:
+        """Open the connection for waits, if none is open or being opened (another thread). Never raises: until
+        it exists, waits poll (``_wait_key``)."""
+        if self._waiter is not None or self._tcp is None or not self._waiter_lock.acquire(blocking=False):
+            return
+        try:
+            if self._waiter is None:
+                import torch.distributed as dist
+
+                self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
+        except Exception:  # noqa: BLE001 - waits keep polling; the next wait tries again
             pass
+        finally:
+            self._waiter_lock.release()
+
+    def _open_waiter_soon(self) -> None:
+        """The connection for waits, opened off the calling thread: each new c10d connection reverse-resolves
+        the store's address, which costs seconds where a DNS server drops a burst of queries (many ranks at
+        once), so only one connection is ever opened on a call's path."""
+        if self._waiter is None and self._tcp is not None and not self._waiter_lock.locked():
+            threading.Thread(target=self._open_waiter, name="fsguard-wait-connect", daemon=True).start()
 
     def _connect(self) -> Any:
         store = self._store
@@ -302,8 +329,7 @@ class StoreBackend:
             store = self._tcp_client(tcp_store, host, int(port))
             self.address = f"{host}:{port}"
             self._may_join = True
-        with self._wait_io:  # opened now, with the first: connecting during a storm of waiters costs seconds
-            self._waiter = self._tcp_client(tcp_store, host, int(port))
+        self._open_waiter_soon()  # the second connection, off this path (``prepare`` opens it itself)
         return store
 
     def _tcp_client(self, tcp_store: Any, host: str, port: int) -> Any:
@@ -535,8 +561,12 @@ class StoreBackend:
     def _wait_key(self, name: str, timeout: float) -> bool | None:
         """Block until key ``name`` exists, at most ``timeout``: True when someone set it, False when this
         waiter's own bound did (``_Alarms``: a timeout without c10d's warnings), None when this store cannot
-        wait (not a TCPStore: the caller polls)."""
+        wait (not a TCPStore) or its connection for waits is not open yet (being opened in the background): the
+        caller polls."""
         if self._tcp is None or timeout <= 0:
+            return None
+        if self._waiter is None:
+            self._open_waiter_soon()
             return None
         from datetime import timedelta
 
@@ -545,13 +575,13 @@ class StoreBackend:
         if not self._wait_io.acquire(timeout=timeout):
             return False
         try:
-            if self._waiter is None:
-                import torch.distributed as dist
-
-                self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
+            waiter = self._waiter
+            if waiter is None:  # dropped by another thread's failed wait: poll until it is open again
+                self._open_waiter_soon()
+                return None
             alarm = self._alarms.at(time.monotonic() + timeout, name)
             try:
-                self._waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
+                waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
             except Exception as error:
                 self._alarms.cancel(alarm)
                 if "timeout" not in str(error).lower():

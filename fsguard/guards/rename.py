@@ -78,13 +78,17 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
 
     later = f", appeared {waited:.2f} s later" if waited > 0.001 else ""
     st = world.lstat(dst)
-    if st is None and (own_times or republished):
-        # In the fresh listing, not yet in this node's lookup cache, and whose move it was needs its ctime (the
-        # test below): wait, within the same budget, for the lookup to show it.
+    # Whose move it was needs the destination's ctime only where this process moved something onto it (the
+    # tests below): its own move of the source elsewhere (a staging dir committed to ``checkpoint-1``, made
+    # again, then committed by a peer to ``checkpoint-2``) says nothing about who made this destination.
+    needs_ctime = own_put is not None or bool(republished)
+    if st is None and needs_ctime:
+        # In the fresh listing, not yet in this node's lookup cache: wait, within the same budget, for the
+        # lookup to show it.
         st, more = world.wait_for(lambda: world.lstat(dst), max(rules.settle_s - waited, 0.0), dst)
         waited += more
     if st is None:
-        if own_times or republished:
+        if needs_ctime:
             return reraise("destination not yet visible to this node's lookups: cannot tell whose it is", waited)
         return absorb(
             f"source gone; destination in a fresh listing but not yet in this node's lookup "
@@ -102,9 +106,6 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
             waited,
         )
     if own_move is not None and own_put is not None and st.st_ctime <= own_move + OWN_SLACK_S:
-        # Only a move of this process onto this destination can explain it: its own earlier move of the same
-        # source elsewhere (a staging dir committed to ``checkpoint-1``, made again, then committed by a peer to
-        # ``checkpoint-2``) says nothing about who made this destination.
         return reraise("this process moved the source away itself; the destination has not changed since", waited)
     again = f", {now - max(own_times):.1f} s after this process's own move" if own_times else ""
     return absorb(

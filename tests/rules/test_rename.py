@@ -72,6 +72,21 @@ def test_an_unseen_destination_after_this_processs_own_move_cannot_be_told_and_i
 
 
 @OPS
+def test_an_unseen_destination_after_this_processs_own_move_elsewhere_is_a_peers_move(op: str, tmp_path: Path) -> None:
+    """A staging dir this process committed to ``checkpoint-1`` (or lost to a peer there, absorbed: remembered as
+    its own move), made again, then committed by a peer to ``checkpoint-2``, which this node's negative lookup
+    cache still misses: the earlier move elsewhere says nothing about who made this destination."""
+    src, dst = _paths(tmp_path)
+    os.mkdir(dst)
+    world = FakeWorld(stale=True)
+    world.cached[dst] = None
+    world.did(src, "moved-away", time.time() - 0.05)
+    world.did(str(tmp_path / "checkpoint-0"), "made", time.time() - 0.05)
+    verdict = decide(rule, op, (src, dst), ENOENT, world, rules())
+    assert verdict.absorb and "not yet in this node's lookup cache" in verdict.evidence, verdict
+
+
+@OPS
 def test_a_source_this_process_moved_away_itself_is_raised(op: str, tmp_path: Path) -> None:
     src, dst = _paths(tmp_path)
     os.mkdir(dst)

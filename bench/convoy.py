@@ -65,7 +65,7 @@ def rank(store_mod: Any, port: int, gate: float, hold_s: float, trial: int, out:
         if getattr(backend, name, None) is not None:
             setattr(backend, name, Counting(getattr(backend, name), counts))
     while time.monotonic() < gate:
-        time.sleep(min(gate - time.monotonic(), 0.01))
+        time.sleep(max(0.0, min(gate - time.monotonic(), 0.01)))  # never negative: the gate may pass meanwhile
     held = backend.acquire("convoy", 60.0, f"rank pid {os.getpid()}")
     if hold_s:
         time.sleep(hold_s)

@@ -72,7 +72,7 @@ from typing import Any
 from ..waiting import Backoff
 from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
-SEAL = 1 << 40  # added to a flight's waiter count by its performer when it reads it
+SEAL = 1 << 40  # added to a flight's waiter count by its performer when it ends: once for "ok", twice for "err"
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
 BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only when the store fails to set a key
 DEPART = 1 << 30  # added to a ticket's go counter by its waiter when it gives up: a hand-off passes the turn on
@@ -114,6 +114,12 @@ def _ticket_of(value: bytes) -> int:
 def _holds(value: bytes) -> bool:
     """Whether a lock value is a holder's (not a reservation)."""
     return bool(value) and not value.startswith(b"=")
+
+
+def _sealed(count: int) -> bytes | None:
+    """The outcome a flight's sealed waiter count carries (``SEAL`` added once: ``ok``, twice: ``err``), or None
+    while it is not sealed."""
+    return b"err" if count >= 2 * SEAL else b"ok" if count >= SEAL else None
 
 
 def _go_key(name: str, ticket: int) -> str:
@@ -654,8 +660,9 @@ class StoreBackend:
         and when it ends (``_post``), and its own alarm at the end of the lease."""
         key = self.prefix + "flight/" + flight
         token = value.partition(b" ")[0].partition(b"#")[0]
-        if self._add_raw(key + "/n/" + token.decode("ascii", "replace"), 1) > SEAL:
-            return self._outcome(key, token), True, "gone"
+        joined = self._add_raw(key + "/n/" + token.decode("ascii", "replace"), 1)
+        if joined > SEAL:
+            return _sealed(joined), True, "gone"
         started = since = time.monotonic()
         seen, stale = value, None
         backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only where no blocking wait can
@@ -680,33 +687,28 @@ class StoreBackend:
                 stale = current
 
     def _outcome(self, key: str, token: bytes) -> bytes | None:
-        name = key + "/out/" + token.decode("ascii", "replace")
-        store = self._connect()
-        with self._io:
-            if not store.check([name]):  # never a blocking get: a missing key would wait for the store's timeout
-                return None
-            return bytes(store.get(name))
+        """The outcome a closed flight's sealed count carries; None: closed without one (its performer was
+        found dead)."""
+        return _sealed(self._add_raw(key + "/n/" + token.decode("ascii", "replace"), 0))
 
     def flight_done(self, flight: str, held: Held, outcome: bytes) -> int:
-        """Publish the outcome, close the flight, wake its waiters; how many ranks waited for it. The count is
-        sealed first: a rank that joins later knows it was not counted and reads the outcome at once."""
+        """Publish the outcome, close the flight, wake its waiters; how many ranks waited for it. One request
+        publishes and counts: the outcome is the seal added to the waiter count (``_sealed``), so a rank that
+        joins later knows it was not counted and has the outcome in the answer to its joining. An uncontended
+        flight costs three requests: the claim, the seal, the close."""
         lease: _Lease = held.token
-        token = lease.token.decode("ascii", "replace")
+        count_key = lease.key + "/n/" + lease.token.decode("ascii", "replace")
         with self._cond:
             self._held.pop(id(held), None)
-        store = self._connect()
         with held.lock:
             lease.released = True
-            with self._io:
-                store.set(lease.key + "/out/" + token, outcome)
-            shared = self._add_raw(lease.key + "/n/" + token, SEAL) - SEAL
+            seal = SEAL if outcome == b"ok" else 2 * SEAL
+            shared = self._add_raw(count_key, seal) - seal
             ended = lease.value()
             self._cas(lease.key, ended, b"")
         if shared:
-            self._post(lease.key, ended)  # wake them (a later joiner reads the outcome without waiting)
-        now = time.monotonic()
-        self._posted.append((now, lease.key + "/out/" + token))
-        self._posted.append((now, lease.key + "/n/" + token))
+            self._post(lease.key, ended)  # wake them (a later joiner has the outcome without waiting)
+        self._posted.append((time.monotonic(), count_key))
         return shared
 
     def _add_raw(self, name: str, amount: int) -> int:

@@ -236,3 +236,49 @@ def test_killed_performer_its_waiters_take_over(fsguard_python: Path, tmp_path: 
     took_over = [r for r in found if r["decision"] == "waited" and r["detail"]["took_over"]]
     assert len(took_over) == 1 and f"pid {performer.pid} " in took_over[0]["evidence"], found
     assert not [r for r in found if r["decision"] in ("unserialized", "conflict")], found
+
+
+def test_the_outcome_rides_on_the_seal_of_the_waiter_count(store_port: int) -> None:
+    """The store's flight protocol against a real TCPStore, in-process: the performer publishes its outcome and
+    reads how many waited in one request (the seal added to the waiter count: once for ok, twice for err); a
+    waiter that joined in time and one that joined after the end both get that outcome; an uncontended flight is
+    three requests (claim, seal, close)."""
+    import threading
+
+    from fsguard.locks.store import StoreBackend
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port), "TORCHELASTIC_RESTART_COUNT": "seal"}
+    performer, waiter, late = (StoreBackend(30.0, env) for _ in range(3))
+    calls: list[str] = []
+
+    class Counted:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(self.inner, name)
+
+    performer.prepare()
+    performer._store = Counted(performer._store)
+
+    claimed = performer.flight_claim("alone", "rank 0")
+    assert claimed is not None and claimed[0]
+    assert performer.flight_done("alone", claimed[1], b"ok") == 0
+    assert calls == ["compare_set", "add", "compare_set"], calls
+
+    claimed = performer.flight_claim("shared", "rank 0")
+    joined = waiter.flight_claim("shared", "rank 1")
+    assert claimed is not None and claimed[0] and joined is not None and not joined[0]
+    answers: list[Any] = []
+    in_time = threading.Thread(target=lambda: answers.append(waiter.flight_wait("shared", joined[1], 20.0)))
+    in_time.start()
+    token = joined[1].partition(b" ")[0].partition(b"#")[0].decode()
+    count = f"{performer.prefix}flight/shared/n/{token}"
+    deadline = time.monotonic() + 20
+    while performer._store.inner.add(count, 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the waiter has joined: it is then counted, and told at the end
+    assert performer.flight_done("shared", claimed[1], b"err") == 1
+    in_time.join(20)
+    assert answers == [(b"err", False, "gone")], answers
+    assert late.flight_wait("shared", joined[1], 20.0) == (b"err", True, "gone")

@@ -12,7 +12,7 @@ from fsguard._version import __version__  # noqa: E402
 
 project = "fsguard"
 author = "fsguard contributors"
-copyright = "2026, fsguard contributors"  # noqa: A001 - Sphinx's name
+copyright = "2026, fsguard contributors"
 version = release = __version__
 
 extensions = ["myst_parser", "sphinx.ext.autodoc", "fsguard_docs"]

@@ -9,6 +9,7 @@ file, a second wheel for newer interpreters) changes that table and every check 
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import subprocess
 import sys
 import tarfile
@@ -17,13 +18,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.tags import Tag, sys_tags
+from packaging.utils import parse_wheel_filename
 
 from fsguard.config import ALL_OPS
 from tests.support.env import ROOT, TORCHRUN_ENV, clean_env
 from tests.support.venvs import purelib
 
 # Each wheel `python -m build` makes (a file-name pattern) -> the files it puts at the top of site-packages, the
-# start-up hooks. The wheel a given interpreter installs is the one whose pattern `wheel_for` picks.
+# start-up hooks. The wheel an interpreter installs is the one `wheel_for` picks by its tags, as pip does.
 SHIPPED: dict[str, tuple[str, ...]] = {
     "fsguard-*-py3-none-any.whl": ("fsguard.pth", "fsguard.start"),
 }
@@ -41,6 +44,9 @@ PATCHED = (
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``python -m build`` of the working tree: the sdist, then the wheel built from that sdist."""
+    missing = [name for name in ("build", "twine", "uv") if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not installed: install requirements-test.txt (bash scripts/test.sh)")
     out = tmp_path_factory.mktemp("dist")
     done = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
@@ -58,9 +64,21 @@ def wheels(dist: Path) -> list[Path]:
 
 
 def wheel_for(dist: Path) -> Path:
-    """The wheel this interpreter's pip would pick among those built: the one of the patterns in ``SHIPPED``."""
-    (found,) = [w for w in wheels(dist) if fnmatch.fnmatch(w.name, next(iter(SHIPPED)))]
-    return found
+    """The wheel an installer picks for this interpreter among those built: the one with the best supported tag,
+    ranked as pip ranks them (``packaging.tags.sys_tags``)."""
+    rank = {tag: i for i, tag in enumerate(sys_tags())}
+    fits = [(min(rank[t] for t in tags if t in rank), w) for w in wheels(dist) if rank.keys() & (tags := tag_set(w))]
+    return min(fits)[1]
+
+
+def tag_set(wheel: Path) -> frozenset[Tag]:
+    return parse_wheel_filename(wheel.name)[3]
+
+
+def hooks_of(wheel: Path) -> tuple[str, ...]:
+    """The start-up files ``SHIPPED`` declares for ``wheel``."""
+    (pattern,) = [p for p in SHIPPED if fnmatch.fnmatch(wheel.name, p)]
+    return SHIPPED[pattern]
 
 
 def top_level(wheel: Path) -> set[str]:
@@ -90,8 +108,7 @@ def test_twine_check_strict(dist: Path) -> None:
 
 def test_wheel_holds_the_start_up_files_the_package_and_its_metadata(dist: Path) -> None:
     for wheel in wheels(dist):
-        (pattern,) = [p for p in SHIPPED if fnmatch.fnmatch(wheel.name, p)]
-        assert top_level(wheel) == set(SHIPPED[pattern]), wheel.name
+        assert top_level(wheel) == set(hooks_of(wheel)), wheel.name
         with zipfile.ZipFile(wheel) as archive:
             names = set(archive.namelist())
             assert {"fsguard/__init__.py", "fsguard/_boot.py", "fsguard/py.typed", "fsguard/cli/__main__.py"} <= names
@@ -132,10 +149,10 @@ def run(command: list[str], env: dict[str, str] | None = None) -> subprocess.Com
     return subprocess.run(command, env=clean_env(env), capture_output=True, text=True, timeout=180)
 
 
-def check_installed(python: Path, script: Path, site: Path, env: dict[str, str] | None = None) -> None:
-    """The start-up files at the top of ``site``, ``fsguard status`` naming the ``.pth``, and a rank patched."""
+def check_installed(wheel: Path, python: Path, script: Path, site: Path, env: dict[str, str] | None = None) -> None:
+    """``wheel``'s start-up files at the top of ``site``, ``fsguard status`` naming the ``.pth``, a rank patched."""
     env = env or {}
-    for hook in next(iter(SHIPPED.values())):
+    for hook in hooks_of(wheel):
         assert (site / hook).is_file(), f"{hook} not at the top of {site}"
     status = run([str(script), "status"], env)
     assert status.returncode == 0, status.stderr
@@ -155,7 +172,7 @@ def test_pip_installs_the_wheel(dist: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     site = purelib(python)
     link_wrapt(site)
-    check_installed(python, python.parent / "fsguard", site)
+    check_installed(wheel_for(dist), python, python.parent / "fsguard", site)
 
 
 def test_uv_pip_installs_the_wheel(dist: Path, tmp_path: Path) -> None:
@@ -165,7 +182,7 @@ def test_uv_pip_installs_the_wheel(dist: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     site = purelib(python)
     link_wrapt(site)
-    check_installed(python, python.parent / "fsguard", site)
+    check_installed(wheel_for(dist), python, python.parent / "fsguard", site)
 
 
 BASE = Path(getattr(sys, "_base_executable", sys.executable))  # a venv's python does not see the user site
@@ -189,7 +206,7 @@ def test_pip_install_user(dist: Path, tmp_path: Path) -> None:
     no wrapt)."""
     env, site = install_user(dist, tmp_path)
     link_wrapt(site)
-    check_installed(BASE, tmp_path / "userbase" / "bin" / "fsguard", site, env)
+    check_installed(wheel_for(dist), BASE, tmp_path / "userbase" / "bin" / "fsguard", site, env)
 
 
 @pytest.mark.xfail(
@@ -204,4 +221,4 @@ def test_pip_install_user_with_wrapt_in_the_system_site(dist: Path, tmp_path: Pa
     if run([str(BASE), "-s", "-c", "import wrapt"]).returncode != 0:
         pytest.skip(f"{BASE} has no wrapt in its own site-packages")
     env, site = install_user(dist, tmp_path)
-    check_installed(BASE, tmp_path / "userbase" / "bin" / "fsguard", site, env)
+    check_installed(wheel_for(dist), BASE, tmp_path / "userbase" / "bin" / "fsguard", site, env)

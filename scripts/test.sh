@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one test command (README and .ci/run): installs what the tests need, then runs every check.
+# The one test command (README and .ci/run): installs what the tests need, then runs every check: lint, the
+# documentation's strict build, pytest under coverage.
 # Debian packages (bindfs, fuse3, openmpi-bin, slurmctld/slurmd/slurm-client, chromium, glusterfs-server/-client) are installed when missing and we are root; the Python
 # test dependencies go into .venv (torch pinned to the CPU build).
 set -uo pipefail
@@ -33,6 +34,12 @@ status=0
 if [ -f scripts/lint.sh ]; then
     bash scripts/lint.sh || status=1
 fi
+
+# The documentation site, strict: any warning (a broken link or cross-reference, a missing page, a directive
+# error, an autodoc import failure) fails the run. -E: every page re-read, so no warning hides in a cache.
+.venv/bin/python -m sphinx -W --keep-going -E -q -b html docs docs/_build/html \
+    && echo "scripts/test.sh: documentation built (docs/_build/html/index.html)" \
+    || { echo "scripts/test.sh: documentation build failed (sphinx-build -W)" >&2; status=1; }
 
 # Coverage of fsguard/, including every interpreter the tests start (tests/conftest.py puts a coverage
 # start-up hook into the environments it builds; COVERAGE_PROCESS_START switches it on).

@@ -10,6 +10,7 @@ picked out by hand; a call its function would reject binds to nothing (``bound``
 from __future__ import annotations
 
 import os
+import stat
 
 TYPE_CHECKING = False  # not typing's: imported at startup (see bench/startup.py)
 if TYPE_CHECKING:
@@ -262,14 +263,55 @@ def fspath(path: Any) -> str | bytes:
 
 
 def norm(path: Any, cwd: str | None = None) -> str:
-    """Absolute, ``..``-folded text form of a path argument, relative to ``cwd`` (default: the current one)."""
+    """Absolute text form of a path argument, relative to ``cwd`` (default: the current one), naming the file
+    the call itself names: ``.`` and repeated slashes dropped, and ``..`` resolved as the kernel resolves it,
+    after a symlink before it (``latest/../cache``, with ``latest`` a link to ``runs/run-3``, is
+    ``runs/cache``), never folded lexically over one."""
     if type(path) is str and path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
         return path  # already normal: the index normalises thousands of these at once
     value: str | bytes = fspath(path)
     text = os.fsdecode(value) if isinstance(value, bytes) else value
-    if cwd is None or os.path.isabs(text):
-        return os.path.abspath(text)
-    return os.path.normpath(os.path.join(cwd, text))
+    if not os.path.isabs(text):
+        text = os.path.join(os.getcwd() if cwd is None else cwd, text)
+    if "/.." not in text:
+        return os.path.normpath(text)
+    return _dotdot(text)
+
+
+_SYMLINKS_FOLLOWED = 40  # as the kernel's ELOOP bound
+
+
+def _dotdot(path: str) -> str:
+    """``path`` (absolute) with each ``..`` applied to the directory the kernel finds there: a component before
+    it that is a symlink is replaced by the link's target first (one ``lstat`` per ``..``, a ``readlink`` per
+    link). Where a component cannot be read (missing: the call fails there too), the rest stays as given."""
+    pending = [part for part in reversed(path.split("/")) if part and part != "."]
+    resolved: list[str] = []
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part != "..":
+            resolved.append(part)
+            continue
+        if not resolved:
+            continue  # "/.." is "/"
+        here = "/" + "/".join(resolved)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(here).st_mode)
+            target = os.readlink(here) if is_link else ""
+        except (OSError, ValueError):
+            return "/" + "/".join([*resolved, part, *reversed(pending)])
+        resolved.pop()
+        if not is_link:
+            continue
+        links += 1
+        if links > _SYMLINKS_FOLLOWED:
+            return "/" + "/".join([*resolved, "..", *reversed(pending)])  # ELOOP: the call fails too
+        if target.startswith("/"):
+            resolved = []
+        pending.append("..")
+        pending.extend(part for part in reversed(target.split("/")) if part and part != ".")
+    return "/" + "/".join(resolved)
 
 
 def _norm_or_none(path: Any, cwd: str | None) -> str | None:

@@ -11,7 +11,7 @@ from ._warn import OFF
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
 ALL_OPS = ("makedirs", "rename", "replace", "rmtree", "remove", "rmdir", "mkdir", "symlink", "link")
 LOCK_BACKENDS = ("auto", "store", "file", "off")
@@ -21,51 +21,182 @@ _FALSE = OFF
 
 
 class Variable(Frozen):
-    """One documented environment variable."""
+    """One documented environment variable: its name, its default (as text, as a user would write it), what it
+    means, the ``Settings`` field it sets and how its text is read (``kind``; ``limit``: the largest number of
+    seconds a ``seconds`` variable takes). The one place a setting's default lives: ``load``, ``Settings()``,
+    ``fsguard status`` and the documentation's table all read it from here."""
 
-    _fields = ("name", "default", "help")
+    _fields = ("name", "default", "help", "field", "kind", "limit")
     __slots__ = _fields
     name: str
     default: str
     help: str
+    field: str
+    kind: str  # mode | ops | seconds | flag | lock | path
+    limit: float
 
-    def __init__(self, name: str, default: str, help: str) -> None:
-        super().__init__(name, default, help)
+    def __init__(self, name: str, default: str, help: str, field: str, kind: str, limit: float = 0.0) -> None:
+        super().__init__(name, default, help, field, kind, limit)
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("FSGUARD", "0", "1/true/on/yes: guard when a distributed launcher is detected; force: always; 0: off"),
-    Variable("FSGUARD_OPS", ",".join(ALL_OPS), "comma-separated operations to guard"),
-    Variable("FSGUARD_SETTLE_S", "2.0", "longest wait, in seconds, for a shared filesystem to show a peer's change"),
+    Variable(
+        "FSGUARD",
+        "0",
+        "1/true/on/yes: guard when a distributed launcher is detected; force: always; 0: off",
+        "mode",
+        "mode",
+    ),
+    Variable("FSGUARD_OPS", ",".join(ALL_OPS), "comma-separated operations to guard", "ops", "ops"),
+    Variable(
+        "FSGUARD_SETTLE_S",
+        "2.0",
+        "longest wait, in seconds, for a shared filesystem to show a peer's change",
+        "settle_s",
+        "seconds",
+        600,
+    ),
     Variable(
         "FSGUARD_FRESH_S",
-        "60",
+        "5",
         "a path changed up to this many seconds before the job started still counts as made by this job",
+        "fresh_s",
+        "seconds",
+        86400 * 7,
     ),
     Variable(
         "FSGUARD_YIELD_S",
         "0.25",
         "longest wait, in seconds, before removing a tree peers wrote during this job, for a peer renaming it "
         "away (the rename wins); 0: no wait",
-    ),
-    Variable("FSGUARD_LOG", "", "directory for one JSON-lines record file per process (unset: none)"),
-    Variable(
-        "FSGUARD_STDERR", "1", "1: write each record as one line on stderr through the 'fsguard' logger; 0: don't"
-    ),
-    Variable("FSGUARD_SERIALIZE", "0", "1: run guarded operations on one path one rank at a time"),
-    Variable(
-        "FSGUARD_LOCK", "auto", "serialization backend: auto, store (torch.distributed store), file (node-local), off"
+        "yield_s",
+        "seconds",
+        10,
     ),
     Variable(
-        "FSGUARD_LOCK_TIMEOUT", "30", "longest wait, in seconds, for a serialization lock before going on unserialized"
+        "FSGUARD_LOG", "", "directory for one JSON-lines record file per process (unset: none)", "log_dir", "path"
+    ),
+    Variable(
+        "FSGUARD_STDERR",
+        "1",
+        "1: write each record as one line on stderr through the 'fsguard' logger; 0: don't",
+        "stderr",
+        "flag",
+    ),
+    Variable("FSGUARD_SERIALIZE", "0", "1: run guarded operations on one path one rank at a time", "serialize", "flag"),
+    Variable(
+        "FSGUARD_LOCK",
+        "auto",
+        "serialization backend: auto, store (torch.distributed store), file (node-local), off",
+        "lock",
+        "lock",
+    ),
+    Variable(
+        "FSGUARD_LOCK_TIMEOUT",
+        "30",
+        "longest wait, in seconds, for a serialization lock before going on unserialized",
+        "lock_timeout",
+        "seconds",
+        86400,
     ),
 )
 
 _BY_NAME = {v.name: v for v in VARIABLES}
 
 
+def parse_mode(value: str) -> str | None:
+    """``FSGUARD``'s value as off/on/force, or None if it is not understood."""
+    v = value.strip().lower()
+    if v in _FALSE:
+        return "off"
+    if v in _TRUE:
+        return "on"
+    if v == "force":
+        return "force"
+    return None
+
+
+def _mode(raw: str | None, problems: list[str]) -> str:
+    mode = parse_mode(_BY_NAME["FSGUARD"].default if raw is None else raw)
+    if mode is None:
+        problems.append(f"FSGUARD={raw!r} is not understood (use 1, 0 or force); staying off")
+        return "off"
+    return mode
+
+
+def _ops(raw: str | None, problems: list[str]) -> tuple[str, ...]:
+    ops: list[str] = []
+    unknown = []
+    for name in (part.strip().lower() for part in (_BY_NAME["FSGUARD_OPS"].default if raw is None else raw).split(",")):
+        if not name:
+            continue
+        if name in ALL_OPS:
+            ops.append(name)
+        else:
+            unknown.append(name)
+    if unknown:
+        problems.append(f"FSGUARD_OPS names unknown operation(s) {', '.join(unknown)}; known: {', '.join(ALL_OPS)}")
+    return tuple(op for op in ALL_OPS if op in ops)
+
+
+def _flag(name: str, raw: str | None, problems: list[str]) -> bool:
+    default = _BY_NAME[name].default
+    value = (default if raw is None else raw).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    problems.append(f"{name}={raw!r} is not a boolean (use 1 or 0); using {default}")
+    return default in _TRUE
+
+
+def _seconds(name: str, raw: str | None, problems: list[str]) -> float:
+    variable = _BY_NAME[name]
+    default = float(variable.default)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if value != value or not 0 <= value <= variable.limit:  # NaN or out of range
+        problems.append(f"{name}={raw!r} is not a valid number of seconds; using {variable.default}")
+        return default
+    return value
+
+
+def _lock(raw: str | None, problems: list[str]) -> str:
+    default = _BY_NAME["FSGUARD_LOCK"].default
+    lock = (default if raw is None else raw).strip().lower() or default
+    if lock not in LOCK_BACKENDS:
+        problems.append(f"FSGUARD_LOCK={raw!r} is not one of {', '.join(LOCK_BACKENDS)}; using {default}")
+        return default
+    return lock
+
+
+def _path(raw: str | None) -> str | None:
+    return (_BY_NAME["FSGUARD_LOG"].default if raw is None else raw).strip() or None
+
+
+def value_of(variable: Variable, raw: str | None, problems: list[str]) -> object:
+    """The value ``raw`` (None: unset) gives ``variable``'s field; a bad one adds to ``problems``, gives the default."""
+    kind = variable.kind
+    if kind == "seconds":
+        return _seconds(variable.name, raw, problems)
+    if kind == "flag":
+        return _flag(variable.name, raw, problems)
+    if kind == "mode":
+        return _mode(raw, problems)
+    if kind == "ops":
+        return _ops(raw, problems)
+    if kind == "lock":
+        return _lock(raw, problems)
+    return _path(raw)
+
+
 class Settings(Frozen):
-    """The effective configuration, after defaults and validation. ``problems`` takes no part in ``==``."""
+    """The effective configuration, after defaults and validation. ``problems`` takes no part in ``==``.
+    Its defaults are ``VARIABLES``' (read through the same parsing as ``load``)."""
 
     _fields = (
         "mode",
@@ -95,16 +226,16 @@ class Settings(Frozen):
 
     def __init__(
         self,
-        mode: str = "off",
-        ops: tuple[str, ...] = ALL_OPS,
-        settle_s: float = 2.0,
-        fresh_s: float = 5.0,
-        log_dir: str | None = None,
-        stderr: bool = True,
-        serialize: bool = False,
-        lock: str = "auto",
-        lock_timeout: float = 30.0,
-        yield_s: float = 0.25,
+        mode: str = _mode(None, []),
+        ops: tuple[str, ...] = _ops(None, []),
+        settle_s: float = _seconds("FSGUARD_SETTLE_S", None, []),
+        fresh_s: float = _seconds("FSGUARD_FRESH_S", None, []),
+        log_dir: str | None = _path(None),
+        stderr: bool = _flag("FSGUARD_STDERR", None, []),
+        serialize: bool = _flag("FSGUARD_SERIALIZE", None, []),
+        lock: str = _lock(None, []),
+        lock_timeout: float = _seconds("FSGUARD_LOCK_TIMEOUT", None, []),
+        yield_s: float = _seconds("FSGUARD_YIELD_S", None, []),
         problems: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
@@ -115,91 +246,11 @@ class Settings(Frozen):
         return self._values()[:-1]  # all but problems
 
 
-def parse_mode(value: str) -> str | None:
-    """``FSGUARD``'s value as off/on/force, or None if it is not understood."""
-    v = value.strip().lower()
-    if v in _FALSE:
-        return "off"
-    if v in _TRUE:
-        return "on"
-    if v == "force":
-        return "force"
-    return None
-
-
-def _flag(env: Mapping[str, str], name: str, problems: list[str]) -> bool:
-    raw = env.get(name, _BY_NAME[name].default).strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    problems.append(f"{name}={env.get(name)!r} is not a boolean (use 1 or 0); using {_BY_NAME[name].default}")
-    return _BY_NAME[name].default in _TRUE
-
-
-def _number(env: Mapping[str, str], name: str, problems: list[str], check: Callable[[float], bool]) -> float:
-    default = float(_BY_NAME[name].default)
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if value != value or not check(value):  # NaN or out of range
-        problems.append(f"{name}={raw!r} is not a valid number of seconds; using {_BY_NAME[name].default}")
-        return default
-    return value
-
-
 def load(env: Mapping[str, str]) -> Settings:
-    """Read the settings from an environment mapping. Never raises."""
+    """Read the settings from an environment mapping, each variable by its row of ``VARIABLES``. Never raises."""
     problems: list[str] = []
-    raw_mode = env.get("FSGUARD", "")
-    mode = parse_mode(raw_mode)
-    if mode is None:
-        problems.append(f"FSGUARD={raw_mode!r} is not understood (use 1, 0 or force); staying off")
-        mode = "off"
-
-    ops: list[str] = []
-    raw_ops = env.get("FSGUARD_OPS")
-    if raw_ops is None:
-        ops = list(ALL_OPS)
-    else:
-        unknown = []
-        for name in (part.strip().lower() for part in raw_ops.split(",")):
-            if not name:
-                continue
-            if name in ALL_OPS:
-                if name not in ops:
-                    ops.append(name)
-            else:
-                unknown.append(name)
-        if unknown:
-            problems.append(f"FSGUARD_OPS names unknown operation(s) {', '.join(unknown)}; known: {', '.join(ALL_OPS)}")
-
-    lock = env.get("FSGUARD_LOCK", "auto").strip().lower() or "auto"
-    if lock not in LOCK_BACKENDS:
-        problems.append(
-            f"FSGUARD_LOCK={env.get('FSGUARD_LOCK')!r} is not one of {', '.join(LOCK_BACKENDS)}; using auto"
-        )
-        lock = "auto"
-
-    log_dir = env.get("FSGUARD_LOG", "").strip() or None
-
-    return Settings(
-        mode=mode,
-        ops=tuple(op for op in ALL_OPS if op in ops),
-        settle_s=_number(env, "FSGUARD_SETTLE_S", problems, lambda v: 0 <= v <= 600),
-        fresh_s=_number(env, "FSGUARD_FRESH_S", problems, lambda v: 0 <= v <= 86400 * 7),
-        log_dir=log_dir,
-        stderr=_flag(env, "FSGUARD_STDERR", problems),
-        serialize=_flag(env, "FSGUARD_SERIALIZE", problems),
-        lock=lock,
-        lock_timeout=_number(env, "FSGUARD_LOCK_TIMEOUT", problems, lambda v: 0 <= v <= 86400),
-        yield_s=_number(env, "FSGUARD_YIELD_S", problems, lambda v: 0 <= v <= 10),
-        problems=tuple(problems),
-    )
+    values = {v.field: value_of(v, env.get(v.name), problems) for v in VARIABLES}
+    return Settings(**values, problems=tuple(problems))  # type: ignore[arg-type]
 
 
 def unknown_variables(env: Mapping[str, str]) -> list[str]:

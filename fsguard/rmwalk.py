@@ -5,11 +5,13 @@ The walk is the standard library's own ``rmtree`` code of the running interprete
 place of the real ones: so the symlink-attack protection, the order of calls, the ``(func, path, exc)``
 every handler gets (fsguard's functions are mapped back to ``os.open``/``os.unlink``/``os.rmdir`` before a
 handler sees them), ``dir_fd`` and the exceptions are the standard library's by construction, version by
-version. fsguard's three functions add one thing: before each removal the tree must still be at its path
-(the name's ``lstat`` as when the call began, one per entry; where the mount may answer lookups from a cache,
-also a fresh listing of the top's parent before every removal, since such a mount may answer a lookup of a
-renamed name from its cache; on a coherent local filesystem a listing once per directory). Once it is not, the
-walk stops and leaves the moved tree alone; the guard's verdict names where it went and what was removed.
+version. fsguard's functions add one thing: before each removal the tree must still be at its path
+(the name's ``lstat`` as when the call began, one per entry: O(1) in the size of the parent on a coherent
+local filesystem; where the mount may answer lookups from a cache, also fresh listings of the top's parent,
+since such a mount may answer a lookup of a renamed name from its cache: one before the top's own removal, and
+between them spaced so that they take at most a tenth of the walk). Once it is not, the walk stops and leaves
+the moved tree alone; the guard's verdict names where it went and what was removed. Its ``scandir`` notes what
+each directory held when the walk listed it: an entry that appeared later is never removed by a retry.
 What to decide is ``fsguard.guards.rmtree``'s business; this module waits, walks, retries, locks.
 """
 
@@ -63,7 +65,7 @@ def _current() -> _Position | None:
 def _open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
     position = _current()
     if position is not None:
-        position.check(boundary=True)  # entering a directory: once per directory
+        position.check(boundary=False)  # entering a directory: the name's lstat (a listing only when one is due)
     fd = os.open(path, flags, mode, dir_fd=dir_fd)
     if position is not None:
         position.opened(fd, path, dir_fd)
@@ -82,7 +84,7 @@ def _unlink(path: Any, *, dir_fd: int | None = None) -> None:
 def _rmdir(path: Any, *, dir_fd: int | None = None) -> None:
     position = _current()
     if position is not None:
-        position.check(boundary=dir_fd is None)  # the top (or a retried directory): confirm with a fresh listing
+        position.check(boundary=dir_fd is None)  # the top itself: confirm with a fresh listing where lookups cache
     _unguarded("rmdir")(path, dir_fd=dir_fd)
     if position is not None:
         position.removed(path, dir_fd)
@@ -95,6 +97,42 @@ def _close(fd: int) -> None:
     os.close(fd)
 
 
+def _scandir(path: Any = None) -> Any:
+    """``os.scandir``, its names noted for the directory the walk lists: what was there when the walk looked (an
+    entry that appears afterwards is not the call's to remove, see ``Walk._retry``)."""
+    listing = os.scandir() if path is None else os.scandir(path)
+    position = _current()
+    if position is None:
+        return listing
+    return _Listing(listing, position.listing_of(path))
+
+
+class _Listing:
+    """A ``scandir`` iterator that adds each name it yields to ``names``."""
+
+    def __init__(self, listing: Any, names: set[str] | None) -> None:
+        self._listing = listing
+        self._names = names
+
+    def __enter__(self) -> _Listing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._listing.close()
+
+    def __iter__(self) -> _Listing:
+        return self
+
+    def __next__(self) -> Any:
+        entry = next(self._listing)
+        if self._names is not None:
+            self._names.add(os.fsdecode(entry.name))
+        return entry
+
+    def close(self) -> None:
+        self._listing.close()
+
+
 def _unguarded(name: str) -> Callable[..., Any]:
     """``os.<name>`` as the standard walk would call it (a program's or a test's own replacement included),
     but never fsguard's guarded wrapper of it: this walk decides its own failures (and holds the path's lock)."""
@@ -105,7 +143,7 @@ def _unguarded(name: str) -> Callable[..., Any]:
     return func
 
 
-_OURS: dict[Any, str] = {_open: "open", _unlink: "unlink", _rmdir: "rmdir", _close: "close"}
+_OURS: dict[Any, str] = {_open: "open", _unlink: "unlink", _rmdir: "rmdir", _close: "close", _scandir: "scandir"}
 
 
 def _real(func: Any) -> Any:
@@ -134,6 +172,7 @@ def _os_proxy() -> types.ModuleType:
     proxy.unlink = _unlink  # type: ignore[attr-defined]
     proxy.rmdir = _rmdir  # type: ignore[attr-defined]
     proxy.close = _close  # type: ignore[attr-defined]
+    proxy.scandir = _scandir  # type: ignore[attr-defined]
     proxy.__getattr__ = lambda name: getattr(os, name)  # type: ignore[method-assign]  # live: os.close swapped...
     return proxy
 
@@ -185,8 +224,9 @@ class _Position:
         self.top_fd: int | None = None
         self.dirs: dict[int, str] = {}  # descriptor -> the directory the walk opened there
         self.removed_names: list[str] = []  # the first ``_REMOVED_KEPT``, for a hazard record
+        self.listings: dict[str, set[str]] = {}  # directory -> the names the walk's first listing of it showed
         self.removed_count = 0
-        # Whether this mount may answer lookups from a cache (then every check also reads a fresh listing),
+        # Whether this mount may answer lookups from a cache (then checks also read fresh listings, spaced),
         # and the inode number the listing gave the top's name at the first check (None: not listed then).
         self.cached_lookups = self.top_st is not None and evidence.lookups_may_be_stale(self.top_st.st_dev)
         self.listed_ino: Any = _UNSET
@@ -227,6 +267,22 @@ class _Position:
         else:
             self.dirs[fd] = os.path.join(self.dirs.get(dir_fd, ""), name) if dir_fd is not None else name
 
+    def listing_of(self, path: Any) -> set[str] | None:
+        """The set that holds the names of the walk's first listing of the directory ``path`` names (a descriptor
+        the walk opened, or a path); None for a later listing of it, or a directory it cannot name."""
+        if isinstance(path, int):
+            where = self.dirs.get(path)
+        else:
+            try:
+                where = evidence.norm(path)
+            except (TypeError, ValueError):
+                where = None
+        if where is None or where in self.listings:
+            return None
+        names: set[str] = set()
+        self.listings[where] = names
+        return names
+
     def closed(self, fd: int) -> None:
         self.dirs.pop(fd, None)
         if fd == self.top_fd:
@@ -248,7 +304,9 @@ class _Position:
         point, a path through a symlink, or an overlay's merged directory is judged by what the name shows, never
         by comparing two different kinds of inode numbers), and, where this mount's lookups may be answered from a
         cache (NFS, FUSE...), the parent's fresh listing still shows the name as the inode it showed at the first
-        check, before every removal (a renamed name may still answer a cached ``lstat``)."""
+        check (a renamed name may still answer a cached ``lstat``): always before the top's own removal
+        (``boundary``), otherwise when one is due (``_fresh_due``). A coherent local filesystem is never listed:
+        the name's ``lstat`` is the truth there, whatever the size of the parent."""
         start = self.top_st or self.ident
         if start is None or not self.checking:
             return
@@ -259,7 +317,7 @@ class _Position:
             here, missing = False, True
         except OSError:
             return
-        if here and (boundary or self._fresh_due()) and not self._listed_here():
+        if here and self.cached_lookups and (boundary or self._fresh_due()) and not self._listed_here():
             here, missing = False, True  # a stale lookup cache still answers for a name the listing lost
         if here:
             return
@@ -279,11 +337,10 @@ class _Position:
         raise _Moved(renamed)
 
     def _fresh_due(self) -> bool:
-        """Whether to read a fresh listing before this removal (mounts whose lookups may be cached only): before
-        every one, unless listing the parent is slow (a huge directory on a remote server), then so that listings
-        take at most a fifth of the walk's time (a rename landing meanwhile costs the moved tree what was
-        removed since the last listing, and the hazard record names it)."""
-        return self.cached_lookups and time.monotonic() >= self.fresh_after
+        """Whether to read a fresh listing before this step (mounts whose lookups may be cached only): spaced so
+        that listings take at most a tenth of the walk's time, however big the parent (a rename landing meanwhile
+        costs the moved tree what was removed since the last listing, and the hazard record names it)."""
+        return time.monotonic() >= self.fresh_after
 
     def _listed_here(self) -> bool:
         """Whether the parent's fresh listing still shows the top's name as the inode it showed at the first
@@ -291,7 +348,7 @@ class _Position:
         started = time.monotonic()
         listed = _listed_inode(self.top)
         now = time.monotonic()
-        self.fresh_after = now + 4 * (now - started) if now - started > 0.001 else 0.0
+        self.fresh_after = now + 9 * (now - started)
         if self.listed_ino is _UNSET:
             if listed is None:
                 return False  # already gone from the listing: only a stale lookup still shows the name
@@ -389,26 +446,65 @@ class Walk:
         self._forward(func, path, exc, exc_info)
 
     def _retry(self, path: Any, frame: Any) -> bool:
-        """Remove a directory again that gained entries mid-walk, if it is still the same directory."""
-        before = self._started_on(evidence.norm(path), frame)
+        """Remove a directory again that is not empty at its removal, if it is still the same directory and
+        everything in it now was in it when the walk listed it, or is what a removal in progress leaves (an NFS or
+        FUSE client's silly-renamed ``.nfs…``/``.fuse_hidden…`` file of an unlinked open one). An entry that
+        appeared after the walk's listing (a peer publishing into the tree) is not the call's to remove: the error
+        goes where the standard rmtree sends it."""
+        where = evidence.norm(path)
+        before = self._started_on(where, frame)
         backoff = Backoff(self.rules.settle_s - self.waited, 0.02, 0.16, tries=_RETRIES, paused_only=True)
         try:
             while backoff.pause():
-                now = evidence.lstat_or_none(evidence.norm(path))
+                now = evidence.lstat_or_none(where)
                 if now is None:
-                    self.retried.append(evidence.norm(path))
+                    self.retried.append(where)
                     return True  # a peer finished it
                 if before is None or not os.path.samestat(before, now):
                     return False  # a different directory now stands there (or no telling): not ours to remove
-                failures = _Failures()
-                kwargs = {"onexc": failures.add} if self.use_onexc else {"onerror": failures.add}
-                self.remover(evidence.norm(path), **kwargs)
-                if not any(getattr(e, "errno", None) != errno.ENOENT for e in failures.seen):
-                    self.retried.append(evidence.norm(path))
+                done = self._remove_again(where)
+                if done is None:
+                    return False  # something was put there after the walk listed it: not ours to remove
+                if done:
+                    self.retried.append(where)
                     return True
             return False
         finally:
             self.waited += backoff.waited()
+
+    def _remove_again(self, where: str) -> bool | None:
+        """Remove the directory ``where`` and what is in it, if all of that is what the walk listed there (or a
+        removal's residue; directories among it alike): True when it is gone, False when something of it stays
+        (tried again, bounded, by ``_retry``), None when something in it appeared after the walk's listing."""
+        try:
+            names = os.listdir(where)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        listed = self.position.listings.get(where, set())
+        if not all(name in listed or _removal_residue(name) for name in names):
+            return None
+        for name in names:
+            full = os.path.join(where, name)
+            try:
+                if stat.S_ISDIR(os.lstat(full).st_mode):
+                    done = self._remove_again(full)
+                    if done is not True:
+                        return done
+                else:
+                    _unguarded("unlink")(full)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        try:
+            _unguarded("rmdir")(where)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        return True
 
     def _started_on(self, path: str, frame: Any) -> os.stat_result | None:
         """The directory the standard ``rmtree`` found at ``path`` when it started removing it, read from its
@@ -472,14 +568,12 @@ class Walk:
         )
 
 
-class _Failures:
-    """Collects the errors of a retried removal (as ``onexc`` or ``onerror``)."""
+def _removal_residue(name: str) -> bool:
+    """Whether ``name`` is what a client leaves of an open file that was unlinked: NFS's ``.nfs`` plus 24 hex
+    digits, FUSE's ``.fuse_hidden`` plus 16 (the entry a removal of the tree took away, not a new one)."""
+    import re
 
-    def __init__(self) -> None:
-        self.seen: list[BaseException] = []
-
-    def add(self, func: Callable[..., Any], path: Any, exc: Any) -> None:
-        self.seen.append(exc if isinstance(exc, BaseException) else exc[1])
+    return re.fullmatch(r"\.nfs[0-9a-fA-F]{24}|\.fuse_hidden[0-9a-fA-F]{16}", name) is not None
 
 
 def _lstat_quietly(path: str) -> os.stat_result | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from fsguard.config import Settings
 from fsguard.records import Record
 from tests.conftest import clean_env
 from tests.support.records import from_lines
@@ -34,11 +35,12 @@ MODES = {"force": {"FSGUARD": "force"}, "off": {"FSGUARD": "0"}}
 TABLE_OPS = {cases: "makedirs,rename,replace,rmtree"}
 GROUP_ENV = {
     "main": {"FSGUARD_SETTLE_S": "0.2"},
-    "stale": {"FSGUARD_SETTLE_S": "0.2", "FSGUARD_FRESH_S": "0"},
+    "stale": {"FSGUARD_SETTLE_S": "0.2"},
     "nobody": {"FSGUARD_SETTLE_S": "0.2"},
 }
-# /proc's process start time can read up to ~1 s early (whole-second boot time): stay well clear of it.
-STALE_AGE_S = 1.5
+# Older than the job by more than the FSGUARD_FRESH_S a user gets (never overridden here); /proc's process
+# start time can read up to ~1 s early (whole-second boot time): stay well clear of it.
+STALE_AGE_S = Settings().fresh_s + 1.5
 MARKER = "parity-row: "
 
 Outcomes = dict[str, dict[str, Any]]

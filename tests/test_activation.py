@@ -346,7 +346,13 @@ def test_status_json_reports_launcher_and_settings(fsguard_python: Path) -> None
     ]
     assert info["pth"] and info["pth"][0].endswith("fsguard.pth")
     settle = next(s for s in info["settings"] if s["name"] == "FSGUARD_SETTLE_S")
-    assert settle == {"name": "FSGUARD_SETTLE_S", "value": "5", "default": "2.0", "help": settle["help"]}
+    assert settle == {
+        "name": "FSGUARD_SETTLE_S",
+        "value": "5",
+        "default": "2.0",
+        "effective": 5.0,
+        "help": settle["help"],
+    }
     assert info["problems"] == []
     assert info["launcher_process"] is None  # judged for a rank, not for the status command itself
     agent = _status(fsguard_python, {"FSGUARD": "1", **TORCHRUN_ENV}, "--json", "--command", "torchrun --nnodes 2 t.py")

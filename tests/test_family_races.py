@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 import fsguard
+from fsguard.config import Settings
 from fsguard.records import Record, parse_line
 from tests.conftest import TORCHRUN_ENV, clean_env
 from tests.support.ranks import launch, rank_env
@@ -174,11 +175,10 @@ def test_remove_in_a_job_absorbs_only_a_name_gone_from_a_directory_changed_momen
     raised."""
     old = tmp_path / "old"
     old.mkdir()
-    time.sleep(1.5)  # older than the job below (FSGUARD_FRESH_S=0), with a margin
+    time.sleep(Settings().fresh_s + 1.5)  # older than the job below by more than the default FSGUARD_FRESH_S
     env = {
         **TORCHRUN_ENV,
         "FSGUARD": "1",
-        "FSGUARD_FRESH_S": "0",
         "OLD_DIR": str(old),
         "FRESH_DIR": str(tmp_path / "f"),
     }

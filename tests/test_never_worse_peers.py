@@ -253,11 +253,12 @@ def previous_job(base: Path) -> None:
 
 
 def test_previous_jobs_run_directory_is_never_a_peers(fsguard_python: Path, tmp_path: Path) -> None:
-    """Under real torchrun, with ``FSGUARD_FRESH_S=1``: a run directory and a ``latest`` link the previous job
-    made 1.5 s before launch, and a directory made then into which a file was written just before launch
+    """Under real torchrun, with the defaults a user gets (``FSGUARD_FRESH_S`` 5 s): a run directory and a
+    ``latest`` link the previous job made 6.5 s before launch, and a directory made then into which a file was
+    written just before launch
     (its ctime is new, its birth time is not), make ``os.makedirs``/``os.symlink`` raise as without fsguard,
     on both ranks, and the old weights stay. A peer's directory made during the job is still absorbed."""
-    from fsguard import evidence
+    from fsguard import config, evidence
 
     script = tmp_path / "program.py"
     script.write_text(textwrap.dedent(PREVIOUS_JOB))
@@ -265,9 +266,9 @@ def test_previous_jobs_run_directory_is_never_a_peers(fsguard_python: Path, tmp_
     for mode, guarded in (("without", False), ("with", True)):
         base = tmp_path / mode
         previous_job(base)
-        time.sleep(1.5)
+        time.sleep(config.Settings().fresh_s + 1.5)  # older than the default's slack, with a margin
         (base / "touched" / "notes").write_text("added just before launch")  # the directory's ctime: now
-        done = torchrun(fsguard_python, script, base, guarded, FSGUARD_FRESH_S="1")
+        done = torchrun(fsguard_python, script, base, guarded)
         lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         assert len(lines) == 2, done.stdout + done.stderr
         outcomes[mode] = sorted(lines, key=lambda o: "fresh" in o)

@@ -9,8 +9,9 @@ except where a row expects one: a ``conflict`` (directory renamed onto a non-emp
 the same) or a documented deviation (README), where fsguard absorbs with an ``absorbed`` record.
 
 All rows of a group run in one interpreter per mode (the four interpreters of ``main`` and ``nobody`` run
-at once); the ``stale`` group's paths are made by an earlier process at least 1.5 s before its
-interpreters start, which run with ``FSGUARD_FRESH_S=0`` so those paths are older than the job.
+at once); the ``stale`` group's paths are made by an earlier process more than the default
+``FSGUARD_FRESH_S`` (plus 1.5 s) before its interpreters start, so those paths are older than the job with the
+defaults a user gets.
 
 The run and the checks live in ``tests/parity_support.py``, shared with ``tests/test_versions.py``, which
 runs the same table under the other CPython versions found on the machine.

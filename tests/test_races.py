@@ -315,7 +315,10 @@ ENTRIES_ADDED_MID_WALK = """
     os.makedirs(os.path.join(top, "sub"))
     for name in ("a", "b"):
         open(os.path.join(top, "sub", name), "w").close()
-    replace_dir = os.environ["VARIANT"] == "replace"
+    variant = os.environ["VARIANT"]
+    replace_dir = variant == "replace"
+    # A peer's new entry, or what an NFS client leaves of an open file that was unlinked (a removal's residue).
+    added = ".nfs" + "0123456789abcdef" + "00000001" if variant == "residue" else "new-entry"
     fired = False
 
     def peer_writes_into_sub(event, args):
@@ -326,7 +329,7 @@ ENTRIES_ADDED_MID_WALK = """
             if replace_dir:  # a different directory now stands there, with a peer's file in it
                 os.rename(os.path.join(top, "sub"), os.path.join(root, "old-sub"))
                 os.mkdir(os.path.join(top, "sub"))
-            open(os.path.join(top, "sub", ".nfs000001"), "w").close()
+            open(os.path.join(top, "sub", added), "w").close()
 
     sys.addaudithook(peer_writes_into_sub)
     try:
@@ -339,15 +342,17 @@ ENTRIES_ADDED_MID_WALK = """
 """
 
 
-@pytest.mark.parametrize("variant", ["same", "replace"])
+@pytest.mark.parametrize("variant", ["peer", "residue", "replace"])
 def test_rmtree_retries_a_directory_that_gained_entries_mid_walk(fsguard_python: Path, variant: str) -> None:
     check_rmtree_retry(fsguard_python, variant)
 
 
 def check_rmtree_retry(fsguard_python: Path, variant: str) -> None:
-    """Race 4's ENOTEMPTY: a peer (or NFS's ``.nfsXXXX`` files) adds an entry to a directory rmtree just emptied.
-    The standard rmtree fails; fsguard removes that same directory again (bounded) and records it. If a
-    *different* directory stands there by then, it is not fsguard's to remove: the error is raised as without."""
+    """Race 4's ENOTEMPTY: an entry appears in a directory rmtree just emptied. The standard rmtree fails. A
+    peer's new entry is not the call's to remove (it appeared after the walk listed the directory): the error is
+    raised as without fsguard. What an NFS client leaves of an unlinked open file (``.nfs`` and 24 hex digits)
+    is a removal's residue: fsguard removes that same directory again (bounded) and records it. If a *different*
+    directory stands there by then, it is not fsguard's to remove: the error is raised as without."""
     import errno
     import json
 
@@ -360,13 +365,13 @@ def check_rmtree_retry(fsguard_python: Path, variant: str) -> None:
     (off, _), (on, on_err) = outcomes["0"], outcomes["1"]
     assert off["fired"] and on["fired"] and on["patched"] and not off["patched"]
     assert off["outcome"] == f"OSError:{errno.ENOTEMPTY}" and off["top_left"]  # the race is real without fsguard
-    if variant == "same":
+    if variant == "residue":
         assert on["outcome"] == "ok" and not on["top_left"]
         (rec,) = [parse_line(line) for line in on_err.splitlines() if line.startswith("fsguard: ")]
         assert rec is not None and rec.op == "rmtree" and rec.decision == "absorbed"
         assert "gained entries mid-walk and were removed again" in rec.evidence, rec.evidence
     else:
-        assert on["outcome"] == off["outcome"] and on["top_left"]  # the peer's new directory is left alone
+        assert on["outcome"] == off["outcome"] and on["top_left"]  # the peer's entry (or directory) is left alone
         assert "fsguard: " not in on_err, on_err
 
 

@@ -236,10 +236,10 @@ def test_race(venv: Venv, tmp_path: Path, race: races.Race) -> None:
     races.check_race_absorbed(venv.python, tmp_path / "with", race)
 
 
-@pytest.mark.parametrize("variant", ["same", "replace"])
+@pytest.mark.parametrize("variant", ["peer", "residue", "replace"])
 def test_rmtree_retry_of_a_directory_that_gained_entries(venv: Venv, variant: str) -> None:
     """The retry must know the directory the walk emptied from this version's rmtree ("replace": a peer's
-    new directory standing there is left alone)."""
+    new directory standing there is left alone; "peer": a peer's new entry is left alone too)."""
     races.check_rmtree_retry(venv.python, variant)
 
 

@@ -81,11 +81,23 @@ def gather(env: Any = None, command: str | None = None) -> dict[str, Any]:
         "command": command,
         "launcher_process": None if argv is None else launcher.is_launcher_process(argv),
         "settings": [
-            {"name": v.name, "value": env.get(v.name), "default": v.default, "help": v.help} for v in config.VARIABLES
+            {
+                "name": v.name,
+                "value": env.get(v.name),
+                "default": v.default,
+                "effective": _shown(getattr(settings, v.field)),
+                "help": v.help,
+            }
+            for v in config.VARIABLES
         ],
         "problems": problems,
         "filesystem": filesystem(os.getcwd(), settings.settle_s),
     }
+
+
+def _shown(value: object) -> Any:
+    """A setting's effective value as JSON shows it (operations as their comma-separated text)."""
+    return ",".join(value) if isinstance(value, tuple) else value
 
 
 def filesystem(path: str, settle_s: float) -> dict[str, Any]:
@@ -128,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     print("  settings:")
     for item in info["settings"]:
         value = "(unset)" if item["value"] is None else repr(item["value"])
-        print(f"    {item['name']:<22} {value:<14} default {item['default']!r}")
+        effect = "" if item["value"] is None else f" (in effect: {item['effective']!r})"
+        print(f"    {item['name']:<22} {value:<14} default {item['default']!r}{effect}")
     fs = info["filesystem"]
     print(f"  filesystem:  {fs['type']} at {fs['mount_point'] or '?'} (for {fs['path']})")
     print(f"    probe:     {fs['probe']}")

@@ -21,8 +21,10 @@ Failures of the walk, as before:
   * ``FileNotFoundError`` on the top path before anything was removed: absorbed when its parent changed
     during this job and this process did not remove or move it itself (``top_gone_before_by_peer``).
   * ``FileNotFoundError`` on the top path after the walk: a peer removed or renamed the emptied tree.
-  * ``ENOTEMPTY``/``EBUSY`` on a directory: a peer (or NFS's ``.nfsXXXX`` files) added entries mid-walk;
-    removal of that directory is retried, bounded by ``FSGUARD_SETTLE_S``, while it is the same directory.
+  * ``ENOTEMPTY``/``EBUSY`` on a directory: removal of that directory is retried, bounded by
+    ``FSGUARD_SETTLE_S``, while it is the same directory and holds only what the walk listed there or what a
+    removal in progress leaves (NFS's ``.nfs…``, FUSE's ``.fuse_hidden…`` files). An entry that appeared after
+    the walk's listing (a peer publishing into the tree) is never removed: the error goes on as without fsguard.
 Every other error goes to the caller's ``onexc``/``onerror``, or is raised, exactly as without fsguard.
 """
 

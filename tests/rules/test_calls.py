@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fsguard.calls import Call, effects
+from fsguard.calls import Call, effects, norm
 
 SPELLINGS: list[tuple[str, tuple[Any, ...], dict[str, Any], tuple[Any, ...]]] = [
     ("makedirs", ("/a/b", 0o755, True), {}, ("/a/b",)),
@@ -36,10 +38,31 @@ def test_a_call_its_function_rejects_binds_to_nothing() -> None:
         assert not call.bound and call.given == () and call.path is None and call.targets() is None
 
 
-def test_paths_are_normalised_relative_to_the_given_directory() -> None:
-    call = Call("rename", ("x/../s", b"d/"), {}, cwd="/w")
-    assert (call.src, call.dst, call.path) == ("/w/s", "/w/d", None)
-    assert call.targets() == ["/w/s", "/w/d"] and call.shown() == ["x/../s", b"d/"]
+def test_paths_are_normalised_relative_to_the_given_directory(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    w = str(tmp_path)
+    call = Call("rename", ("x/../s", b"d/"), {}, cwd=w)
+    assert (call.src, call.dst, call.path) == (f"{w}/s", f"{w}/d", None)
+    assert call.targets() == [f"{w}/s", f"{w}/d"] and call.shown() == ["x/../s", b"d/"]
+
+
+def test_dotdot_after_a_symlink_means_what_the_kernel_resolves(tmp_path: Path) -> None:
+    """``latest/../cache`` with ``latest`` a link to ``runs/run-3`` is ``runs/cache`` (the kernel resolves ``..``
+    after the link), never the lexical ``cache``; a link to an absolute path, a link to a link, and a missing
+    component (the call fails there too: the rest is kept as given) alike."""
+    (tmp_path / "runs" / "run-3").mkdir(parents=True)
+    os.symlink("runs/run-3", tmp_path / "latest")
+    os.symlink(str(tmp_path / "runs" / "run-3"), tmp_path / "absolute")
+    os.symlink("latest", tmp_path / "again")
+    w = str(tmp_path)
+    assert norm(os.path.join(w, "latest", "..", "cache")) == f"{w}/runs/cache"
+    assert norm("latest/../cache", w) == f"{w}/runs/cache"
+    assert norm(f"{w}/absolute/../../x") == f"{w}/x"
+    assert norm(f"{w}/again/./../cache/") == f"{w}/runs/cache"
+    assert norm(f"{w}/runs/run-3/../cache") == f"{w}/runs/cache"  # no link: folded as before
+    assert norm(f"{w}/missing/../cache") == f"{w}/missing/../cache"
+    assert Call("rmtree", (f"{w}/latest/../cache",), {}).path == f"{w}/runs/cache"
+    assert effects(("makedirs", ("latest/../cache",), {}), w)[0] == (f"{w}/runs/cache", "made")
 
 
 def test_directory_descriptors_make_a_call_unkeyed_and_unremembered() -> None:

@@ -114,8 +114,10 @@ def test_every_other_error_is_raised(tmp_path: Path) -> None:
 
 
 def test_the_path_is_read_as_the_call_gave_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keyword, relative and bytes spellings name the same directory."""
+    """Keyword, relative and bytes spellings name the same directory (``x/..`` as the kernel reads it: ``x``
+    exists, as the real ``makedirs`` would have made it)."""
     (tmp_path / "results").mkdir()
+    (tmp_path / "x").mkdir()
     monkeypatch.chdir(tmp_path)
     for args, kwargs in (((), {"name": "results"}), ((b"results",), {}), (("./x/../results",), {})):
         verdict = decide(rule, "makedirs", args, EEXIST, FakeWorld(), rules(), **kwargs)

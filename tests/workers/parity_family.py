@@ -506,7 +506,7 @@ for _kind, _convert in KINDS.items():
     row("FileExistsError", name=f"link_twice_{_kind}")(_link_twice)
 
 
-# --- stale: made by an earlier process, before this interpreter (FSGUARD_FRESH_S=0) ---------------------------
+# --- stale: made by an earlier process, longer than FSGUARD_FRESH_S before this interpreter ------------------
 
 
 def _prepare_nothing(d: str) -> None:

@@ -7,7 +7,6 @@ a missing page or a directive error fails the run there. What this file checks n
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -24,6 +23,7 @@ import pytest
 
 from tests.support import records as read_records
 from tests.support.cli import run_cli
+from tests.support.docs import docs_extension
 from tests.support.env import ROOT, clean_env
 from tests.support.ranks import launch, rank_env
 
@@ -63,13 +63,8 @@ def markdown_files() -> list[Path]:
 
 
 def load_extension() -> ModuleType:
-    """``docs/_ext/fsguard_docs.py``, the Sphinx extension that renders the settings table (its renderer needs
-    no Sphinx)."""
-    spec = importlib.util.spec_from_file_location("fsguard_docs", DOCS / "_ext" / "fsguard_docs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``docs/_ext/fsguard_docs.py``, the Sphinx extension that renders the settings table."""
+    return docs_extension()
 
 
 # --- the README ----------------------------------------------------------------------------------------------

@@ -78,3 +78,47 @@ def test_long_lived_forked_children_keep_no_lock(
     waited = json.loads(peer.stdout.strip().splitlines()[-1])
     # Each call holds the lock for one replace (microseconds); a lock kept by the children lasted seconds.
     assert waited["calls"] > 0 and waited["worst_s"] < 1.0, waited
+
+
+RANKS = 4  # the hazard lies in the first milliseconds after the import: each rank of a node is one more chance
+
+
+def test_forks_right_after_importing_torch_distributed_make_name_lookups(
+    fsguard_python: Path, tmp_path: Path, store_port: int
+) -> None:
+    """Serialized with the store: fsguard's connect-ahead thread opens its store connections as soon as the
+    program has imported ``torch.distributed`` (imports, name lookups). A rank that forks at that moment (a
+    DataLoader) must not leave a child waiting forever for a lock that thread held (on main: 2-12 of 500 hung in
+    about half the ranks, waiting for the idna codec's module lock in their first ``getaddrinfo``)."""
+    env = dict(
+        TORCHRUN_ENV,
+        WORLD_SIZE=str(RANKS),
+        LOCAL_WORLD_SIZE=str(RANKS),
+        MASTER_PORT=str(store_port),
+        FSGUARD="1",
+        FSGUARD_SERIALIZE="1",
+        FSGUARD_LOCK="store",
+        FSGUARD_LOG=str(tmp_path / "logs"),
+    )
+    ranks = [
+        subprocess.Popen(
+            [str(fsguard_python), str(WORKER), "lookups", str(tmp_path), "500"],
+            env=clean_env(dict(env, RANK=str(rank), LOCAL_RANK=str(rank))),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(RANKS)
+    ]
+    outs = []
+    try:
+        for rank in ranks:
+            out, err = rank.communicate(timeout=400)
+            assert rank.returncode == 0, err[-2000:]
+            outs.append((json.loads(out.strip().splitlines()[-1]), err))
+    finally:
+        for rank in ranks:
+            rank.kill()
+    counts = [(out["forks"], out["hung"], out["failed"]) for out, _ in outs]
+    worst = max(range(RANKS), key=lambda i: counts[i][1] + counts[i][2])
+    assert counts == [(500, 0, 0)] * RANKS, (counts, outs[worst][0], outs[worst][1][-3000:])

@@ -69,6 +69,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..state import Unforkable
 from ..waiting import Backoff
 from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
@@ -242,7 +243,8 @@ class StoreBackend:
             if self._waiter is None:
                 import torch.distributed as dist
 
-                self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
+                with Unforkable():  # c10d's name lookups: no fork may split them (``_open``)
+                    self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
         except Exception:  # noqa: BLE001 - waits keep polling; the next wait tries again
             pass
         finally:
@@ -309,6 +311,10 @@ class StoreBackend:
             raise Unreachable(f"torch is not importable ({error})") from error
         if not dist.is_available():
             raise Unreachable("this torch build has no torch.distributed")
+        with Unforkable():  # imports (the idna codec's, c10d's) and name lookups: no fork may split them
+            return self._open_client(dist)
+
+    def _open_client(self, dist: Any) -> Any:
         host, port = self._address
         tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for type checkers
         group = None

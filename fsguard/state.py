@@ -189,20 +189,23 @@ def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
 
 
 # A section that has not ended after this long (a name lookup waiting out its DNS timeouts: 5 s a try, two tries
-# by default) no longer holds a fork back: the fork goes on, and a ``hazard`` record says so.
+# by default) no longer holds forks back: the fork goes on, later forks no longer wait for it, and a ``hazard``
+# record says so.
 FORK_WAIT_S = 10.0
 
 
 class _Gate:
-    """The ``Unforkable`` sections in progress, by thread; ``cond``'s lock is held across a fork."""
+    """The ``Unforkable`` sections in progress; ``cond``'s lock is held across a fork."""
 
-    __slots__ = ("cond", "held", "inside", "late")
+    __slots__ = ("cond", "held", "inside", "late", "passed", "sections")
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.inside: dict[int, int] = {}  # thread ident -> sections it is in (they nest)
+        self.inside: dict[int, list[int]] = {}  # thread ident -> [sections it is in (they nest), outermost's number]
+        self.sections = 0  # sections started so far: each outermost one is numbered
+        self.passed = 0  # sections up to this number no longer hold a fork back (``FORK_WAIT_S`` spent on them)
         self.held = False  # cond's lock taken by ``_before_fork``
-        self.late: tuple[float, list[int]] | None = None  # (waited, threads still inside) when the bound was hit
+        self.late: tuple[float, list[int]] | None = None  # (waited, threads inside) when a fork gave up waiting
 
 
 _gate = _Gate()
@@ -218,23 +221,29 @@ class Unforkable:
     def __enter__(self) -> None:
         self._gate, self._ident = _gate, threading.get_ident()
         with self._gate.cond:
-            self._gate.inside[self._ident] = self._gate.inside.get(self._ident, 0) + 1
+            mine = self._gate.inside.get(self._ident)
+            if mine is None:
+                self._gate.sections += 1
+                self._gate.inside[self._ident] = [1, self._gate.sections]
+            else:
+                mine[0] += 1
 
     def __exit__(self, *exc: object) -> None:
         gate = self._gate
         if gate is not _gate:
             return  # entered in the parent, left in a forked child: the child's gate never counted it
         with gate.cond:
-            left = gate.inside.get(self._ident, 0) - 1
-            if left > 0:
-                gate.inside[self._ident] = left
+            mine = gate.inside.get(self._ident)
+            if mine is not None and mine[0] > 1:
+                mine[0] -= 1
             else:
                 gate.inside.pop(self._ident, None)
                 gate.cond.notify_all()
 
 
-def _others_inside(gate: _Gate, me: int) -> list[int]:
-    return [ident for ident in gate.inside if ident != me]
+def _holding_back(gate: _Gate, me: int) -> list[int]:
+    """The threads (not ``me``) inside a section that still holds a fork back."""
+    return [ident for ident, (_, number) in gate.inside.items() if ident != me and number > gate.passed]
 
 
 def _before_fork() -> None:
@@ -245,10 +254,11 @@ def _before_fork() -> None:
     if not gate.held:
         return
     me = threading.get_ident()
-    while _others_inside(gate, me):
+    while _holding_back(gate, me):
         left = started + FORK_WAIT_S - time.monotonic()
         if left <= 0:
-            gate.late = (time.monotonic() - started, _others_inside(gate, me))
+            gate.late = (time.monotonic() - started, _holding_back(gate, me))
+            gate.passed = gate.sections  # one fork waits out the bound; the next ones go on at once
             return
         gate.cond.wait(left)
 
@@ -265,15 +275,16 @@ def _after_fork_in_parent() -> None:
 
 
 def _forked_late(waited: float, idents: list[int]) -> None:
-    """The record of a fork that went on while another thread was inside an ``Unforkable`` section."""
+    """The record of a fork that went on while other threads were still inside ``Unforkable`` sections."""
     names = sorted(t.name for t in threading.enumerate() if t.ident in idents)
     from . import runtime
 
     runtime.record(
         "fork",
         "hazard",
-        f"forked after waiting {waited:.2f} s for {', '.join(names) or 'a thread'} to finish opening a store "
-        "connection (imports, name lookups): a child that imports the same modules or looks names up may hang",
+        f"forked after waiting {waited:.2f} s for {', '.join(names) or 'another thread'} to finish opening a store "
+        "connection (imports, name lookups); later forks do not wait for it: a child that imports the same "
+        "modules or looks names up meanwhile may hang",
         [],
         waited_s=waited,
         detail={"threads": names},

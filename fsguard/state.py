@@ -18,9 +18,9 @@ resets are module functions, never bound methods: a backend object is reached th
 
 Some of fsguard's own work cannot be made safe by a reset in the child: opening a store connection imports
 modules (each import holds a per-module lock a child that imports the same module would wait on forever) and
-makes name lookups inside c10d and the C library. Such work runs as an ``Unforkable`` section, and the same
-hook, before a fork, waits for the sections of other threads to end (at most ``FORK_WAIT_S``) and keeps new
-ones from starting until the fork is done.
+makes name lookups inside c10d and the C library. Such work runs as an ``Unforkable`` section: before a fork,
+a hook registered here at the first section waits for the sections of other threads to end (at most
+``FORK_WAIT_S``) and keeps new ones from starting until the fork is done.
 """
 
 from __future__ import annotations
@@ -221,6 +221,8 @@ class Unforkable:
     def __enter__(self) -> None:
         self._gate, self._ident = _gate, threading.get_ident()
         with self._gate.cond:
+            if not _gate_hooked:
+                _hook_gate()
             mine = self._gate.inside.get(self._ident)
             if mine is None:
                 self._gate.sections += 1
@@ -239,6 +241,18 @@ class Unforkable:
             else:
                 gate.inside.pop(self._ident, None)
                 gate.cond.notify_all()
+
+
+_gate_hooked: list[bool] = []
+
+
+def _hook_gate() -> None:
+    """Register the gate's side of the at-fork hook at the first section, not at startup: hooks run newest first
+    before a fork, so a fork then waits for the sections before it takes the locks of hooks registered earlier
+    (``logging``'s, which torch imports, and ``fsguard.records``' when a record was written already); a section
+    that logs then never waits for the fork that waits for it. Either order is bounded."""
+    _gate_hooked.append(True)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
 
 
 def _holding_back(gate: _Gate, me: int) -> list[int]:
@@ -303,4 +317,4 @@ def _after_fork_in_child() -> None:
             pass
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -72,7 +72,7 @@ class Serializer:
         """Chosen at the first serialized call, not at startup: whether torch is importable is only known
         once every ``.pth`` file has run (one of them may be what puts torch on ``sys.path``)."""
         if self._backend is None:
-            with self._choosing:
+            with self._choosing, Unforkable():  # imports the backend's module: no fork may split that
                 if self._choose is not None:
                     backend, self.fallback, note = self._choose()
                     if note:

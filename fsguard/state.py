@@ -15,6 +15,12 @@ held in the child forever, and a descriptor it held is shared with the child. ``
 called once, here: in the child, ``STATE``'s lock is made anew and each module that keeps locks or
 descriptors (memory, records, the lock backends) runs the reset it registered with ``at_fork``. Registered
 resets are module functions, never bound methods: a backend object is reached through a weak set.
+
+Some of fsguard's own work cannot be made safe by a reset in the child: opening a store connection imports
+modules (each import holds a per-module lock a child that imports the same module would wait on forever) and
+makes name lookups inside c10d and the C library. Such work runs as an ``Unforkable`` section: before a fork,
+a hook registered here at the first section waits for the sections of other threads to end (at most
+``FORK_WAIT_S``) and keeps new ones from starting until the fork is done.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 
 from . import config, launcher
 
@@ -181,7 +188,126 @@ def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
     return reset
 
 
+# A section that has not ended after this long (a name lookup waiting out its DNS timeouts: 5 s a try, two tries
+# by default) no longer holds forks back: the fork goes on, later forks no longer wait for it, and a ``hazard``
+# record says so.
+FORK_WAIT_S = 10.0
+
+
+class _Gate:
+    """The ``Unforkable`` sections in progress; ``cond``'s lock is held across a fork."""
+
+    __slots__ = ("cond", "held", "inside", "late", "passed", "sections")
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.inside: dict[int, list[int]] = {}  # thread ident -> [sections it is in (they nest), outermost's number]
+        self.sections = 0  # sections started so far: each outermost one is numbered
+        self.passed = 0  # sections up to this number no longer hold a fork back (``FORK_WAIT_S`` spent on them)
+        self.held = False  # cond's lock taken by ``_before_fork``
+        self.late: tuple[float, list[int]] | None = None  # (waited, threads inside) when a fork gave up waiting
+
+
+_gate = _Gate()
+
+
+class Unforkable:
+    """A section of fsguard's own work that no fork may split: a fork from another thread waits for it to end
+    (bounded, ``FORK_WAIT_S``), and a section does not start while a fork is under way. Nests; a fork made by
+    the thread inside the section itself does not wait for it. About a microsecond to enter and leave."""
+
+    __slots__ = ("_gate", "_ident")
+
+    def __enter__(self) -> None:
+        self._gate, self._ident = _gate, threading.get_ident()
+        with self._gate.cond:
+            if not _gate_hooked:
+                _hook_gate()
+            mine = self._gate.inside.get(self._ident)
+            if mine is None:
+                self._gate.sections += 1
+                self._gate.inside[self._ident] = [1, self._gate.sections]
+            else:
+                mine[0] += 1
+
+    def __exit__(self, *exc: object) -> None:
+        gate = self._gate
+        if gate is not _gate:
+            return  # entered in the parent, left in a forked child: the child's gate never counted it
+        with gate.cond:
+            mine = gate.inside.get(self._ident)
+            if mine is not None and mine[0] > 1:
+                mine[0] -= 1
+            else:
+                gate.inside.pop(self._ident, None)
+                gate.cond.notify_all()
+
+
+_gate_hooked: list[bool] = []
+
+
+def _hook_gate() -> None:
+    """Register the gate's side of the at-fork hook at the first section, not at startup: hooks run newest first
+    before a fork, so a fork then waits for the sections before it takes the locks of hooks registered earlier
+    (``logging``'s, which torch imports, and ``fsguard.records``' when a record was written already); a section
+    that logs then never waits for the fork that waits for it. Either order is bounded."""
+    _gate_hooked.append(True)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+
+
+def _holding_back(gate: _Gate, me: int) -> list[int]:
+    """The threads (not ``me``) inside a section that still holds a fork back."""
+    return [ident for ident, (_, number) in gate.inside.items() if ident != me and number > gate.passed]
+
+
+def _before_fork() -> None:
+    gate = _gate
+    started = time.monotonic()
+    gate.late = None
+    gate.held = gate.cond.acquire(timeout=FORK_WAIT_S)
+    if not gate.held:
+        return
+    me = threading.get_ident()
+    while _holding_back(gate, me):
+        left = started + FORK_WAIT_S - time.monotonic()
+        if left <= 0:
+            gate.late = (time.monotonic() - started, _holding_back(gate, me))
+            gate.passed = gate.sections  # one fork waits out the bound; the next ones go on at once
+            return
+        gate.cond.wait(left)
+
+
+def _after_fork_in_parent() -> None:
+    gate = _gate
+    if gate.held:
+        gate.held = False
+        gate.cond.release()
+    if gate.late is not None:
+        waited, idents = gate.late
+        gate.late = None
+        _forked_late(waited, idents)
+
+
+def _forked_late(waited: float, idents: list[int]) -> None:
+    """The record of a fork that went on while other threads were still inside ``Unforkable`` sections."""
+    names = sorted(t.name for t in threading.enumerate() if t.ident in idents)
+    from . import runtime
+
+    runtime.record(
+        "fork",
+        "hazard",
+        f"forked after waiting {waited:.2f} s for {', '.join(names) or 'another thread'} to finish opening a store "
+        "connection (imports, name lookups); later forks do not wait for it: a child that imports the same "
+        "modules or looks names up meanwhile may hang",
+        [],
+        waited_s=waited,
+        detail={"threads": names},
+    )
+
+
 def _after_fork_in_child() -> None:
+    global _gate
+    _gate = _Gate()  # the threads inside a section (and a cond lock held for the fork) are the parent's
     STATE.lock = threading.RLock()
     STATE.nonce = os.urandom(4).hex()
     for reset in _child_resets:

@@ -78,3 +78,100 @@ def test_long_lived_forked_children_keep_no_lock(
     waited = json.loads(peer.stdout.strip().splitlines()[-1])
     # Each call holds the lock for one replace (microseconds); a lock kept by the children lasted seconds.
     assert waited["calls"] > 0 and waited["worst_s"] < 1.0, waited
+
+
+RANKS = 6  # the hazard lies in the first milliseconds after the import: each rank is one more chance (3 in 8 on main)
+
+
+def test_forks_right_after_importing_torch_distributed_make_name_lookups(
+    fsguard_python: Path, tmp_path: Path, store_port: int
+) -> None:
+    """Serialized with the store: fsguard's connect-ahead thread opens its store connections as soon as the
+    program has imported ``torch.distributed`` (imports, name lookups). A rank that forks at that moment (a
+    DataLoader) must not leave a child waiting forever for a lock that thread held (on main: 2-12 of 500 hung in
+    3 of 8 ranks, waiting for the idna codec's module lock in their first ``getaddrinfo``)."""
+    env = dict(
+        TORCHRUN_ENV,
+        WORLD_SIZE=str(RANKS),
+        LOCAL_WORLD_SIZE=str(RANKS),
+        MASTER_PORT=str(store_port),
+        FSGUARD="1",
+        FSGUARD_SERIALIZE="1",
+        FSGUARD_LOCK="store",
+        FSGUARD_LOG=str(tmp_path / "logs"),
+    )
+    ranks = [
+        subprocess.Popen(
+            [str(fsguard_python), str(WORKER), "lookups", str(tmp_path), "500"],
+            env=clean_env(dict(env, RANK=str(rank), LOCAL_RANK=str(rank))),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(RANKS)
+    ]
+    outs = []
+    try:
+        for rank in ranks:
+            out, err = rank.communicate(timeout=400)
+            assert rank.returncode == 0, err[-2000:]
+            outs.append((json.loads(out.strip().splitlines()[-1]), err))
+    finally:
+        for rank in ranks:
+            rank.kill()
+    counts = [(out["forks"], out["hung"], out["failed"]) for out, _ in outs]
+    worst = max(range(RANKS), key=lambda i: counts[i][1] + counts[i][2])
+    assert counts == [(500, 0, 0)] * RANKS, (counts, outs[worst][0], outs[worst][1][-3000:])
+
+
+def test_a_fork_waits_for_another_threads_unforkable_section_within_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In-process: a fork waits for another thread's section to end; one that outlasts ``FORK_WAIT_S`` holds back
+    one fork by the bound (then a ``hazard`` record), and the next forks not at all."""
+    import os
+    import threading
+    import time
+
+    from fsguard import runtime, state
+
+    bound = 1.0
+    records: list[tuple[str, str]] = []
+    monkeypatch.setattr(state, "FORK_WAIT_S", bound)
+    monkeypatch.setattr(runtime, "record", lambda op, decision, *args, **kwargs: records.append((op, decision)))
+
+    def fork_time() -> float:
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        took = time.monotonic() - started
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        return took
+
+    def section(entered: threading.Event, release: threading.Event) -> None:
+        with state.Unforkable():
+            entered.set()
+            release.wait(30)
+
+    entered, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=section, args=(entered, release))
+    thread.start()
+    entered.wait()
+    threading.Timer(0.2, release.set).start()
+    fork_time()
+    assert release.is_set() and records == []  # the fork came after the section's end
+    thread.join()
+
+    entered, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=section, args=(entered, release))
+    thread.start()
+    entered.wait()
+    first, second = fork_time(), fork_time()
+    release.set()
+    thread.join()
+    assert first >= bound and second < bound, (first, second)  # the bound, once
+    assert records == [("fork", "hazard")]
+
+    with state.Unforkable():  # the forking thread's own section never holds its fork back
+        assert fork_time() < bound

@@ -24,6 +24,7 @@ from typing import Any
 from .. import runtime
 from ..calls import Call
 from ..runtime import busy
+from ..state import Unforkable
 from ..waiting import wait_for
 from . import flight
 from .base import Backend, Held, LockTimeout, Unreachable, forkable, holder_text
@@ -71,7 +72,7 @@ class Serializer:
         """Chosen at the first serialized call, not at startup: whether torch is importable is only known
         once every ``.pth`` file has run (one of them may be what puts torch on ``sys.path``)."""
         if self._backend is None:
-            with self._choosing:
+            with self._choosing, Unforkable():  # imports the backend's module: no fork may split that
                 if self._choose is not None:
                     backend, self.fallback, note = self._choose()
                     if note:
@@ -103,7 +104,9 @@ class Serializer:
         if self._backend is not None:
             return
         try:
-            with runtime.Busy():  # its own filesystem calls (imports) are neither guarded nor serialized
+            # Its own filesystem calls (imports) are neither guarded nor serialized, and no fork splits its imports
+            # and name lookups (``state.Unforkable``): a child would wait forever for a lock this thread held.
+            with runtime.Busy(), Unforkable():
                 self.backend.prepare()
         except Exception:  # noqa: BLE001 - the first serialized call connects (and records what failed)
             pass

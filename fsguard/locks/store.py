@@ -21,6 +21,15 @@ off its critical path (``prepare``: by a background thread once the program has 
 and a call that comes first opens one connection at most on its own path: the one for waits is opened by a
 background thread, and until it is open the call's waits poll (with ``waiting.Backoff``'s steps, up to 50 ms).
 
+Forks: opening a connection (``_open``, ``_open_waiter``, and the connect-ahead thread's whole ``prepare``)
+imports modules (the idna codec, for ``socket.create_connection``) and makes name lookups inside c10d and the C
+library; a child forked meanwhile would wait forever for a lock that thread held (measured: a rank forking 500
+children right after importing ``torch.distributed`` left 1 to 12 of them hung in their first ``getaddrinfo``,
+in 3 of 8 runs). So it is a ``state.Unforkable`` section: a fork from another thread waits for it to end
+(milliseconds; at most ``state.FORK_WAIT_S``). The other threads (alarm, lease renewal) only send requests on
+connections already open, which a forked child never uses (``after_fork_in_child``: its backend starts afresh);
+one that has to reconnect opens the connection in the same section.
+
 The lock: a ticket queue under key ``/fsguard/lock/<restart>/<stripe>`` (``K``). A caller takes a ticket
 ``t = add(K/n, 1)``; the lock's value is either a reservation, free for one ticket only (``=<t>``; empty for
 ticket 1), or its holder's ``<t>:<token>#<seq> <holder text>``. Taking it is ``compare_set(K, reservation of
@@ -69,6 +78,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..state import Unforkable
 from ..waiting import Backoff
 from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
 
@@ -242,7 +252,8 @@ class StoreBackend:
             if self._waiter is None:
                 import torch.distributed as dist
 
-                self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
+                with Unforkable():  # c10d's name lookups: no fork may split them (``_open``)
+                    self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
         except Exception:  # noqa: BLE001 - waits keep polling; the next wait tries again
             pass
         finally:
@@ -309,6 +320,10 @@ class StoreBackend:
             raise Unreachable(f"torch is not importable ({error})") from error
         if not dist.is_available():
             raise Unreachable("this torch build has no torch.distributed")
+        with Unforkable():  # imports (the idna codec's, c10d's) and name lookups: no fork may split them
+            return self._open_client(dist)
+
+    def _open_client(self, dist: Any) -> Any:
         host, port = self._address
         tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for type checkers
         group = None

@@ -10,6 +10,12 @@ after ``CHILD_TIMEOUT_S`` is counted as hung and killed. Prints ``{"forks", "hun
 ``FSGUARD_SERIALIZE=1``) while the main thread, once ``<ready-file>`` exists, forks long-lived children (as a
 DataLoader starts its workers) that sleep ``CHILD_LIFE_S`` and exit. Prints ``{"replaces", "children"}``.
 
+``fork_worker.py lookups <dir> <forks>``: a rank imports ``torch.distributed`` and at once forks ``<forks>``
+children, all of them running together (a DataLoader starting its workers); each makes two ordinary name lookups
+(``getaddrinfo`` of ``localhost``, ``getnameinfo`` of ``127.0.0.1``: an HTTP or object-store client, a logger) and
+exits. A child that has not exited after ``CHILD_TIMEOUT_S`` is counted as hung (its traceback on stderr). Prints
+``{"forks", "hung", "failed", "slowest_fork_s"}``.
+
 ``fork_worker.py peer <dir> <ready-file> <seconds>``: another rank replacing the same target for ``<seconds>``;
 prints the worst time one call took (``worst_s``): the wait for the lock, since the call itself is quick.
 """
@@ -21,6 +27,7 @@ import json
 import os
 import posix
 import signal
+import socket
 import sys
 import threading
 import time
@@ -91,6 +98,34 @@ def stress(base: str, forks: int) -> None:
     print(json.dumps({"forks": i + 1, "hung": hung, "failed": failed, "absorbed": absorbed[0]}), flush=True)
 
 
+def lookups(forks: int) -> None:
+    port = int(os.environ.get("MASTER_PORT", "0"))
+    import torch.distributed  # noqa: F401 - a training script's imports, then its DataLoader's workers at once
+
+    pids = []
+    slowest = 0.0
+    for _ in range(forks):
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.dump_traceback_later(CHILD_TIMEOUT_S, exit=True)  # says where it hangs, exits 1
+            try:
+                socket.getaddrinfo("localhost", port)
+                socket.getnameinfo(("127.0.0.1", port), 0)
+            except BaseException:
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(3)
+            os._exit(0)
+        slowest = max(slowest, time.monotonic() - started)
+        pids.append(pid)
+    deadline = time.monotonic() + CHILD_TIMEOUT_S + 10.0
+    statuses = [_wait(pid, max(deadline - time.monotonic(), 0.0)) for pid in pids]
+    hung = sum(1 for status in statuses if status in (None, 1))  # still there, or ended by its watchdog
+    failed = sum(1 for status in statuses if status not in (None, 0, 1))
+    print(json.dumps({"forks": len(pids), "hung": hung, "failed": failed, "slowest_fork_s": slowest}), flush=True)
+
+
 def _replace_once(base: str, tag: str) -> None:
     tmp = os.path.join(base, f"target.{tag}")
     with open(tmp, "w") as f:
@@ -147,6 +182,8 @@ if __name__ == "__main__":
     role, where = sys.argv[1], sys.argv[2]
     if role == "stress":
         stress(where, int(sys.argv[3]))
+    elif role == "lookups":
+        lookups(int(sys.argv[3]))
     elif role == "forker":
         if os.environ.get("FSGUARD_LOCK") == "store":
             import torch.distributed  # noqa: F401

@@ -189,8 +189,8 @@ def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
 
 
 # A section that has not ended after this long (a name lookup waiting out its DNS timeouts: 5 s a try, two tries
-# by default) no longer holds forks back: the fork goes on, later forks no longer wait for it, and a ``hazard``
-# record says so.
+# by default) no longer holds forks back: the fork goes on, later forks no longer wait for it, and a ``waited``
+# record says so (not a ``hazard``: no data is at stake, a child may hang).
 FORK_WAIT_S = 10.0
 
 
@@ -295,7 +295,7 @@ def _forked_late(waited: float, idents: list[int]) -> None:
 
     runtime.record(
         "fork",
-        "hazard",
+        "waited",
         f"forked after waiting {waited:.2f} s for {', '.join(names) or 'another thread'} to finish opening a store "
         "connection (imports, name lookups); later forks do not wait for it: a child that imports the same "
         "modules or looks names up meanwhile may hang",

@@ -128,7 +128,7 @@ def test_a_fork_waits_for_another_threads_unforkable_section_within_its_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """In-process: a fork waits for another thread's section to end; one that outlasts ``FORK_WAIT_S`` holds back
-    one fork by the bound (then a ``hazard`` record), and the next forks not at all."""
+    one fork by the bound (then a ``waited`` record), and the next forks not at all."""
     import os
     import threading
     import time
@@ -171,7 +171,7 @@ def test_a_fork_waits_for_another_threads_unforkable_section_within_its_bound(
     release.set()
     thread.join()
     assert first >= bound and second < bound, (first, second)  # the bound, once
-    assert records == [("fork", "hazard")]
+    assert records == [("fork", "waited")]
 
     with state.Unforkable():  # the forking thread's own section never holds its fork back
         assert fork_time() < bound

@@ -14,9 +14,7 @@ import sys
 import threading
 import time
 
-import wrapt
-
-from . import config, launcher
+from . import _wrapt, config, launcher
 from .calls import Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
 from .state import STATE, Busy, busy
 
@@ -25,6 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from types import ModuleType
     from typing import Any
+
+    import wrapt
 
     from .guards import Rules, Verdict, World
 
@@ -97,8 +97,8 @@ _PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method 
 
 if TYPE_CHECKING:
     _Wrapper = wrapt.FunctionWrapper[Any, Any]
-else:  # older wrapt releases are not subscriptable at run time
-    _Wrapper = wrapt.FunctionWrapper
+else:  # wrapt's type without wrapt's package imports (fsguard/_wrapt.py); not subscriptable at run time
+    _Wrapper = _wrapt.function_wrapper()
 
 
 class GuardedFunction(_Wrapper):

@@ -51,13 +51,15 @@ if os.environ.get("COVERAGE_PROCESS_START"):
 """
 
 
-def build_wheel(out: Path) -> Path:
-    """fsguard's wheel, built from the working tree into ``out`` (emptied first)."""
+def build_wheel(out: Path, flavour: str | None = None) -> Path:
+    """fsguard's wheel, built from the working tree into ``out`` (emptied first). ``flavour``: ``pth`` (the
+    wheel for 3.10-3.17) or ``start`` (for 3.18+, with ``fsguard.start``); None: the one for this interpreter
+    (``hatch_build.py``)."""
     shutil.rmtree(out, ignore_errors=True)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
         check=True,
-        env=clean_env(),
+        env=clean_env({"FSGUARD_WHEEL": flavour} if flavour else None),
     )
     (built,) = out.glob("fsguard-*.whl")
     return built

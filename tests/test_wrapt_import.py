@@ -14,6 +14,9 @@ ENABLED = {**TORCHRUN_ENV, "FSGUARD": "1"}
 
 # What ``import wrapt`` (2.x) brings that fsguard does not use at start-up.
 HEAVY = ("asyncio", "importlib.metadata", "inspect", "wrapt.caching", "wrapt.importer", "wrapt.wrappers")
+# What a bare interpreter does not import, and fsguard needs only once the program imports it: shutil (its
+# rmtree is wrapped then) with fnmatch, re, bz2, lzma.
+LATER = ("shutil", "fnmatch", "re", "bz2", "lzma")
 
 PROGRAM = """
 import json, os, sys, threading
@@ -58,7 +61,49 @@ def test_enabled_startup_imports_wrapts_extension_alone(fsguard_python: Path) ->
     assert result.returncode == 0, result.stderr
     imported = _imported(result.stderr)
     assert "wrapt._wrappers" in imported
-    assert "wrapt" not in imported and not [m for m in imported if m in HEAVY], imported
+    assert "wrapt" not in imported and not [m for m in imported if m in HEAVY + LATER], imported
+
+
+def test_rmtree_is_wrapped_when_the_program_imports_shutil(fsguard_python: Path) -> None:
+    """From every thread importing shutil at once, only ever the guarded rmtree; uninstall restores it."""
+    code = """
+import sys, threading
+assert "shutil" not in sys.modules
+import fsguard
+assert "rmtree" in fsguard.installed()
+start = threading.Barrier(8)
+seen = []
+def worker():
+    start.wait()
+    import shutil
+    seen.append(hasattr(shutil.rmtree, "__wrapped__"))
+threads = [threading.Thread(target=worker) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+import shutil
+assert seen == [True] * 8, seen
+original = shutil.rmtree.__wrapped__
+assert shutil.__spec__.loader is shutil.__loader__ and type(shutil.__loader__).__name__ == "SourceFileLoader"
+fsguard.uninstall()
+assert shutil.rmtree is original and fsguard.installed() == []
+print("ok")
+"""
+    for _ in range(3):
+        result = run_python(fsguard_python, code, ENABLED)
+        assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_uninstall_before_shutil_is_imported_leaves_it_alone(fsguard_python: Path) -> None:
+    code = """
+import sys, fsguard
+fsguard.uninstall()
+import shutil
+assert not hasattr(shutil.rmtree, "__wrapped__") and fsguard.installed() == []
+assert "AfterImport" not in [type(f).__name__ for f in sys.meta_path]
+print("ok")
+"""
+    result = run_python(fsguard_python, code, ENABLED)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
 def test_a_program_importing_wrapt_gets_the_whole_wrapt(fsguard_python: Path) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import threading
 import time
+from _thread import _local as local  # threading.local itself, without importing threading (fsguard/state.py)
 
 from . import _later, _wrapt, config, launcher
 from .calls import Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
@@ -359,7 +359,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
 
 # The leaf a guarded mkdir, called by the standard makedirs, found already there (per thread): read by the
 # makedirs(exist_ok=True) around it, which set it to None before the call.
-_found = threading.local()
+_found = local()
 
 
 def _stays_raised(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -507,29 +507,29 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
             for target in (op, *_ALSO.get(op, ())):
                 if target in STATE.originals or target in _PENDING:
                     continue
-                hook = _later.after_import(TARGETS[target][0], _wrapping(target))
+                hook = _later.after_import(TARGETS[target][0], _wrapping(op, target))
                 if hook is not None:
                     _PENDING[target] = hook
         return installed()
 
 
-def _wrapping(target: str) -> Callable[[ModuleType], None]:
+def _wrapping(op: str, target: str) -> Callable[[ModuleType], None]:
     def then(module: ModuleType) -> None:
-        _wrap(target, module)
+        _wrap(op, target, module)
 
     return then
 
 
-def _wrap(target: str, module: ModuleType) -> None:
-    """Replace ``module.<attribute>`` of ``target`` with its guarded function (now, or at the import of its
-    module: then under the import's own module lock, before anyone else can see the module)."""
+def _wrap(op: str, target: str, module: ModuleType) -> None:
+    """Replace ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function (now, or at the
+    import of its module: then under the import's own module lock, before anyone else can see the module)."""
     with STATE.lock:
         _PENDING.pop(target, None)
         if target in STATE.originals:
             return
         _, attribute, qualified = TARGETS[target]
         original = getattr(module, attribute)
-        wrapper = _rmtree_wrapper(original) if target == "rmtree" else _path_wrapper(target)
+        wrapper = _rmtree_wrapper(original) if op == "rmtree" else _path_wrapper(op)
         STATE.originals[target] = original
         guarded = GuardedFunction(original, wrapper, qualified)
         setattr(module, attribute, guarded)
@@ -557,7 +557,7 @@ def uninstall(ops: Iterable[str] | None = None) -> None:
 
 def _swap_in_pathlib(old: Any, new: Any) -> None:
     """Python 3.10's pathlib calls os through ``_NormalAccessor``, whose attributes it took from os on import
-    (wrapt's import brings pathlib in before fsguard patches): ``Path.mkdir`` and the others follow os."""
+    (where the program imported pathlib before fsguard patched): ``Path.mkdir`` and the others follow os."""
     accessor = getattr(sys.modules.get("pathlib"), "_NormalAccessor", None)
     if accessor is not None:
         for name, value in list(vars(accessor).items()):

@@ -19,16 +19,24 @@ resets are module functions, never bound methods: a backend object is reached th
 
 from __future__ import annotations
 
-import collections
 import os
-import threading
+
+# The C types that ``threading`` and ``collections`` hand out (``threading.RLock()`` is ``_thread.RLock``,
+# ``threading.local`` is ``_thread._local``, ``collections.deque`` is ``_collections.deque``), taken from the
+# built-in modules: importing ``threading`` (functools, collections) costs an enabled interpreter's start-up
+# about a quarter of a bare interpreter's (issue 37).
+from _thread import RLock, allocate_lock
+from _thread import _local as local
 
 from . import config, launcher
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
+    from collections import deque
     from collections.abc import Callable
     from typing import Any
+else:
+    from _collections import deque
 
 MEMORY_SIZE = 4096
 # mkdir and makedirs calls waiting for the next decision to index them (fsguard.memory keeps the directories
@@ -83,7 +91,7 @@ class Writer:
     )
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()  # around each record's writing; held across a fork (see records)
+        self.lock = RLock()  # around each record's writing; held across a fork (see records)
         self.held_for_fork = False
         self.logger: Any = None  # the ``fsguard`` logging.Logger, once a record is written
         self.handler: Any = None  # fsguard's own stderr logging.StreamHandler
@@ -114,13 +122,13 @@ class State:
     )
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()  # install/uninstall
+        self.lock = RLock()  # install/uninstall
         # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): see fsguard.memory
-        self.memory: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=MEMORY_SIZE)
+        self.memory: deque[tuple[Any, ...]] = deque(maxlen=MEMORY_SIZE)
         # the same entries for mkdir and makedirs (they are not in ``memory``): see fsguard.memory
-        self.dirs: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=DIRS_SIZE)
+        self.dirs: deque[tuple[Any, ...]] = deque(maxlen=DIRS_SIZE)
         self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
-        self.index_lock = threading.Lock()  # decisions of several threads index and read together
+        self.index_lock = allocate_lock()  # decisions of several threads index and read together
         self.originals: dict[str, Any] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
         self.nonce = os.urandom(4).hex()  # random per process, renewed at fork: fsguard.locks' tokens
         self.writer = Writer()
@@ -139,7 +147,7 @@ class State:
 
 STATE = State()
 
-_local = threading.local()
+_local = local()
 
 
 def busy() -> bool:
@@ -182,7 +190,7 @@ def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
 
 
 def _after_fork_in_child() -> None:
-    STATE.lock = threading.RLock()
+    STATE.lock = RLock()
     STATE.nonce = os.urandom(4).hex()
     for reset in _child_resets:
         try:

@@ -60,5 +60,8 @@ cat >"$ROOT/bin/python$V" <<WRAP
 exec "$LD" --library-path "$LIBS" --argv0 "\$0" "$SYS/usr/bin/python$V" "\$@"
 WRAP
 chmod +x "$ROOT/bin/python$V"
+# Debian compiles the standard library's bytecode when it installs the package (py3compile); unpacked, it has
+# none, and every start would compile what it imports: compile it once here.
+"$ROOT/bin/python$V" -m compileall -q -j0 -x 'lib2to3|test|idlelib|turtledemo' "$ROOT/lib/python$V" >/dev/null || true
 "$ROOT/bin/python$V" -c 'import sys, ssl, sqlite3, zlib, ensurepip; print(sys.version)' >&2
 echo "$ROOT/bin/python$V"

@@ -173,8 +173,34 @@ def handler_outcomes(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> ha
     return handlers.collect(venv.python, tmp_path_factory.mktemp(f"handlers{venv.version}-"))
 
 
+# Known gaps on 3.14 and 3.15 (found when they joined these tests; not fixed here): fsguard.handlers does not
+# yet read their bytecode for these handlers (the program handles the error, fsguard absorbs it anyway), and the
+# rmtree retry of a directory that gained entries mid-walk does not happen (fsguard.rmwalk). Strict: a fix
+# turns them into XPASS failures, and the entry is removed.
+_GAPS_314 = {
+    "handler:contextlib_suppress",
+    "handler:suppress_base_class",
+    "handler:unittest_assert_raises_context",
+    "handler:unittest_assert_raises_callable",
+    "handler:contextmanager_helper",
+    "handler:suppress_around_a_handler_that_reraises",
+    "rmtree_retry:same",
+}
+KNOWN_GAPS: dict[tuple[int, ...], set[str]] = {(3, 14): _GAPS_314, (3, 15): _GAPS_314}
+
+
+def _known_gap(request: pytest.FixtureRequest, venv: Venv, key: str) -> None:
+    version = tuple(int(n) for n in venv.version.split("."))
+    if key in KNOWN_GAPS.get(version, set()):
+        reason = f"known gap on CPython {venv.version}: {key} (see KNOWN_GAPS)"
+        request.node.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+
+
 @pytest.mark.parametrize("name", list(handlers.rows.ROWS))
-def test_handler_row(venv: Venv, handler_outcomes: handlers.Outcomes, name: str) -> None:
+def test_handler_row(
+    request: pytest.FixtureRequest, venv: Venv, handler_outcomes: handlers.Outcomes, name: str
+) -> None:
+    _known_gap(request, venv, f"handler:{name}")
     assert handler_outcomes["force"]["meta"]["python"] == [int(n) for n in venv.version.split(".")]
     handlers.check_row(handler_outcomes, name)
 
@@ -244,9 +270,12 @@ def test_race(venv: Venv, tmp_path: Path, race: races.Race) -> None:
 
 
 @pytest.mark.parametrize("variant", ["same", "replace"])
-def test_rmtree_retry_of_a_directory_that_gained_entries(venv: Venv, variant: str) -> None:
+def test_rmtree_retry_of_a_directory_that_gained_entries(
+    request: pytest.FixtureRequest, venv: Venv, variant: str
+) -> None:
     """The retry must know the directory the walk emptied from this version's rmtree ("replace": a peer's
     new directory standing there is left alone)."""
+    _known_gap(request, venv, f"rmtree_retry:{variant}")
     races.check_rmtree_retry(venv.python, variant)
 
 

@@ -11,8 +11,10 @@ Arms, each ``python -c pass`` (or ``import wrapt``) in a fresh venv, run interle
 
 fsguard's own share (target <= 5 ms) is measured twice:
 
-* wall time: enabled minus ``import wrapt`` in the same venv, paired round by round (both arms run in every
-  round, so slow drift of the machine cancels), median over the rounds;
+* wall time: enabled minus disabled in the same venv, paired round by round (both arms run in every round,
+  so slow drift of the machine cancels), median over the rounds: everything enabling costs, wrapt's
+  extension included (since issue 37 enabled start-up imports that alone, not the whole wrapt package, which
+  a program pays only when it imports wrapt itself: the ``import wrapt`` arms);
 * ``-X importtime``: the self time of every module the enabled run imports that ``import wrapt`` alone
   does not (fsguard's modules and what only they pull in). Whichever of fsguard and wrapt imports a module
   both need first, it counts as wrapt's, so the figure does not depend on import order. Import time only:
@@ -21,7 +23,15 @@ fsguard's own share (target <= 5 ms) is measured twice:
 With ``--wrapt`` specs (default 2.1.* and 2.5.*) the enabled and wrapt arms are repeated in venvs with that
 wrapt from the package index; they are reported as n/a when it cannot be reached.
 
-Run: ``python bench/startup.py [--runs N] [--quick] [--json FILE]``.
+Paired ratios (issue 37, 40): in every round each arm runs once, so the ratio of two arms is taken round by
+round and its median reported: enabled (``FSGUARD=1`` + torchrun's variables) against a bare interpreter (not
+installed; target <= 2.0), disabled against not installed (target <= 1.03).
+
+``--python PATH`` measures another interpreter (venvs made with it, wrapt from the package index). From 3.15
+(PEP 829) it adds the arms of the wheel for 3.18+ (``fsguard.start`` beside the ``.pth``): disabled and
+enabled, to show what any ``.start`` file costs every interpreter (``pkgutil``) against the default wheel.
+
+Run: ``python bench/startup.py [--runs N] [--quick] [--python PATH] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ if __package__ in (None, ""):
     __package__ = "bench"
 
 from bench import _common as common
+from tests.support import venvs as _venvs
 
 
 @dataclass
@@ -137,9 +148,33 @@ def import_shares(stderr: str, wrapt_alone: set[str]) -> dict[str, Any]:
 # --- the benchmark ------------------------------------------------------------------------------------
 
 
-def _arms(ws: common.Workspace, wrapt_specs: list[str]) -> tuple[list[Arm], dict[str, str]]:
-    plain = ws.venv("plain", fsguard=False)
-    guarded = ws.venv("fsguard")
+def _version(python: Path) -> tuple[int, int]:
+    done = subprocess.run(
+        [str(python), "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True, check=True
+    )
+    major, minor = done.stdout.split()
+    return int(major), int(minor)
+
+
+def _other_python(ws: common.Workspace, base: Path) -> tuple[Path, Path, Path | None]:
+    """(not installed, default wheel, wheel for 3.18+ or None before 3.15) venvs made with ``base``."""
+    wrapt = f"wrapt=={common.machine()['wrapt']}"
+    plain = _venvs.make_venv(ws.path / "other-plain", None, wrapt=wrapt, base=base)
+    guarded = _venvs.make_venv(ws.path / "other-fsguard", ws.wheel(), wrapt=wrapt, base=base)
+    if _version(base) < (3, 15):
+        return plain, guarded, None
+    start_wheel = _venvs.build_wheel(ws.path / "wheel-start", flavour="start")
+    start = _venvs.make_venv(ws.path / "other-start", start_wheel, wrapt=wrapt, base=base)
+    return plain, guarded, start
+
+
+def _arms(ws: common.Workspace, wrapt_specs: list[str], python: Path | None = None) -> tuple[list[Arm], dict[str, str]]:
+    start: Path | None = None
+    if python is None:
+        plain, guarded = ws.venv("plain", fsguard=False), ws.venv("fsguard")
+    else:
+        plain, guarded, start = _other_python(ws, python)
+        wrapt_specs = []
     if plain is None or guarded is None:
         raise RuntimeError("cannot make the benchmark venvs")
     arms = [
@@ -151,6 +186,10 @@ def _arms(ws: common.Workspace, wrapt_specs: list[str]) -> tuple[list[Arm], dict
         Arm("wrapt", "not installed, import wrapt", plain, {}, "import wrapt"),
         Arm("wrapt_here", "installed, FSGUARD unset, import wrapt", guarded, {}, "import wrapt"),
     ]
+    if start is not None:
+        arms.append(Arm("start_disabled", "wheel for 3.18+ (.start), FSGUARD unset", start, {}))
+        torchrun = {"FSGUARD": "1", **common.TORCHRUN_ENV}
+        arms.append(Arm("start_torchrun", "wheel for 3.18+ (.start), FSGUARD=1 + torchrun env", start, torchrun))
     versions = {"installed": common.machine()["wrapt"]}
     for spec in wrapt_specs:
         python = ws.venv(f"fsguard-wrapt-{spec}", wrapt=f"wrapt=={spec}")
@@ -176,10 +215,16 @@ def _wrapt_arm(key: str) -> str:
 
 
 def run(
-    ws: common.Workspace, *, runs: int = 40, importtime_runs: int = 10, wrapt_specs: list[str] | None = None
+    ws: common.Workspace,
+    *,
+    runs: int = 40,
+    importtime_runs: int = 10,
+    wrapt_specs: list[str] | None = None,
+    python: Path | None = None,
 ) -> dict[str, Any]:
     specs = ["2.1.*", "2.5.*"] if wrapt_specs is None else wrapt_specs
-    arms, versions = _arms(ws, specs)
+    specs = [] if python is not None else specs
+    arms, versions = _arms(ws, specs, python)
     rng = random.Random(2)
     with tempfile.TemporaryDirectory(prefix="fsguard-startup-") as cwd:
         for arm in arms:  # warm the page cache and the bytecode caches; not counted
@@ -212,11 +257,32 @@ def run(
     ms = {arm.key: common.median(arm.wall_s) * 1000 for arm in arms}
 
     def wall_share(enabled: str) -> float:
-        """Median over the rounds of (enabled - import wrapt in the same venv), ms."""
-        pairs = zip(by_key[enabled].wall_s, by_key[_wrapt_arm(enabled)].wall_s, strict=True)
+        """Median over the rounds of (enabled - disabled in the same venv), ms."""
+        disabled = f"disabled@{enabled.split('@', 1)[1]}" if "@" in enabled else "disabled"
+        pairs = zip(by_key[enabled].wall_s, by_key[disabled].wall_s, strict=True)
         return common.median(a - b for a, b in pairs) * 1000
 
+    def paired(arm: str, against: str) -> float:
+        """Median over the rounds of arm / against (both ran in every round)."""
+        pairs = zip(by_key[arm].wall_s, by_key[against].wall_s, strict=True)
+        return common.median(a / b for a, b in pairs)
+
+    pairs = {
+        "disabled_vs_absent": paired("disabled", "absent"),
+        "enabled_vs_bare": paired("torchrun", "absent"),
+        "force_vs_bare": paired("force", "absent"),
+    }
+    if "start_disabled" in by_key:
+        pairs["start_disabled_vs_absent"] = paired("start_disabled", "absent")
+        pairs["start_enabled_vs_bare"] = paired("start_torchrun", "absent")
+
     summary: dict[str, Any] = {
+        "python": subprocess.run(
+            [str(by_key["absent"].python), "-c", "import sys; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip(),
+        "paired": pairs,
         "disabled_ratio": ms["disabled"] / ms["absent"],
         "no_launcher_ratio": ms["no_launcher"] / ms["disabled"],
         "enabled_ratio": ms["force"] / ms["disabled"],
@@ -276,6 +342,17 @@ def render(result: dict[str, Any]) -> str:
         common.table(["arm", "median", "min", "vs not installed"], rows),
         "",
     ]
+    p = s["paired"]
+    lines.append(
+        f"  paired (median of per-round ratios, Python {s['python']}): enabled (FSGUARD=1 + torchrun env) / bare "
+        f"{p['enabled_vs_bare']:.3f} (target <= 2.0), FSGUARD=force / bare {p['force_vs_bare']:.3f}, "
+        f"disabled / not installed {p['disabled_vs_absent']:.3f} (target <= 1.03)"
+    )
+    if "start_disabled_vs_absent" in p:
+        lines.append(
+            f"  wheel for 3.18+ (.start) on this Python: disabled / not installed {p['start_disabled_vs_absent']:.3f},"
+            f" enabled / bare {p['start_enabled_vs_bare']:.3f}"
+        )
     lines.append(
         f"  disabled / not installed:     {s['disabled_ratio']:.3f}  (target <= 1.01; "
         f"fsguard/wrapt modules imported when disabled: {', '.join(s['disabled_imports']) or 'none'})"
@@ -286,11 +363,12 @@ def render(result: dict[str, Any]) -> str:
         f"{s['enabled_torchrun_ratio']:.3f} (FSGUARD=1 + torchrun env)"
     )
     lines.append(
-        f"  wrapt {s['wrapt_versions']['installed']} share:  {s['wrapt_import_ms']:.1f} ms wall, "
-        f"{s['wrapt_importtime_ms']:.1f} ms -X importtime"
+        f"  import wrapt {s['wrapt_versions']['installed']} (whole package): {s['wrapt_import_ms']:.1f} ms wall; "
+        f"what enabled start-up imports of wrapt: {s['wrapt_importtime_ms']:.1f} ms -X importtime"
     )
     lines.append(
-        f"  fsguard's own share:          {s['fsguard_own_wall_ms']:.1f} ms wall "
+        f"  fsguard's own share (enabled - disabled, wrapt's extension included): "
+        f"{s['fsguard_own_wall_ms']:.1f} ms wall "
         f"({s['fsguard_own_wall_torchrun_ms']:.1f} ms with torchrun env), "
         f"{s['fsguard_own_importtime_ms']:.1f} ms -X importtime  (target <= 5 ms)"
     )
@@ -340,13 +418,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a few runs, no extra wrapt venvs (smoke test)")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--python", type=Path, help="measure this interpreter (e.g. /opt/python3.15/bin/python3.15)")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.importtime_runs, args.wrapt = 2, 1, args.wrapt or []
     info = common.machine()
     print(common.machine_line(info), flush=True)
     with common.Workspace() as ws:
-        result = run(ws, runs=args.runs, importtime_runs=args.importtime_runs, wrapt_specs=args.wrapt)
+        result = run(
+            ws, runs=args.runs, importtime_runs=args.importtime_runs, wrapt_specs=args.wrapt, python=args.python
+        )
     print(render(result))
     if args.json:
         common.write_json(args.json, {"machine": info, "startup": result})

@@ -11,20 +11,22 @@ import sys
 
 from ._warn import OFF, warn
 
-# Whether ``start`` ran: the one mark of process state kept outside ``fsguard.state``, because importing that
-# module (threading, collections) would cost every interpreter started with FSGUARD=1 and no launcher.
-_started: list[bool] = []
+# Whether ``start`` ran, and from which start-up file (``fsguard status``): the one mark of process state kept
+# outside ``fsguard.state``, because importing that module (threading, collections) would cost every
+# interpreter started with FSGUARD=1 and no launcher.
+_started: list[str] = []
 
 
-def start() -> None:
+def start(via: str = "fsguard.start") -> None:
     """Decide from the environment whether to patch, and patch. Safe to call any number of times.
 
-    Python 3.15+ calls this directly from ``fsguard.start`` (the ``.pth`` line is then skipped), so the
-    "off" test comes first: disabled, it costs importing this module and the package, nothing more.
+    Python 3.15+ calls this directly from ``fsguard.start`` (with no argument; the ``.pth`` line is then
+    skipped), so the "off" test comes first: disabled, it costs importing this module and the package, nothing
+    more. The ``.pth`` line passes ``via="fsguard.pth"``.
     """
     if _started or os.environ.get("FSGUARD", "").strip().lower() in OFF:
         return
-    _started.append(True)
+    _started.append(via)
     try:
         _start()
     except ImportError as error:
@@ -50,3 +52,8 @@ def _start() -> None:
     from . import patching
 
     patching.install(settings.ops, settings=settings)
+
+
+def started_by() -> str | None:
+    """The start-up file that ran ``start`` in this process (``fsguard.pth`` or ``fsguard.start``), if any."""
+    return _started[0] if _started else None

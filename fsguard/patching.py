@@ -8,15 +8,12 @@ The rules (``fsguard.guards``) and the evidence they ask are imported at the fir
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import sys
-import threading
 import time
+from _thread import _local as local  # threading.local itself, without importing threading (fsguard/state.py)
 
-import wrapt
-
-from . import config, launcher
+from . import _later, _wrapt, config, launcher
 from .calls import Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
 from .state import STATE, Busy, busy
 
@@ -26,21 +23,25 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
+    import wrapt
+
     from .guards import Rules, Verdict, World
 
-# operation -> (module, attribute, name by which pickles refer to it)
-TARGETS: dict[str, tuple[ModuleType, str, str]] = {
-    "makedirs": (os, "makedirs", "os:makedirs"),
-    "rename": (os, "rename", "os:rename"),
-    "replace": (os, "replace", "os:replace"),
-    "rmtree": (shutil, "rmtree", "shutil:rmtree"),
-    "remove": (os, "remove", "os:remove"),
-    "unlink": (os, "unlink", "os:unlink"),  # not an operation name: guarded with "remove", as "remove"
-    "rmdir": (os, "rmdir", "os:rmdir"),
-    "mkdir": (os, "mkdir", "os:mkdir"),
-    "symlink": (os, "symlink", "os:symlink"),
-    "link": (os, "link", "os:link"),
+# operation -> (module name, attribute, name by which pickles refer to it)
+TARGETS: dict[str, tuple[str, str, str]] = {
+    "makedirs": ("os", "makedirs", "os:makedirs"),
+    "rename": ("os", "rename", "os:rename"),
+    "replace": ("os", "replace", "os:replace"),
+    "rmtree": ("shutil", "rmtree", "shutil:rmtree"),  # wrapped when the program imports shutil (fsguard/_later.py)
+    "remove": ("os", "remove", "os:remove"),
+    "unlink": ("os", "unlink", "os:unlink"),  # not an operation name: guarded with "remove", as "remove"
+    "rmdir": ("os", "rmdir", "os:rmdir"),
+    "mkdir": ("os", "mkdir", "os:mkdir"),
+    "symlink": ("os", "symlink", "os:symlink"),
+    "link": ("os", "link", "os:link"),
 }
+# target -> the hook that wraps it when its module is first imported (shutil, where the program has not yet)
+_PENDING: dict[str, _later.AfterImport] = {}
 _ALSO = {"remove": ("unlink",)}  # operation -> further attributes guarded under its name
 
 
@@ -97,8 +98,8 @@ _PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method 
 
 if TYPE_CHECKING:
     _Wrapper = wrapt.FunctionWrapper[Any, Any]
-else:  # older wrapt releases are not subscriptable at run time
-    _Wrapper = wrapt.FunctionWrapper
+else:  # wrapt's type without wrapt's package imports (fsguard/_wrapt.py); not subscriptable at run time
+    _Wrapper = _wrapt.function_wrapper()
 
 
 class GuardedFunction(_Wrapper):
@@ -358,7 +359,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
 
 # The leaf a guarded mkdir, called by the standard makedirs, found already there (per thread): read by the
 # makedirs(exist_ok=True) around it, which set it to None before the call.
-_found = threading.local()
+_found = local()
 
 
 def _stays_raised(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -444,10 +445,10 @@ def _takes_onexc(function: Any) -> bool:
         return False
 
 
-def _rmtree_wrapper() -> Callable[..., Any]:
+def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
     remember = STATE.memory.append
     state = STATE
-    use_onexc = _takes_onexc(shutil.rmtree)
+    use_onexc = _takes_onexc(rmtree)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if busy() or sys.meta_path is None:  # (shutting down: unguarded)
@@ -504,35 +505,59 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
         wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in config.ALL_OPS]
         for op in wanted:
             for target in (op, *_ALSO.get(op, ())):
-                if target in STATE.originals:
+                if target in STATE.originals or target in _PENDING:
                     continue
-                module, attribute, qualified = TARGETS[target]
-                original = getattr(module, attribute)
-                wrapper = _rmtree_wrapper() if op == "rmtree" else _path_wrapper(op)
-                STATE.originals[target] = original
-                guarded = GuardedFunction(original, wrapper, qualified)
-                setattr(module, attribute, guarded)
-                _swap_in_pathlib(original, guarded)
+                hook = _later.after_import(TARGETS[target][0], _wrapping(op, target))
+                if hook is not None:
+                    _PENDING[target] = hook
         return installed()
+
+
+def _wrapping(op: str, target: str) -> Callable[[ModuleType], None]:
+    def then(module: ModuleType) -> None:
+        _wrap(op, target, module)
+
+    return then
+
+
+def _wrap(op: str, target: str, module: ModuleType) -> None:
+    """Replace ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function (now, or at the
+    import of its module: then under the import's own module lock, before anyone else can see the module)."""
+    with STATE.lock:
+        _PENDING.pop(target, None)
+        if target in STATE.originals:
+            return
+        _, attribute, qualified = TARGETS[target]
+        original = getattr(module, attribute)
+        wrapper = _rmtree_wrapper(original) if op == "rmtree" else _path_wrapper(op)
+        STATE.originals[target] = original
+        guarded = GuardedFunction(original, wrapper, qualified)
+        setattr(module, attribute, guarded)
+        _swap_in_pathlib(original, guarded)
 
 
 def uninstall(ops: Iterable[str] | None = None) -> None:
     """Put back the exact original objects of the named operations (default: all). With none left patched,
     the process state is back to "never installed" (settings, launch, serializer, rules)."""
     with STATE.lock:
-        for op in list(STATE.originals) if ops is None else [t for name in ops for t in (name, *_ALSO.get(name, ()))]:
+        every = [*STATE.originals, *_PENDING]
+        for op in every if ops is None else [t for name in ops for t in (name, *_ALSO.get(name, ()))]:
+            hook = _PENDING.pop(op, None)
+            if hook is not None:
+                hook.cancel()
             original = STATE.originals.pop(op, None)
             if original is not None:
-                module, attribute, _ = TARGETS[op]
+                module_name, attribute, _ = TARGETS[op]
+                module = sys.modules[module_name]
                 _swap_in_pathlib(getattr(module, attribute), original)
                 setattr(module, attribute, original)
-        if not STATE.originals:
+        if not STATE.originals and not _PENDING:
             STATE.reset()
 
 
 def _swap_in_pathlib(old: Any, new: Any) -> None:
     """Python 3.10's pathlib calls os through ``_NormalAccessor``, whose attributes it took from os on import
-    (wrapt's import brings pathlib in before fsguard patches): ``Path.mkdir`` and the others follow os."""
+    (where the program imported pathlib before fsguard patched): ``Path.mkdir`` and the others follow os."""
     accessor = getattr(sys.modules.get("pathlib"), "_NormalAccessor", None)
     if accessor is not None:
         for name, value in list(vars(accessor).items()):
@@ -541,14 +566,16 @@ def _swap_in_pathlib(old: Any, new: Any) -> None:
 
 
 def installed() -> list[str]:
-    return [op for op in config.ALL_OPS if op in STATE.originals]
+    """The operations patched: wrapped, or to be wrapped at their module's first import (``shutil.rmtree``)."""
+    return [op for op in config.ALL_OPS if op in STATE.originals or op in _PENDING]
 
 
 def original(op: str) -> Any:
     """The unpatched function of an operation, patched or not."""
+    module_name, attribute, _ = TARGETS[op]
+    module = __import__(module_name)  # a pending wrap happens here, at the module's first import
     if op in STATE.originals:
         return STATE.originals[op]
-    module, attribute, _ = TARGETS[op]
     return getattr(module, attribute)
 
 

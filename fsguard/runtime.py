@@ -31,12 +31,11 @@ def site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tupl
 
         package = os.path.dirname(os.path.abspath(__file__)) + os.sep
         own = {package}
-        try:
-            import wrapt
-
-            own.add(os.path.dirname(os.path.abspath(wrapt.__file__)) + os.sep)
-        except Exception:  # noqa: BLE001
-            pass
+        # wrapt's directory, from the module fsguard loaded (``import wrapt`` would run the whole package)
+        wrapt = sys.modules.get("wrapt._wrappers") or sys.modules.get("wrapt")
+        location = getattr(wrapt, "__file__", None)
+        if location:
+            own.add(os.path.dirname(os.path.abspath(location)) + os.sep)
         applications = (package + "demo" + os.sep, package + "cli" + os.sep)
         paths = sysconfig.get_paths()
         stdlib = set()

@@ -25,17 +25,25 @@ a hook registered here at the first section waits for the sections of other thre
 
 from __future__ import annotations
 
-import collections
 import os
-import threading
 import time
+
+# The C types that ``threading`` and ``collections`` hand out (``threading.RLock()`` is ``_thread.RLock``,
+# ``threading.local`` is ``_thread._local``, ``collections.deque`` is ``_collections.deque``), taken from the
+# built-in modules: importing ``threading`` (functools, collections) costs an enabled interpreter's start-up
+# about a quarter of a bare interpreter's (issue 37).
+from _thread import RLock, allocate_lock, get_ident
+from _thread import _local as local
 
 from . import config, launcher
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
+    from collections import deque
     from collections.abc import Callable
     from typing import Any
+else:
+    from _collections import deque
 
 MEMORY_SIZE = 4096
 # mkdir and makedirs calls waiting for the next decision to index them (fsguard.memory keeps the directories
@@ -90,7 +98,7 @@ class Writer:
     )
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()  # around each record's writing; held across a fork (see records)
+        self.lock = RLock()  # around each record's writing; held across a fork (see records)
         self.held_for_fork = False
         self.logger: Any = None  # the ``fsguard`` logging.Logger, once a record is written
         self.handler: Any = None  # fsguard's own stderr logging.StreamHandler
@@ -121,13 +129,13 @@ class State:
     )
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()  # install/uninstall
+        self.lock = RLock()  # install/uninstall
         # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): see fsguard.memory
-        self.memory: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=MEMORY_SIZE)
+        self.memory: deque[tuple[Any, ...]] = deque(maxlen=MEMORY_SIZE)
         # the same entries for mkdir and makedirs (they are not in ``memory``): see fsguard.memory
-        self.dirs: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=DIRS_SIZE)
+        self.dirs: deque[tuple[Any, ...]] = deque(maxlen=DIRS_SIZE)
         self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
-        self.index_lock = threading.Lock()  # decisions of several threads index and read together
+        self.index_lock = allocate_lock()  # decisions of several threads index and read together
         self.originals: dict[str, Any] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
         self.nonce = os.urandom(4).hex()  # random per process, renewed at fork: fsguard.locks' tokens
         self.writer = Writer()
@@ -146,7 +154,7 @@ class State:
 
 STATE = State()
 
-_local = threading.local()
+_local = local()
 
 
 def busy() -> bool:
@@ -200,7 +208,9 @@ class _Gate:
     __slots__ = ("cond", "held", "inside", "late", "passed", "sections")
 
     def __init__(self) -> None:
-        self.cond = threading.Condition(threading.Lock())
+        import threading  # at the first section only (serialized mode, torch imported): not at start-up
+
+        self.cond = threading.Condition(allocate_lock())
         self.inside: dict[int, list[int]] = {}  # thread ident -> [sections it is in (they nest), outermost's number]
         self.sections = 0  # sections started so far: each outermost one is numbered
         self.passed = 0  # sections up to this number no longer hold a fork back (``FORK_WAIT_S`` spent on them)
@@ -208,7 +218,7 @@ class _Gate:
         self.late: tuple[float, list[int]] | None = None  # (waited, threads inside) when a fork gave up waiting
 
 
-_gate = _Gate()
+_gate: _Gate | None = None  # made at the first section (``_hook_gate``), made afresh in a forked child
 
 
 class Unforkable:
@@ -219,10 +229,8 @@ class Unforkable:
     __slots__ = ("_gate", "_ident")
 
     def __enter__(self) -> None:
-        self._gate, self._ident = _gate, threading.get_ident()
+        self._gate, self._ident = _gate or _hook_gate(), get_ident()
         with self._gate.cond:
-            if not _gate_hooked:
-                _hook_gate()
             mine = self._gate.inside.get(self._ident)
             if mine is None:
                 self._gate.sections += 1
@@ -243,16 +251,23 @@ class Unforkable:
                 gate.cond.notify_all()
 
 
+_gate_making = allocate_lock()
 _gate_hooked: list[bool] = []
 
 
-def _hook_gate() -> None:
-    """Register the gate's side of the at-fork hook at the first section, not at startup: hooks run newest first
-    before a fork, so a fork then waits for the sections before it takes the locks of hooks registered earlier
-    (``logging``'s, which torch imports, and ``fsguard.records``' when a record was written already); a section
-    that logs then never waits for the fork that waits for it. Either order is bounded."""
-    _gate_hooked.append(True)
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+def _hook_gate() -> _Gate:
+    """Make the gate, and register its side of the at-fork hook, at the first section, not at startup: hooks
+    run newest first before a fork, so a fork then waits for the sections before it takes the locks of hooks
+    registered earlier (``logging``'s, which torch imports, and ``fsguard.records``' when a record was written
+    already); a section that logs then never waits for the fork that waits for it. Either order is bounded."""
+    global _gate
+    with _gate_making:
+        if _gate is None:
+            _gate = _Gate()
+        if not _gate_hooked:  # a forked child keeps its parent's hooks
+            _gate_hooked.append(True)
+            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+        return _gate
 
 
 def _holding_back(gate: _Gate, me: int) -> list[int]:
@@ -262,12 +277,14 @@ def _holding_back(gate: _Gate, me: int) -> list[int]:
 
 def _before_fork() -> None:
     gate = _gate
+    if gate is None:
+        return
     started = time.monotonic()
     gate.late = None
     gate.held = gate.cond.acquire(timeout=FORK_WAIT_S)
     if not gate.held:
         return
-    me = threading.get_ident()
+    me = get_ident()
     while _holding_back(gate, me):
         left = started + FORK_WAIT_S - time.monotonic()
         if left <= 0:
@@ -279,6 +296,8 @@ def _before_fork() -> None:
 
 def _after_fork_in_parent() -> None:
     gate = _gate
+    if gate is None:
+        return
     if gate.held:
         gate.held = False
         gate.cond.release()
@@ -290,6 +309,8 @@ def _after_fork_in_parent() -> None:
 
 def _forked_late(waited: float, idents: list[int]) -> None:
     """The record of a fork that went on while other threads were still inside ``Unforkable`` sections."""
+    import threading
+
     names = sorted(t.name for t in threading.enumerate() if t.ident in idents)
     from . import runtime
 
@@ -307,8 +328,9 @@ def _forked_late(waited: float, idents: list[int]) -> None:
 
 def _after_fork_in_child() -> None:
     global _gate
-    _gate = _Gate()  # the threads inside a section (and a cond lock held for the fork) are the parent's
-    STATE.lock = threading.RLock()
+    if _gate is not None:
+        _gate = _Gate()  # the threads inside a section (and a cond lock held for the fork) are the parent's
+    STATE.lock = RLock()
     STATE.nonce = os.urandom(4).hex()
     for reset in _child_resets:
         try:

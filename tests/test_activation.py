@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from fsguard.config import ALL_OPS
 from tests.conftest import TORCHRUN_ENV, clean_env, run_python
+from tests.support import venvs
 
 STATE = """
 import json, os, shutil, sys
@@ -45,11 +47,68 @@ def test_disabled_imports_nothing(fsguard_python: Path, value: str | None) -> No
     assert "fsguard:" not in result.stderr
 
 
-def test_pth_is_installed_at_site_packages_root(fsguard_python: Path) -> None:
+PTH_WHEEL_TAG = "-py310.py311.py312.py313.py314.py315.py316.py317-none-any.whl"
+
+
+def test_pth_is_installed_at_site_packages_root(fsguard_python: Path, wheel: Path) -> None:
+    """The wheel built on 3.11 is the one for 3.10-3.17: the ``.pth`` alone (issue 40: a ``.start`` file costs
+    every 3.15+ interpreter CPython's ``pkgutil`` import, fsguard enabled or not)."""
     result = run_python(fsguard_python, "import sysconfig; print(sysconfig.get_path('purelib'))")
     site = Path(result.stdout.strip())
     assert (site / "fsguard.pth").read_text().startswith("import os;")
-    assert (site / "fsguard.start").read_text().strip() == "fsguard._boot:start"
+    assert not (site / "fsguard.start").exists()
+    assert wheel.name.endswith(PTH_WHEEL_TAG)
+
+
+def test_the_wheel_for_318_carries_the_start_file(tmp_path: Path) -> None:
+    """From 3.18 ``.pth`` import lines are ignored (PEP 829): that wheel has ``fsguard.start`` beside the
+    ``.pth`` (which still starts fsguard before 3.15), tagged ``py3``."""
+    built = venvs.build_wheel(tmp_path / "out", flavour="start")
+    assert built.name.endswith("-py3-none-any.whl")
+    with zipfile.ZipFile(built) as archive:
+        assert archive.read("fsguard.start").decode().strip() == "fsguard._boot:start"
+        assert archive.read("fsguard.pth").decode().startswith("import os;")
+
+
+def test_installers_pick_the_start_wheel_only_where_pth_lines_are_ignored(tmp_path: Path) -> None:
+    """With both wheels published, pip takes the most specific tag: the ``.pth`` wheel up to 3.17, the
+    ``.start`` wheel from 3.18 (whose list of tags puts ``py3`` before ``py317``)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    for flavour in ("pth", "start"):
+        built = venvs.build_wheel(tmp_path / flavour, flavour=flavour)
+        built.rename(index / built.name)
+    picked = {}
+    for version in ("3.10", "3.15", "3.17", "3.18", "3.20"):
+        where = tmp_path / f"got{version}"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "--find-links",
+                str(index),
+                "--python-version",
+                version,
+                "-d",
+                str(where),
+                "fsguard",
+            ],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        (got,) = where.glob("*.whl")
+        picked[version] = "pth" if got.name.endswith(PTH_WHEEL_TAG) else "start"
+    assert picked == {"3.10": "pth", "3.15": "pth", "3.17": "pth", "3.18": "start", "3.20": "start"}
 
 
 @pytest.mark.parametrize("value", ["1", "true", "on", "yes", "TRUE"])
@@ -345,6 +404,7 @@ def test_status_json_reports_launcher_and_settings(fsguard_python: Path) -> None
         "link",
     ]
     assert info["pth"] and info["pth"][0].endswith("fsguard.pth")
+    assert info["startup"] == {"file": info["pth"][0], "ran": "fsguard.pth"}  # 3.11: the .pth line started it
     settle = next(s for s in info["settings"] if s["name"] == "FSGUARD_SETTLE_S")
     assert settle == {
         "name": "FSGUARD_SETTLE_S",
@@ -359,6 +419,29 @@ def test_status_json_reports_launcher_and_settings(fsguard_python: Path) -> None
     info = json.loads(agent.stdout)
     assert info["launcher_process"] is True and info["would_patch"] is False, info
     assert "launcher's own agent" in info["reason"]
+
+
+def test_status_names_the_startup_file(fsguard_python: Path) -> None:
+    """Which start-up file this interpreter runs, and whether it started fsguard in this process."""
+    off = _status(fsguard_python, {}, "--json")
+    info = json.loads(off.stdout)
+    assert info["startup"] == {"file": info["pth"][0], "ran": None}
+    human = _status(fsguard_python, {"FSGUARD": "1", **TORCHRUN_ENV})
+    assert "startup:     fsguard.pth (ran in this process: fsguard.pth)" in human.stdout, human.stdout
+
+
+def test_startup_file_by_python_version(tmp_path: Path) -> None:
+    """PEP 829: a ``.start`` beside the ``.pth`` runs from 3.15; a ``.pth`` alone runs nothing from 3.18."""
+    from fsguard.cli.status import startup_file
+
+    pth = tmp_path / "fsguard.pth"
+    pth.write_text("import os\n")
+    assert startup_file([str(pth)], (3, 15))["file"] == str(pth)
+    assert startup_file([str(pth)], (3, 18))["file"] is None
+    (tmp_path / "fsguard.start").write_text("fsguard._boot:start\n")
+    assert startup_file([str(pth)], (3, 14))["file"] == str(pth)
+    assert startup_file([str(pth)], (3, 15))["file"] == str(tmp_path / "fsguard.start")
+    assert startup_file([str(pth)], (3, 18))["file"] == str(tmp_path / "fsguard.start")
 
 
 def test_status_lists_problems(fsguard_python: Path) -> None:

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fsguard"
 LAYERS: list[tuple[str, ...]] = [
     ("fsguard._values", "fsguard._version", "fsguard._warn", "fsguard.waiting"),  # leaves: import nothing of fsguard
     ("fsguard.demo",),  # standard library only, besides the leaves
+    ("fsguard._later", "fsguard._wrapt"),  # start-up's import helpers: a module's first import, wrapt's extension
     ("fsguard.calls",),  # one call's arguments, decoded: the only module that knows the signatures
     ("fsguard.config", "fsguard.launcher", "fsguard.mounts"),  # mounts: what each filesystem honours
     ("fsguard.state",),  # the one process state and the one at-fork hook

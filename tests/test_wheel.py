@@ -27,8 +27,10 @@ from tests.support.venvs import purelib
 
 # Each wheel `python -m build` makes (a file-name pattern) -> the files it puts at the top of site-packages, the
 # start-up hooks. The wheel an interpreter installs is the one `wheel_for` picks by its tags, as pip does.
+# On CPython < 3.18 the build makes the wheel for 3.10-3.17 (``fsguard.pth`` alone); the one for 3.18+, which adds
+# ``fsguard.start``, is built with ``FSGUARD_WHEEL=start`` (hatch_build.py; tests/test_activation.py checks it).
 SHIPPED: dict[str, tuple[str, ...]] = {
-    "fsguard-*-py3-none-any.whl": ("fsguard.pth", "fsguard.start"),
+    "fsguard-*-py310.py311.py312.py313.py314.py315.py316.py317-none-any.whl": ("fsguard.pth",),
 }
 CONSOLE_SCRIPT = "fsguard = fsguard.cli.__main__:main"
 REQUIRES = ("Requires-Dist: wrapt>=1.14", "Requires-Python: >=3.10")

@@ -41,6 +41,29 @@ def _pth_locations() -> list[str]:
     return found
 
 
+# PEP 829: from 3.15 a ``fsguard.start`` beside ``fsguard.pth`` runs instead of the ``.pth``'s import line;
+# from 3.18 import lines of ``.pth`` files are ignored.
+START_FROM = (3, 15)
+PTH_IMPORTS_UNTIL = (3, 18)
+
+
+def startup_file(pth: list[str], version: tuple[int, ...] = tuple(sys.version_info[:2])) -> dict[str, Any]:
+    """Which start-up file this interpreter runs for fsguard (``file``: None where none would: a ``.pth``
+    alone on 3.18+), and which one ran in this process (``ran``: None where FSGUARD was off at its start)."""
+    from .. import _boot
+
+    runs: str | None = None
+    for path in pth:
+        start = path[: -len(".pth")] + ".start"
+        if version >= START_FROM and os.path.isfile(start):
+            runs = start
+        elif version < PTH_IMPORTS_UNTIL:
+            runs = path
+        if runs:
+            break
+    return {"file": runs, "ran": _boot.started_by()}
+
+
 def gather(env: Any = None, command: str | None = None) -> dict[str, Any]:
     """What startup would decide in a process of this environment: a rank's, or one started as ``command``.
 
@@ -60,10 +83,12 @@ def gather(env: Any = None, command: str | None = None) -> dict[str, Any]:
         patched_here = patching.installed()
     except Exception:  # noqa: BLE001
         patched_here = []
+    pth = _pth_locations()
     return {
         "version": __version__,
         "python": sys.executable,
-        "pth": _pth_locations(),
+        "pth": pth,
+        "startup": startup_file(pth),
         "enabled": settings.mode,
         "would_patch": active,
         "reason": why,
@@ -126,6 +151,12 @@ def run(args: argparse.Namespace) -> int:
     pth = ", ".join(info["pth"]) or "NOT FOUND in this interpreter's site-packages"
     print(f"fsguard {info['version']}  ({info['python']})")
     print(f"  .pth:        {pth}")
+    startup = info["startup"]
+    ran = f"ran in this process: {startup['ran']}" if startup["ran"] else "did not start fsguard in this process"
+    if startup["file"]:
+        print(f"  startup:     {os.path.basename(startup['file'])} ({ran})")
+    else:
+        print(f"  startup:     NONE: this Python runs no fsguard start-up file (a .pth alone on 3.18+) ({ran})")
     print(f"  enabled:     {info['enabled']}")
     print(f"  would patch: {'yes' if info['would_patch'] else 'no'} ({info['reason']})")
     launch = info["launch"]

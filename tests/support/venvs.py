@@ -51,13 +51,15 @@ if os.environ.get("COVERAGE_PROCESS_START"):
 """
 
 
-def build_wheel(out: Path) -> Path:
-    """fsguard's wheel, built from the working tree into ``out`` (emptied first)."""
+def build_wheel(out: Path, flavour: str | None = None) -> Path:
+    """fsguard's wheel, built from the working tree into ``out`` (emptied first). ``flavour``: ``pth`` (the
+    wheel for 3.10-3.17) or ``start`` (for 3.18+, with ``fsguard.start``); None: the one for this interpreter
+    (``hatch_build.py``)."""
     shutil.rmtree(out, ignore_errors=True)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
         check=True,
-        env=clean_env(),
+        env=clean_env({"FSGUARD_WHEEL": flavour} if flavour else None),
     )
     (built,) = out.glob("fsguard-*.whl")
     return built
@@ -89,16 +91,27 @@ def pip_install(python: Path, *requirements: str, timeout: float = 300) -> None:
     )
 
 
-def make_venv(where: Path, wheel: Path | None, *, wrapt: str = "link", test_deps: bool = False) -> Path:
+def make_venv(
+    where: Path, wheel: Path | None, *, wrapt: str = "link", test_deps: bool = False, base: Path | None = None
+) -> Path:
     """A fresh venv at ``where``; returns its python.
 
     ``wheel``: fsguard's wheel to install (None: a venv without fsguard). ``wrapt="link"`` links this
     interpreter's wrapt (the version under test, no network); another value is a pip requirement
     (``wrapt==2.1.*``). ``test_deps``: torch, filelock, coverage... of this environment importable after the
-    venv's own packages.
+    venv's own packages. ``base``: another interpreter to make it with (``python -m venv``, its own pip:
+    this interpreter's pip may not run under a newer Python).
     """
-    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(where)
     python = where / "bin" / "python"
+    if base is not None:
+        shutil.rmtree(where, ignore_errors=True)
+        subprocess.run([str(base), "-m", "venv", str(where)], check=True, timeout=300, capture_output=True)
+        own = [str(python), *PIP, "install", "-q", "--no-deps"]
+        for requirement in [str(wheel)] if wheel is not None else []:
+            subprocess.run([*own, requirement], check=True, env=clean_env(), capture_output=True, timeout=300)
+        subprocess.run([*own, wrapt], check=True, env=clean_env(), capture_output=True, timeout=300)
+        return python
+    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(where)
     site = purelib(python)
     if wheel is not None:
         pip_install(python, str(wheel), timeout=120)

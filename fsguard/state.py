@@ -307,23 +307,25 @@ def _after_fork_in_parent() -> None:
         _forked_late(waited, idents)
 
 
+_late_fork_reporters: list[Callable[[float, list[str]], None]] = []
+
+
+def report_late_forks(report: Callable[[float, list[str]], None]) -> Callable[[float, list[str]], None]:
+    """Call ``report(waited_s, thread_names)`` in the parent after a fork that went on while other threads were
+    still inside ``Unforkable`` sections (the record is written by the layer that opens such sections)."""
+    _late_fork_reporters.append(report)
+    return report
+
+
 def _forked_late(waited: float, idents: list[int]) -> None:
-    """The record of a fork that went on while other threads were still inside ``Unforkable`` sections."""
     import threading
 
     names = sorted(t.name for t in threading.enumerate() if t.ident in idents)
-    from . import runtime
-
-    runtime.record(
-        "fork",
-        "waited",
-        f"forked after waiting {waited:.2f} s for {', '.join(names) or 'another thread'} to finish opening a store "
-        "connection (imports, name lookups); later forks do not wait for it: a child that imports the same "
-        "modules or looks names up meanwhile may hang",
-        [],
-        waited_s=waited,
-        detail={"threads": names},
-    )
+    for report in _late_fork_reporters:
+        try:
+            report(waited, names)
+        except Exception:  # noqa: BLE001 - a failed report must not break the parent after its fork
+            pass
 
 
 def _after_fork_in_child() -> None:

@@ -134,7 +134,9 @@ def test_a_fork_waits_for_another_threads_unforkable_section_within_its_bound(
     import time
 
     from fsguard import runtime, state
+    from fsguard.locks import serializer  # writes the record of a late fork (state.report_late_forks)
 
+    assert serializer._forked_late in state._late_fork_reporters
     bound = 1.0
     records: list[tuple[str, str]] = []
     monkeypatch.setattr(state, "FORK_WAIT_S", bound)

@@ -24,7 +24,7 @@ from typing import Any
 from .. import runtime
 from ..calls import Call
 from ..runtime import busy
-from ..state import Unforkable
+from ..state import Unforkable, report_late_forks
 from ..waiting import wait_for
 from . import flight
 from .base import Backend, Held, LockTimeout, Unreachable, forkable, holder_text
@@ -34,6 +34,21 @@ WAIT_RECORD_S = 1.0  # a wait at least this long becomes part of the operation's
 
 GuardedCall = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 Choice = Callable[[], tuple[Backend, Backend | None, str | None]]  # (backend, fallback, note for stderr)
+
+
+@report_late_forks
+def _forked_late(waited: float, threads: list[str]) -> None:
+    """The record of a fork that went on while other threads were still inside ``Unforkable`` sections."""
+    runtime.record(
+        "fork",
+        "waited",
+        f"forked after waiting {waited:.2f} s for {', '.join(threads) or 'another thread'} to finish opening a "
+        "store connection (imports, name lookups); later forks do not wait for it: a child that imports the same "
+        "modules or looks names up meanwhile may hang",
+        [],
+        waited_s=waited,
+        detail={"threads": threads},
+    )
 
 
 def _imported(name: str) -> bool:

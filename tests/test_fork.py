@@ -129,12 +129,13 @@ def test_a_fork_waits_for_another_threads_unforkable_section_within_its_bound(
 ) -> None:
     """In-process: a fork waits for another thread's section to end; one that outlasts ``FORK_WAIT_S`` holds back
     one fork by the bound (then a ``waited`` record), and the next forks not at all."""
+    import importlib
     import os
     import threading
     import time
 
     from fsguard import runtime, state
-    from fsguard.locks import serializer  # writes the record of a late fork (state.report_late_forks)
+    serializer = importlib.import_module("fsguard.locks.serializer")  # writes the late fork's record
 
     assert serializer._forked_late in state._late_fork_reporters
     bound = 1.0

@@ -135,6 +135,7 @@ def test_a_fork_waits_for_another_threads_unforkable_section_within_its_bound(
     import time
 
     from fsguard import runtime, state
+
     serializer = importlib.import_module("fsguard.locks.serializer")  # writes the late fork's record
 
     assert serializer._forked_late in state._late_fork_reporters

@@ -28,7 +28,11 @@ def start(via: str = "fsguard.start") -> None:
         return
     _started.append(via)
     try:
-        _start()
+        try:
+            _start()
+        except ImportError as error:
+            if not _beside_the_site_packages(error):
+                raise
     except ImportError as error:
         warn(f"not active: cannot import {error.name or error} ({error}); running unpatched")
     except Exception as error:  # noqa: BLE001 - startup must never break an interpreter
@@ -52,6 +56,26 @@ def _start() -> None:
     from . import patching
 
     patching.install(settings.ops, settings=settings)
+
+
+def _beside_the_site_packages(error: ImportError) -> bool:
+    """Start again with the interpreter's site-packages on ``sys.path`` for the while; False where that cannot
+    help. ``site`` runs the ``.pth`` files of the user site (``pip install --user fsguard``) before it adds the
+    interpreter's own site-packages, where wrapt may be: importable a moment later. ``sys.path`` is left as
+    ``site`` will make it; the modules imported meanwhile stay imported."""
+    if (error.name or "").partition(".")[0] != "wrapt" or "site" not in sys.modules:
+        return False
+    missing = [d for d in sys.modules["site"].getsitepackages() if d not in sys.path and os.path.isdir(d)]
+    if not missing:
+        return False
+    sys.path.extend(missing)
+    try:
+        _start()
+    finally:
+        for directory in missing:
+            if directory in sys.path:
+                sys.path.remove(directory)
+    return True
 
 
 def started_by() -> str | None:

@@ -211,12 +211,6 @@ def test_pip_install_user(dist: Path, tmp_path: Path) -> None:
     check_installed(wheel_for(dist), BASE, tmp_path / "userbase" / "bin" / "fsguard", site, env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="site.main() runs the user site's .pth before the system site-packages are on sys.path: fsguard's "
-    "start-up cannot import a wrapt installed there ('fsguard: not active: cannot import wrapt'); to fix in "
-    "fsguard/_boot.py",
-)
 def test_pip_install_user_with_wrapt_in_the_system_site(dist: Path, tmp_path: Path) -> None:
     """``pip install --user fsguard`` where the system site-packages already hold wrapt: pip installs fsguard
     alone into the user site, and a rank must still be patched."""

@@ -39,7 +39,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FSGUARD_SETTLE_S", "2.0", "longest wait, in seconds, for a shared filesystem to show a peer's change"),
     Variable(
         "FSGUARD_FRESH_S",
-        "60",
+        "5",
         "a path changed up to this many seconds before the job started still counts as made by this job",
     ),
     Variable(

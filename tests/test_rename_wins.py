@@ -71,9 +71,11 @@ def test_the_rename_wins(fsguard_python: Path, tmp_path: Path, mode: str, reques
 
 ROTATION = """
     import json, os, posix, shutil, sys, time
+    from fsguard.launcher import JOB_TAG, job_tag
     out = sys.argv[1]
     def peer_tree(name):  # written by a peer rank: not made by this process's guarded calls
         posix.mkdir(os.path.join(out, name))
+        os.setxattr(os.path.join(out, name), JOB_TAG, job_tag(os.environ).encode())  # a peer's guarded mkdir's tag
         with open(os.path.join(out, name, "shard.bin"), "w") as f:
             f.write("x")
     posix.mkdir(out)

@@ -264,3 +264,22 @@ def test_a_tree_a_subprocess_made_is_no_peers(fsguard_python: Path, tmp_path: Pa
             assert decisions(base) == [], decisions(base)
     assert outcomes["with"] == outcomes["without"]
     assert os.listdir(tmp_path / "with" / "rank0") == []
+
+
+# --- fsguard status ------------------------------------------------------------------------------------------
+
+
+def test_status_says_how_a_peer_is_told(fsguard_python: Path, tmp_path: Path) -> None:
+    """``fsguard status`` names the job tag a rank writes (or says that time alone decides, and why)."""
+    import json
+
+    from tests.support.cli import run_cli
+    from tests.support.env import TORCHRUN_ENV
+
+    needs_tags(tmp_path)
+    done = run_cli(fsguard_python, "status", "--json", env={"FSGUARD": "1", **TORCHRUN_ENV}, cwd=tmp_path)
+    ident = json.loads(done.stdout)["identity"]
+    assert ident["job_tag"] == "TORCHELASTIC_RUN_ID=test;MASTER_PORT=29500", ident
+    assert ident["filesystem_keeps_tags"] is True and ident["how"].startswith("job tag (user.fsguard.job)")
+    alone = run_cli(fsguard_python, "status", env={"FSGUARD": "force"}, cwd=tmp_path)
+    assert "identity:    time only: no launcher variable names the job" in alone.stdout, alone.stdout

@@ -230,8 +230,8 @@ def _proc_start(pid: int | str) -> float | None:
     return None if found is None else found[2]
 
 
-def _launcher_ancestor(limit: int = 8) -> tuple[str, float] | None:
-    """(what, start time) of the nearest ancestor that is a launcher's agent or daemon: a process
+def _launcher_ancestor(limit: int = 8) -> tuple[str, float, int] | None:
+    """(what, start time, pid) of the nearest ancestor that is a launcher's agent or daemon: a process
     ``launcher.is_launcher_process`` recognises by its command line (torchrun, deepspeed's and accelerate's
     launchers, mpirun), or one of ``_LAUNCHER_DAEMONS`` by name."""
     from .launcher import is_launcher_process
@@ -245,7 +245,7 @@ def _launcher_ancestor(limit: int = 8) -> tuple[str, float] | None:
             return None
         name, parent, started = found
         if name in _LAUNCHER_DAEMONS:
-            return f"{name} (pid {pid})", started
+            return f"{name} (pid {pid})", started, pid
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
@@ -253,7 +253,7 @@ def _launcher_ancestor(limit: int = 8) -> tuple[str, float] | None:
             argv = []
         if argv and is_launcher_process(argv):
             program = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else os.path.basename(argv[0])
-            return f"{program} agent (pid {pid})", started
+            return f"{program} agent (pid {pid})", started, pid
         pid = parent
     return None
 
@@ -303,16 +303,19 @@ def _children(pid: int) -> list[int]:
 
 def attempt_start(launched: bool) -> float | None:
     """When this attempt of a restarted torchrun job (``TORCHELASTIC_RESTART_COUNT`` > 0) started on this node:
-    the earliest start among its agent's living workers, this process included (the agent stopped every worker
-    of the previous attempt before it started this one's; the agent itself started with the first attempt).
-    None for a first attempt, outside a launch, or where no start can be read."""
+    the earliest start among its agent's living children, the workers of this attempt (the agent stopped every
+    worker of the previous attempt before it started this one's; the agent itself started with the first
+    attempt); a worker's own subprocesses (DataLoader workers) ask the same agent. Without a launcher ancestor in
+    sight, this process's parent's children. None for a first attempt, outside a launch, or where no start can
+    be read."""
     cached = STATE.caches.attempt_start
     if cached is None:
         from .launcher import restart_count
 
         found = None
         if launched and restart_count(os.environ) > 0:
-            agent = os.getppid()
+            ancestor = _launcher_ancestor()
+            agent = ancestor[2] if ancestor is not None else os.getppid()
             pids: list[int | str] = ["self", *(_children(agent) if agent > 1 else [])]
             starts = [start for start in map(_proc_start, pids) if start is not None]
             found = min(starts) if starts else None

@@ -177,6 +177,39 @@ def test_a_restarted_attempt_is_not_a_peer(fsguard_python: Path, tmp_path: Path,
     assert list(outcomes["with"].values()) == ["attempt 0"], outcomes
 
 
+RESTARTED_PEERS = """
+    import json, os, sys, time
+    base = sys.argv[1]
+    rank = int(os.environ["RANK"])
+    if int(os.environ["TORCHELASTIC_RESTART_COUNT"]) == 0:
+        if rank == 0:
+            sys.exit(3)  # the first attempt crashes before anything is made
+        time.sleep(60)  # stopped by the agent
+    shared = os.path.join(base, "shared")
+    if rank == 1:
+        while not os.path.isdir(shared):  # rank 0 of this attempt made it first
+            time.sleep(0.01)
+    os.makedirs(shared)  # every rank makes the run's directory (exist_ok forgotten)
+"""
+
+
+def test_in_a_restarted_attempt_a_peers_directory_is_still_a_peers(fsguard_python: Path, tmp_path: Path) -> None:
+    """The attempt's start is not too late: in attempt 1, rank 1's ``os.makedirs`` of the directory rank 0 of
+    the same attempt made moments ago fails without fsguard and is absorbed with it (one record, by its tag)."""
+    needs_tags(tmp_path)
+    runs = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        runs[mode] = finish(start(fsguard_python, RESTARTED_PEERS, base, [str(base)], guarded, "--max-restarts", "1"))
+    assert runs["without"][0] != 0 and "FileExistsError" in runs["without"][1], runs["without"][1][-3000:]
+    assert runs["with"][0] == 0, runs["with"][1][-3000:]
+    records = from_log_dir(tmp_path / "with" / "log" / "job")
+    assert [(r.op, r.decision, r.rank, r.detail) for r in records] == [
+        ("makedirs", "absorbed", 1, {"identity": "job tag"})
+    ], records
+
+
 # --- a previous job's run directory and result, with the documented default --------------------------------
 
 PREVIOUS = """

@@ -59,7 +59,8 @@ def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None
 
         posix.mkdir(path)  # as a peer would: unguarded, so this process's memory has no trace of it
         try:  # and with the job tag a peer's guarded mkdir writes (fsguard.launcher.job_tag)
-            os.setxattr(path, "user.fsguard.job", ";".join(f"{k}={JOB[k]}" for k in JOB_NAMED).encode())
+            tag = ";".join([*(f"{k}={JOB[k]}" for k in JOB_NAMED), f"ino={os.lstat(path).st_ino}"])
+            os.setxattr(path, "user.fsguard.job", tag.encode())
         except OSError:
             pass  # a filesystem without extended attributes: time alone decides, as for any peer tree there
     for i in range(FILES):

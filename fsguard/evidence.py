@@ -327,9 +327,12 @@ def job_tag_of(path: str) -> str | None:
     """The job tag on the directory at ``path`` (``fsguard.launcher.job_tag``, written by the guarded mkdir or
     makedirs that created it in a job with peers): its text; ``""`` where the filesystem keeps tags and there is
     none (not made by such a call: a tool such as ``tar``, a process without fsguard); None where no tag can be
-    read (a filesystem without extended attributes, a symlink, another error)."""
+    read (a filesystem without extended attributes, another error), or where it names another inode than the
+    directory's own: copied with the attributes of another directory (``shutil.copystat``), it says nothing."""
     try:
-        return os.getxattr(path, JOB_TAG, follow_symlinks=False).decode("utf-8", "replace")
+        raw = os.getxattr(path, JOB_TAG, follow_symlinks=False).decode("utf-8", "replace")
+        job, _, ino = raw.rpartition(";ino=")
+        return job if job and ino == str(os.lstat(path).st_ino) else None
     except OSError as error:
         return "" if error.errno == errno.ENODATA else None
     except (AttributeError, TypeError, ValueError):  # no xattrs on this platform, an odd path

@@ -372,10 +372,13 @@ def _job_tag() -> bytes | None:
 
 
 def _tag(path: Any, tag: bytes) -> None:
-    """Write the job tag on a directory this call created. A filesystem without extended attributes (``ENOTSUP``),
-    a refusal (``EPERM``), anything else: no tag there, and the rules decide by time (``Rules.whose``)."""
+    """Write the job tag on a directory this call created, with its inode number: ``shutil.copystat`` (the end of
+    every ``copytree``) copies extended attributes, and a copied tag, naming another inode, must say nothing
+    (``fsguard.evidence.job_tag_of``). A filesystem without extended attributes (``ENOTSUP``), a refusal
+    (``EPERM``), anything else: no tag there, and the rules decide by time (``Rules.whose``)."""
     try:
-        os.setxattr(path, launcher.JOB_TAG, tag, follow_symlinks=False)
+        ino = os.lstat(path).st_ino
+        os.setxattr(path, launcher.JOB_TAG, b"%s;ino=%d" % (tag, ino), follow_symlinks=False)
     except (OSError, TypeError, ValueError, AttributeError):
         pass
 

@@ -316,3 +316,23 @@ def test_status_says_how_a_peer_is_told(fsguard_python: Path, tmp_path: Path) ->
     assert ident["filesystem_keeps_tags"] is True and ident["how"].startswith("job tag (user.fsguard.job)")
     alone = run_cli(fsguard_python, "status", env={"FSGUARD": "force"}, cwd=tmp_path)
     assert "identity:    time only: no launcher variable names the job" in alone.stdout, alone.stdout
+
+
+def test_a_copied_tag_says_nothing(tmp_path: Path) -> None:
+    """``shutil.copytree`` ends with ``copystat``, which copies extended attributes: the copy's top would carry
+    its source's tag (a previous job's template copied into this job's staging directory). The tag names its
+    directory's inode, so a copied one reads as no evidence (time decides), never as another job's."""
+    import shutil
+
+    from fsguard import evidence, patching
+
+    needs_tags(tmp_path)
+    template = tmp_path / "template"
+    template.mkdir()
+    patching._tag(str(template), b"TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1")
+    assert evidence.job_tag_of(str(template)) == "TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1"
+    shutil.copytree(template, tmp_path / "staging")
+    assert os.getxattr(tmp_path / "staging", "user.fsguard.job").startswith(b"TORCHELASTIC_RUN_ID=previous")
+    assert evidence.job_tag_of(str(tmp_path / "staging")) is None
+    (tmp_path / "untagged").mkdir()
+    assert evidence.job_tag_of(str(tmp_path / "untagged")) == ""

@@ -145,7 +145,7 @@ def _rules() -> Rules:
 
         launched = STATE.launch is not None
         job_start = evidence.job_start(launched)
-        peers = launched and STATE.launch is not None and STATE.launch.distributed
+        peers = STATE.launch is not None and STATE.launch.distributed
         source, attempt = evidence.job_start_source, evidence.attempt_start(launched)
         numbers = Rules(settings.settle_s, settings.fresh_s, job_start, peers, source, STATE.job, attempt)
         made = STATE.rules_for = (settings, numbers)

@@ -9,12 +9,14 @@ own ``lstat`` is already the truth: no listing, and nothing to wait for.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
 import time
 
 from . import mounts
+from .launcher import JOB_TAG  # the extended attribute guarded mkdir writes its job's tag in (fsguard.patching)
 
 # Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
 from .memory import DIRS as DIRS
@@ -91,10 +93,10 @@ def _look_own(path: str, parent: str) -> Look | None:
         return None
 
 
-def later_generation(path: str) -> str | None:
-    """The name of a sibling directory that is a later generation of ``path``'s name: the same name with
-    greater numbers in it (``checkpoint-2`` -> ``checkpoint-6``, ``global_step10`` -> ``global_step20``), from
-    the parent's fresh listing; None where there is none, or the name holds no number."""
+def generation_beside(path: str) -> str | None:
+    """The name of a sibling directory that is another generation of ``path``'s name: the same name with other
+    numbers in it (``checkpoint-2`` beside ``checkpoint-6`` or ``checkpoint-1``, ``global_step10`` beside
+    ``global_step20``), from the parent's fresh listing; None where there is none, or the name holds no number."""
     parent, name = os.path.split(path.rstrip(os.sep) or os.sep)
     stem, numbers = _generation(name)
     if not numbers:
@@ -105,7 +107,7 @@ def later_generation(path: str) -> str | None:
                 if entry.name == name:
                     continue
                 other_stem, other_numbers = _generation(entry.name)
-                if other_stem == stem and other_numbers > numbers and _kind(entry) == "dir":
+                if other_stem == stem and other_numbers != numbers and _kind(entry) == "dir":
                     return entry.name
     except OSError:
         return None
@@ -228,8 +230,8 @@ def _proc_start(pid: int | str) -> float | None:
     return None if found is None else found[2]
 
 
-def _launcher_ancestor(limit: int = 8) -> tuple[str, float] | None:
-    """(what, start time) of the nearest ancestor that is a launcher's agent or daemon: a process
+def _launcher_ancestor(limit: int = 8) -> tuple[str, float, int] | None:
+    """(what, start time, pid) of the nearest ancestor that is a launcher's agent or daemon: a process
     ``launcher.is_launcher_process`` recognises by its command line (torchrun, deepspeed's and accelerate's
     launchers, mpirun), or one of ``_LAUNCHER_DAEMONS`` by name."""
     from .launcher import is_launcher_process
@@ -243,7 +245,7 @@ def _launcher_ancestor(limit: int = 8) -> tuple[str, float] | None:
             return None
         name, parent, started = found
         if name in _LAUNCHER_DAEMONS:
-            return f"{name} (pid {pid})", started
+            return f"{name} (pid {pid})", started, pid
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
@@ -251,7 +253,7 @@ def _launcher_ancestor(limit: int = 8) -> tuple[str, float] | None:
             argv = []
         if argv and is_launcher_process(argv):
             program = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else os.path.basename(argv[0])
-            return f"{program} agent (pid {pid})", started
+            return f"{program} agent (pid {pid})", started, pid
         pid = parent
     return None
 
@@ -285,6 +287,71 @@ def __getattr__(name: str) -> str:
         found = STATE.caches.job_start
         return "this process's start" if found is None else found[1]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _children(pid: int) -> list[int]:
+    """The living children of process ``pid`` (``/proc/<pid>/task/*/children``; none where it cannot be read)."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found.extend(int(child) for child in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def attempt_start(launched: bool) -> float | None:
+    """When this attempt of a restarted torchrun job (``TORCHELASTIC_RESTART_COUNT`` > 0) started on this node:
+    the earliest start among its agent's living children, the workers of this attempt (the agent stopped every
+    worker of the previous attempt before it started this one's; the agent itself started with the first
+    attempt); a worker's own subprocesses (DataLoader workers) ask the same agent. Without a launcher ancestor in
+    sight, this process's parent's children. None for a first attempt, outside a launch, or where no start can
+    be read."""
+    cached = STATE.caches.attempt_start
+    if cached is None:
+        from .launcher import restart_count
+
+        found = None
+        if launched and restart_count(os.environ) > 0:
+            ancestor = _launcher_ancestor()
+            agent = ancestor[2] if ancestor is not None else os.getppid()
+            pids: list[int | str] = ["self", *(_children(agent) if agent > 1 else [])]
+            starts = [start for start in map(_proc_start, pids) if start is not None]
+            found = min(starts) if starts else None
+        cached = STATE.caches.attempt_start = (found,)
+    return cached[0]
+
+
+def job_tag_of(path: str) -> str | None:
+    """The job tag on the directory at ``path`` (``fsguard.launcher.job_tag``, written by the guarded mkdir or
+    makedirs that created it in a job with peers): its text; ``""`` where the filesystem keeps tags and there is
+    none (not made by such a call: a tool such as ``tar``, a process without fsguard); None where no tag can be
+    read (a filesystem without extended attributes, another error), or where it names another inode than the
+    directory's own: copied with the attributes of another directory (``shutil.copystat``), it says nothing."""
+    try:
+        raw = os.getxattr(path, JOB_TAG, follow_symlinks=False).decode("utf-8", "replace")
+        job, _, ino = raw.rpartition(";ino=")
+        return job if job and ino == str(os.lstat(path).st_ino) else None
+    except OSError as error:
+        return "" if error.errno == errno.ENODATA else None
+    except (AttributeError, TypeError, ValueError):  # no xattrs on this platform, an odd path
+        return None
+
+
+def keeps_tags(path: str) -> bool | None:
+    """Whether the filesystem of ``path`` keeps job tags (for ``fsguard status``): None when it cannot be told."""
+    found = job_tag_of(path)
+    if found is not None:
+        return True
+    try:
+        os.getxattr(path, JOB_TAG)
+    except OSError as error:
+        if error.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return False
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return None
 
 
 def birth_time(path: str) -> float | None:

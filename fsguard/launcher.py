@@ -120,6 +120,42 @@ def detect(env: Mapping[str, str]) -> Launch | None:
     return None
 
 
+# What a launcher tells every rank of one job alike, on every node: together, the job's identity. Not
+# MASTER_ADDR: nodes of one job may spell its master differently (a name on one, an address on another), and a
+# rank that took its peers for another job would re-raise their duplicates. torchrun's default run id is
+# "none": two such jobs on one port look alike, and time tells them apart (``Rules.is_fresh``).
+_JOB_VARIABLES = (
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_PORT",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_STEPID",
+    "OMPI_MCA_ess_base_jobid",
+    "PMIX_NAMESPACE",
+)
+# Which attempt of the job this is: a restarted attempt is another job as far as its files go.
+_ATTEMPT_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
+
+
+# The extended attribute a guarded mkdir writes its job's tag in (fsguard.patching), read by fsguard.evidence.
+JOB_TAG = "user.fsguard.job"
+
+
+def job_tag(env: Mapping[str, str]) -> str | None:
+    """This job's and this attempt's identity, as its launcher states it to every rank alike
+    (``TORCHELASTIC_RUN_ID=3f2a...;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0``), or None where no launcher
+    variable names the job (then "made by this job" is told by time alone)."""
+    job = [f"{name}={env[name]}" for name in _JOB_VARIABLES if env.get(name)]
+    if not job:
+        return None
+    return ";".join(job + [f"{name}={env[name]}" for name in _ATTEMPT_VARIABLES if env.get(name)])
+
+
+def restart_count(env: Mapping[str, str]) -> int:
+    """Which attempt of a torchrun job this is (``TORCHELASTIC_RESTART_COUNT``; 0: the first, or not torchrun)."""
+    return _int(env, "TORCHELASTIC_RESTART_COUNT") or 0
+
+
 _LAUNCHER_SCRIPTS = ("torchrun", "deepspeed", "accelerate", "mpirun", "mpiexec", "srun", "horovodrun")
 _LAUNCHER_MODULES = (
     "torch.distributed.run",

@@ -144,9 +144,11 @@ def _rules() -> Rules:
         from . import evidence
         from .guards import Rules
 
-        job_start = evidence.job_start(STATE.launch is not None)
+        launched = STATE.launch is not None
+        job_start = evidence.job_start(launched)
         peers = STATE.launch is not None and STATE.launch.distributed
-        numbers = Rules(settings.settle_s, settings.fresh_s, job_start, peers, evidence.job_start_source)
+        source, attempt = evidence.job_start_source, evidence.attempt_start(launched)
+        numbers = Rules(settings.settle_s, settings.fresh_s, job_start, peers, source, STATE.job, attempt)
         made = STATE.rules_for = (settings, numbers)
     rules: Rules = made[1]
     return rules
@@ -294,6 +296,8 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     getframe = sys._getframe
     found_here = _found
     makes_one = op in ("mkdir", "makedirs")
+    # mkdir tags what it creates with the job's tag (in a job with peers); makedirs' levels are its mkdir calls.
+    tag = _job_tag() if op == "mkdir" else None
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
@@ -312,6 +316,9 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
                 if not _decide(op, error, args, kwargs):
                     raise
                 result = None
+            else:
+                if tag is not None:
+                    _tag(args[0], tag)
             remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
             return result
         fds = not makes and fds_given(kwargs)  # makedirs takes no directory descriptors
@@ -335,6 +342,8 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
                 result = None
             else:
                 result = wrapped(*args, **kwargs)
+                if tag is not None and kwargs.get("dir_fd") is None:
+                    _tag(first_path(op, args, kwargs), tag)
         except OSError as error:
             if std_makedirs is not None and error.__class__ is FileExistsError and getframe(1).f_code is std_makedirs:
                 found_here.name = first_path(op, args, kwargs)
@@ -355,6 +364,24 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
         return wrapper(wrapped, _SERIALIZED, args, kwargs)  # the serializer's locked call, guarded
 
     return wrapper
+
+
+def _job_tag() -> bytes | None:
+    """What a guarded mkdir writes on the directory it creates (``launcher.JOB_TAG``): this job's and
+    attempt's identity, in a job with peers where the launcher names the job; None: nothing to write."""
+    return STATE.job.encode() if STATE.job is not None else None
+
+
+def _tag(path: Any, tag: bytes) -> None:
+    """Write the job tag on a directory this call created, with its inode number: ``shutil.copystat`` (the end of
+    every ``copytree``) copies extended attributes, and a copied tag, naming another inode, must say nothing
+    (``fsguard.evidence.job_tag_of``). A filesystem without extended attributes (``ENOTSUP``), a refusal
+    (``EPERM``), anything else: no tag there, and the rules decide by time (``Rules.whose``)."""
+    try:
+        ino = os.lstat(path).st_ino
+        os.setxattr(path, launcher.JOB_TAG, b"%s;ino=%d" % (tag, ino), follow_symlinks=False)
+    except (OSError, TypeError, ValueError, AttributeError):
+        pass
 
 
 # The leaf a guarded mkdir, called by the standard makedirs, found already there (per thread): read by the
@@ -414,6 +441,9 @@ def _makedirs_exist_ok(
         return False
     try:
         STATE.originals.get("mkdir", os.mkdir)(name, mode)
+        tag = _job_tag()
+        if tag is not None:
+            _tag(name, tag)
         return True
     except FileExistsError:
         existed = True
@@ -500,6 +530,8 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
         if not STATE.originals:
             STATE.settings = settings or config.load(os.environ)
             STATE.launch = launcher.detect(os.environ)
+            if STATE.launch is not None and STATE.launch.distributed:
+                STATE.job = launcher.job_tag(os.environ)
         if STATE.settings.serialize and STATE.serializer is None:
             _enable_serializer()
         wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in config.ALL_OPS]

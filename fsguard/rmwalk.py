@@ -31,7 +31,7 @@ from typing import Any
 
 from . import evidence
 from .calls import Call
-from .guards import Rules
+from .guards import Rules, by_tag
 from .guards import rmtree as rule
 from .guards.rmtree import Removal
 from .state import STATE
@@ -786,7 +786,8 @@ class _Removal:
                 raise
         found = walk.verdict()
         if plan == "wait" and position.removed_count:
-            return rule.removed_peer_tree(top, self.window, found, made_here=own == "made-shared")
+            identity = by_tag(rules.whose(evidence.job_tag_of(top)))
+            return rule.removed_peer_tree(top, self.window, found, made_here=own == "made-shared", identity=identity)
         return found
 
     def _announced(self) -> bool:

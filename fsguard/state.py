@@ -55,6 +55,7 @@ class Caches:
     """What fsguard finds once and keeps while installed: each is found again after ``uninstall``."""
 
     __slots__ = (
+        "attempt_start",
         "boot_time",
         "failed_rules",
         "handler_layers",
@@ -71,6 +72,7 @@ class Caches:
 
     def clear(self) -> None:
         self.job_start: tuple[float, str] | None = None  # (when this job started here, how that was found): evidence
+        self.attempt_start: tuple[float | None] | None = None  # (when a restarted attempt started here,): evidence
         self.boot_time: float | None = None  # wall-clock time of boot: evidence
         self.statx: Any = None  # libc's statx and a buffer maker, False where there is none: evidence
         self.site_dirs: Any = None  # the directory prefixes a call site is told by: runtime
@@ -117,6 +119,7 @@ class State:
         "dirs",
         "index",
         "index_lock",
+        "job",
         "launch",
         "lock",
         "memory",
@@ -146,6 +149,9 @@ class State:
         """Back to "not installed": default settings, no launch, no originals, no serializer, no rules, no caches."""
         self.settings: config.Settings = config.Settings()
         self.launch: launcher.Launch | None = None
+        # This job's and attempt's tag (``launcher.job_tag``), in a job with peers only: what guarded mkdir and
+        # makedirs write on the directories they create, and what the rules compare a directory's tag with.
+        self.job: str | None = None
         self.originals.clear()
         self.serializer: Any = None  # fsguard.locks.Serializer when FSGUARD_SERIALIZE=1
         self.rules_for: tuple[object, Any] | None = None  # (the settings they were made from, guards.Rules)

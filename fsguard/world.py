@@ -54,8 +54,11 @@ class Live:
     def lookups_may_be_stale(self, path: str) -> bool:
         return mounts.lookups_may_be_stale(path)
 
-    def later_generation(self, path: str) -> str | None:
-        return evidence.later_generation(path)
+    def generation_beside(self, path: str) -> str | None:
+        return evidence.generation_beside(path)
+
+    def job_tag(self, path: str) -> str | None:
+        return evidence.job_tag_of(path)
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         return evidence.is_mount_point(path, st)

@@ -380,9 +380,9 @@ def test_transformers_425_every_process_removes_the_last_checkpoint(fsguard_pyth
     assert on.last_json() == {"checkpoint-2": TRAINER_425_FILES}
     removed = str(tmp_path / "with" / "out" / "checkpoint-4")
     assert all(r["op"] == "rmtree" and r["args"] == [removed] for r in on.records), on.records
-    # the peers that met another's removal absorb it; removing the newest generation, which no peer moved
-    # within fsguard's wait, is reported as a hazard (the removal goes on, as without fsguard)
-    assert {d for _, d in decisions(on.records)} <= {"absorbed", "hazard"}, on.records
+    # the peers that met another's removal absorb it; the newest generation beside the kept best one is a
+    # rotation's, not a staging tree a peer is about to commit: no wait, no hazard (nothing was lost)
+    assert {d for _, d in decisions(on.records)} <= {"absorbed"}, on.records
     ranks = [r["rank"] for r in on.records]
     assert len(ranks) == len(set(ranks)), on.records  # one record per rank at most
 

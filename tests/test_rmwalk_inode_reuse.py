@@ -39,6 +39,9 @@ WORKER = """
 
         mounts._by_dev[os.stat(root).st_dev] = mounts.Mount(root, "fuse.simulated", "test", {}, stale=True, shared=True)
         posix.mkdir(top)  # a peer's fresh tree: the walk first waits for a peer to move it away
+        from fsguard.launcher import JOB_TAG, job_tag  # with the tag a peer's guarded mkdir writes
+
+        os.setxattr(top, JOB_TAG, f"{job_tag(os.environ)};ino={os.lstat(top).st_ino}".encode())
         posix.mkdir(os.path.join(top, "d"))
     open(os.path.join(top, "d", "f"), "w").close()
     inode = os.lstat(top).st_ino

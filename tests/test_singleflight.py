@@ -95,6 +95,16 @@ def _tree(top: Path) -> Path:
     return top
 
 
+def _keeps_tags(where: Path) -> bool:
+    """Whether the filesystem of ``where`` keeps user extended attributes (fsguard's job tags)."""
+    try:
+        os.setxattr(where, "user.probe", b"1")
+    except OSError:
+        return False
+    os.removexattr(where, "user.probe")
+    return True
+
+
 def _unlinkats(gate: Path, ranks: int) -> int:
     calls = 0
     for rank in range(ranks):
@@ -175,13 +185,16 @@ def test_8_ranks_one_rmtree_walk_the_tree_once(fsguard_python: Path, tmp_path: P
     assert all(a["ok"] for a in answers), answers
     assert not tree.exists()
     found = [r for r in records(logs) if r["args"] == [str(tree)]]
-    # the tree is fresh (peers' work of this job): the one that removes it says so in a hazard record
-    assert not [r for r in found if r["decision"] not in ("shared", "absorbed", "hazard")], found
+    # the tree is fresh, but made by this test, not by a guarded call of a peer: where the filesystem keeps job
+    # tags (it has none) it is removed at once with no hazard; elsewhere time alone says "a peer's fresh work",
+    # and the one that removes it says so in a hazard record
+    tags = _keeps_tags(tmp_path)
+    assert not [r for r in found if r["decision"] not in ("shared", "absorbed", *(() if tags else ("hazard",)))]
     shared = sum(r["detail"]["ranks"] for r in found if r["decision"] == "shared")
     assert shared >= 1, found  # the ranks that waited for the walk, in one record (late joiners: their own)
-    # every rank that did not share its call made it, and has its one record (hazard: removed it; absorbed: a
-    # peer had removed it)
-    assert len([r for r in found if r["decision"] != "shared"]) == ranks - shared, found
+    # every rank that did not share its call made it, and has its one record (absorbed: a peer had removed it;
+    # hazard: removed it), but the one that removed a tree no peer made
+    assert len([r for r in found if r["decision"] != "shared"]) == ranks - shared - tags, found
     print(f"{ranks} ranks, one rmtree, store serialization: {shared} shared, records {[r['decision'] for r in found]}")
     if strace:
         calls = _unlinkats(tmp_path / "gate", ranks)

@@ -117,12 +117,29 @@ def gather(env: Any = None, command: str | None = None) -> dict[str, Any]:
         ],
         "problems": problems,
         "filesystem": filesystem(os.getcwd(), settings.settle_s),
+        "identity": identity(env, launch, os.getcwd()),
     }
 
 
 def _shown(value: object) -> Any:
     """A setting's effective value as JSON shows it (operations as their comma-separated text)."""
     return ",".join(value) if isinstance(value, tuple) else value
+
+
+def identity(env: Any, launch: launcher.Launch | None, path: str) -> dict[str, Any]:
+    """How a rank tells "made by a peer of this job" here: by the job tag guarded mkdir writes on what it creates
+    (where the launcher names the job and the filesystem keeps extended attributes), else by time alone."""
+    from .. import evidence
+
+    tag = launcher.job_tag(env) if launch is not None and launch.distributed else None
+    keeps = evidence.keeps_tags(path)
+    if tag is None:
+        how = "time only: no launcher variable names the job (FSGUARD_FRESH_S)"
+    elif keeps is False:
+        how = f"time only: the filesystem of {path} keeps no extended attributes (FSGUARD_FRESH_S)"
+    else:
+        how = f"job tag ({launcher.JOB_TAG}) on the directories guarded mkdir/makedirs create, then time"
+    return {"job_tag": tag, "attribute": launcher.JOB_TAG, "filesystem_keeps_tags": keeps, "how": how}
 
 
 def filesystem(path: str, settle_s: float) -> dict[str, Any]:
@@ -177,6 +194,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  filesystem:  {fs['type']} at {fs['mount_point'] or '?'} (for {fs['path']})")
     print(f"    probe:     {fs['probe']}")
     print(f"    waits:     {fs['waits']}")
+    ident = info["identity"]
+    print(f"  identity:    {ident['how']}")
+    if ident["job_tag"]:
+        print(f"    job tag:   {ident['job_tag']}")
     if info["problems"]:
         print("  problems:")
         for problem in info["problems"]:

@@ -61,8 +61,13 @@ class World(Protocol):
     def lookups_may_be_stale(self, path: str) -> bool:
         """Whether the mount of ``path`` may answer lookups from a cache (``fsguard.mounts``)."""
 
-    def later_generation(self, path: str) -> str | None:
-        """A sibling directory that is a later generation of the name (``checkpoint-6`` beside ``checkpoint-2``)."""
+    def generation_beside(self, path: str) -> str | None:
+        """A sibling directory that is another generation of the name (``checkpoint-6`` or ``checkpoint-1``
+        beside ``checkpoint-2``)."""
+
+    def job_tag(self, path: str) -> str | None:
+        """The job tag on the directory at ``path`` (``fsguard.evidence.job_tag_of``): its text, ``""`` where the
+        filesystem keeps tags and it has none, None where no tag can be read."""
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         """Whether ``path`` (whose ``lstat`` is ``st``) is the root of a mount."""
@@ -120,13 +125,15 @@ def conflict(evidence: str, waited_s: float = 0.0, **detail: Any) -> Verdict:
 class Rules(Frozen):
     """The numbers a rule needs from the configuration and the job."""
 
-    _fields = ("settle_s", "fresh_s", "job_start", "peers", "job_start_source")
+    _fields = ("settle_s", "fresh_s", "job_start", "peers", "job_start_source", "job", "attempt_start")
     __slots__ = _fields
     settle_s: float
     fresh_s: float
     job_start: float
     peers: bool  # a distributed launcher says this process has peers (FSGUARD=force alone does not)
     job_start_source: str  # how ``job_start`` was found (fsguard.evidence.job_start)
+    job: str | None  # this job's and attempt's tag (fsguard.launcher.job_tag), None: none to compare with
+    attempt_start: float | None  # when a restarted attempt started here (fsguard.evidence.attempt_start)
 
     def __init__(
         self,
@@ -135,22 +142,46 @@ class Rules(Frozen):
         job_start: float,
         peers: bool = False,
         job_start_source: str = "this process's start",
+        job: str | None = None,
+        attempt_start: float | None = None,
     ) -> None:
-        super().__init__(settle_s, fresh_s, job_start, peers, job_start_source)
+        super().__init__(settle_s, fresh_s, job_start, peers, job_start_source, job, attempt_start)
 
     def without_waits(self) -> Rules:
         """The same numbers with no settle budget: decide from what the fresh listings show now."""
-        return Rules(0.0, self.fresh_s, self.job_start, self.peers, self.job_start_source)
+        return Rules(0.0, *self._values()[1:])  # type: ignore[arg-type]
 
     def is_fresh(self, when: float) -> bool:
         """Made or changed (``when``: a birth time or a ctime) during this job: at most ``fresh_s`` before its
         start on this node (``fsguard.evidence.job_start``), for clock skew between nodes and the file server
-        and for the start stagger of launchers without a rendezvous."""
-        return when >= self.job_start - self.fresh_s
+        and for the start stagger of launchers without a rendezvous; and, in a restarted attempt, not before it
+        started (no allowance: every worker of the previous attempt was stopped before a worker of this one
+        started, so what changed before is the previous attempt's)."""
+        return when >= self.job_start - self.fresh_s and (self.attempt_start is None or when >= self.attempt_start)
 
     def since(self, now: float) -> str:
         """The job's start, for a record: ``job started 12.3 s ago (the start of torchrun agent (pid 7))``."""
-        return f"job started {now - self.job_start:.1f} s ago ({self.job_start_source}; {self.fresh_s:g} s allowed)"
+        attempt = "" if self.attempt_start is None else f"; this attempt started {now - self.attempt_start:.1f} s ago"
+        return (
+            f"job started {now - self.job_start:.1f} s ago ({self.job_start_source}; {self.fresh_s:g} s "
+            f"allowed){attempt}"
+        )
+
+    def whose(self, tag: str | None) -> str:
+        """Whose a directory is by its job tag (``World.job_tag``): ``"this attempt"``; ``"another job"`` (another
+        job's or another attempt's tag: never a peer's); ``"untagged"`` (the filesystem keeps tags and this
+        directory has none: no guarded mkdir or makedirs of a job with peers made it); ``"unknown"`` (no tag
+        can be read there, or this process has no tag of its own to compare with)."""
+        if self.job is None or tag is None:
+            return "unknown"
+        if tag == "":
+            return "untagged"
+        return "this attempt" if tag == self.job else "another job"
+
+
+def by_tag(whose: str) -> str:
+    """What identity evidence a decision had, for its record: ``"job tag"`` or ``"time only"``."""
+    return "job tag" if whose in ("this attempt", "another job") else "time only"
 
 
 # What ``fsguard scan`` says of a failure in the log of a job that ran without fsguard: this rule absorbs it when

@@ -6,8 +6,9 @@ Absorbed:
     anything below it);
   * ``exist_ok=True``: the fresh parent listing shows a directory although the (cached) lookup said it
     was missing: a peer's ``mkdir`` that this node's lookup cache has not seen yet.
-Re-raised: a file or symlink in the way, a directory older than the job, one this process made itself,
-and every other error.
+Re-raised: a file or symlink in the way, a directory older than the job, one whose job tag is another job's or
+another attempt's (``fsguard.evidence.job_tag_of``), one this process made itself, and every other error.
+Without a tag (a filesystem without extended attributes, a directory made by a tool) time alone decides.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import errno
 
 from ..calls import Call
 from ..evidence import kind_of
-from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, World, absorb, own_event, reraise
+from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, World, absorb, by_tag, own_event, reraise
 
 
 def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
@@ -54,6 +55,11 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
         )
     if kind_of(st) != "dir":
         return reraise("", waited)
+    # Who made it, where the directory says (its job tag): another job's or attempt's is never a peer's.
+    tag = world.job_tag(path)
+    whose = rules.whose(tag)
+    if whose == "another job":
+        return reraise(f"directory made by another job or attempt (its job tag {tag!r}; this one's {rules.job!r})")
     # Made before this job (its birth time, where the filesystem keeps one): never a peer's duplicate.
     made, what = world.created(path, st)
     now = world.now()
@@ -61,7 +67,10 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
     if not rules.is_fresh(made):
         return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since(now)})", waited)
     later = f", listed {waited:.2f} s later" if waited > 0.001 else ""
-    return absorb(f"directory {what} by a peer {age:.2f} s ago, during this job{later}", waited)
+    told = "its job tag is this attempt's" if whose == "this attempt" else "no job tag here: told by time only"
+    return absorb(
+        f"directory {what} by a peer {age:.2f} s ago, during this job{later} ({told})", waited, identity=by_tag(whose)
+    )
 
 
 def directory_in_listing(path: str, world: World) -> bool | None:

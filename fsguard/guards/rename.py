@@ -10,9 +10,10 @@ A destination in the listing that this node's lookups do not show yet (a negativ
 there moments ago by a peer; but when the source is back, or this process moved the same source before,
 that alone cannot tell whose it is: the rest of the same budget waits for the lookup to show it, and its
 ctime decides as for a visible one (re-raised if it never shows).
-Not a peer's doing, so re-raised: this process moved the source away itself, or the destination's last
-change was this process's own move (or link) onto it, and the destination has not changed since
-(``OWN_SLACK_S``): the missing source was this process's own to produce (a per-rank ``state.{step}.tmp``
+Not a peer's doing, so re-raised: a destination older than the job, or than this attempt of a restarted job;
+a directory whose job tag is another job's or attempt's; this process moved the source away itself, or the
+destination's last change was this process's own move (or link) onto it, and the destination has not changed
+since (``OWN_SLACK_S``): the missing source was this process's own to produce (a per-rank ``state.{step}.tmp``
 whose writer wrote nothing). A later move onto it, as in a rotation that reuses one temp name every step,
 is a peer's.
 Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory.
@@ -25,6 +26,7 @@ never resolved against the wrong directory).
 from __future__ import annotations
 
 import errno
+import stat
 
 from ..calls import Call
 from ..evidence import Look
@@ -95,10 +97,13 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
             f"cache{later}: a peer renamed it moments ago",
             waited,
         )
+    tag = world.job_tag(dst) if stat.S_ISDIR(st.st_mode) else None  # files carry no job tag
+    if rules.whose(tag) == "another job":
+        return reraise(f"source gone; the destination is another job's or attempt's (its job tag {tag!r})", waited)
     now = world.now()
     age = now - st.st_ctime
     if not rules.is_fresh(st.st_ctime):
-        return reraise(f"source gone but destination is older than the job ({age:.1f} s)", waited)
+        return reraise(f"source gone but destination is older than the job ({age:.1f} s; {rules.since(now)})", waited)
     if own_put is not None and st.st_ctime <= own_put + OWN_SLACK_S:
         return reraise(
             "the destination's last change was this process's own move onto it, nobody changed it since: "

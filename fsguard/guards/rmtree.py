@@ -8,8 +8,9 @@ wins.* So:
     made it first), the walk first waits up to ``FSGUARD_YIELD_S`` for a peer to move it away
     (``removal``); if it goes, the rmtree is done: ``yielded``. Trees this process claimed alone
     (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), trees older than the job, and old generations
-    of a rotation (a later generation of the name stands beside the tree: ``checkpoint-2`` beside
-    ``checkpoint-6``) are removed at once;
+    of a rotation (another generation of the name stands beside the tree: ``checkpoint-2`` beside
+    ``checkpoint-6``) are removed at once, and so are trees no guarded call of a peer of this attempt made (their
+    job tag, ``fsguard.evidence.job_tag_of``: another job's, or none where the filesystem keeps tags);
   * a tree moved away while it is being removed is left alone at its new name: a ``hazard`` record says
     where it went and what was removed before the move (``moved_mid_walk``);
   * a peer's fresh tree that nobody moved within the window is removed, with a ``hazard`` record naming it:
@@ -87,10 +88,13 @@ def removal(
     Wait for a directory that changed during this job and that peers may have written into and may still commit:
     one this process did not make, or made with ``makedirs(exist_ok=True)`` (a name others make too: whoever came
     first made it, so who made it says nothing about who commits it). Plain for a tree only this process could
-    claim (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), in a job without peers, for an old
-    generation of a rotation (a later generation of its name stands beside it: ``checkpoint-2`` beside
-    ``checkpoint-6``, not a staging tree a peer is about to commit) and for a mount point (a bind-mounted output
-    directory), which no rename can move. Checked at once: a tree older than the job, or when the window is off."""
+    claim (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), in a job without peers, for a generation
+    of a rotation (another generation of its name stands beside it: ``checkpoint-2`` beside ``checkpoint-6``, or a
+    kept best ``checkpoint-2`` beside the ``checkpoint-4`` removed; a staging tree a peer is about to commit has a
+    name of its own) and for a mount point (a bind-mounted output directory), which no rename can move. Checked at
+    once: a tree older than the job (or this attempt), when the window is off, and a tree no guarded call of a peer
+    of this attempt made: its job tag is another job's or attempt's, or it has none where the filesystem keeps
+    tags (unpacked by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then."""
     if top is None or not stat.S_ISDIR(top.st_mode):
         return "check"
     if not rules.peers or own == "made":
@@ -98,7 +102,9 @@ def removal(
     if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):
         return "check"
     world = _live(world)
-    if world.later_generation(path) is not None or world.is_mount_point(path, top):
+    if rules.whose(world.job_tag(path)) in ("untagged", "another job"):
+        return "check"  # not made by a guarded call of a peer of this attempt: a tool's tree (tar), another job's
+    if world.generation_beside(path) is not None or world.is_mount_point(path, top):
         return "plain"
     return "wait"
 
@@ -128,11 +134,16 @@ def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Remo
     )
 
 
-def removed_peer_tree(top: str, waited_s: float, absorbed: Removal | None, made_here: bool = False) -> Removal:
+def removed_peer_tree(
+    top: str, waited_s: float, absorbed: Removal | None, made_here: bool = False, identity: str | None = None
+) -> Removal:
     """A tree peers may still have meant to commit, removed after no peer moved it within the window: one they
-    made during this job, or one this process made with ``makedirs(exist_ok=True)``, a name they make too."""
+    made during this job, or one this process made with ``makedirs(exist_ok=True)``, a name they make too.
+    ``identity``: what told it a peer's (``fsguard.guards.by_tag``: its job tag, or time only)."""
     detail = dict(absorbed.detail) if absorbed is not None else {}
     detail["not_moved_within_s"] = round(waited_s, 4)
+    if identity is not None:
+        detail["identity"] = identity
     extra = f"; {absorbed.evidence}" if absorbed is not None else ""
     whose = (
         "a tree this process made with makedirs(exist_ok=True), a name peers make too (they may have written into it)"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fsguard.calls import Call
-from fsguard.evidence import Look, kind_of, later_generation
+from fsguard.evidence import Look, generation_beside, kind_of
 from fsguard.guards import Rules, Verdict
 from fsguard.memory import Event
 
@@ -30,6 +30,7 @@ class FakeWorld:
         self.offset = 0.0  # the clock, ahead of the real one by this much
         self.peers: list[Callable[[], None]] = []  # what peers do, one step per wait
         self.waits: list[float] = []  # the budget of each wait asked for
+        self.tags: dict[str, str] = {}  # job tags on directories ("": none, where tags are kept); else unknown
 
     def did(self, path: str, kind: str, when: float | None = None) -> None:
         """This process's own guarded call did ``kind`` to ``path`` (``made``, ``removed``...)."""
@@ -92,8 +93,11 @@ class FakeWorld:
     def lookups_may_be_stale(self, path: str) -> bool:
         return self.stale
 
-    def later_generation(self, path: str) -> str | None:
-        return later_generation(path)
+    def generation_beside(self, path: str) -> str | None:
+        return generation_beside(path)
+
+    def job_tag(self, path: str) -> str | None:
+        return self.tags.get(path)
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         return path in self.mount_points

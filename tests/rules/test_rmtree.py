@@ -50,12 +50,16 @@ def test_with_the_window_off_the_walk_is_checked_at_once(tmp_path: Path) -> None
 
 
 def test_an_old_generation_of_a_rotation_is_removed_at_once(tmp_path: Path) -> None:
-    """A Trainer's ``save_total_limit`` removing ``checkpoint-8`` beside ``checkpoint-10``."""
+    """A Trainer's ``save_total_limit`` removing ``checkpoint-8`` beside ``checkpoint-10``; and, with
+    ``load_best_model_at_end``, ``checkpoint-10`` beside the kept best ``checkpoint-8`` (transformers 4.25.1).
+    A generation alone in its directory (no rotation to tell) still waits."""
     (tmp_path / "checkpoint-8").mkdir()
     (tmp_path / "checkpoint-10").mkdir()
     top = str(tmp_path / "checkpoint-8")
     assert rule.removal(top, None, os.lstat(top), rules(), YIELD_S, FakeWorld()) == "plain"
     top = str(tmp_path / "checkpoint-10")
+    assert rule.removal(top, None, os.lstat(top), rules(), YIELD_S, FakeWorld()) == "plain"
+    (tmp_path / "checkpoint-8").rmdir()
     assert rule.removal(top, None, os.lstat(top), rules(), YIELD_S, FakeWorld()) == "wait"
 
 

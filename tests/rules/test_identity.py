@@ -1,0 +1,138 @@
+"""Identity before time (issue 34): a directory's job tag (``fsguard.evidence.job_tag_of``) and a restarted
+attempt's start (``Rules.attempt_start``) in the rules of makedirs/mkdir, rename/replace and rmtree.
+
+A tag can only turn an absorb into a raise (another job's, another attempt's) or take away a wait (a tree no
+guarded call of a peer made); a tag of this attempt is still subject to the time check; no tag to read means
+time alone, and the record says so (``identity``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from fsguard.guards import Rules
+from fsguard.guards import makedirs as makedirs_rule
+from fsguard.guards import rename as rename_rule
+from fsguard.guards import rmtree as rmtree_rule
+
+from .fake import EEXIST, ENOENT, FakeWorld, decide
+
+THIS = "TORCHELASTIC_RUN_ID=b;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=1"
+EARLIER_ATTEMPT = "TORCHELASTIC_RUN_ID=b;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0"
+OTHER_JOB = "TORCHELASTIC_RUN_ID=a;MASTER_PORT=29511;TORCHELASTIC_RESTART_COUNT=1"
+
+
+def numbers(job: str | None = THIS, attempt_ago: float | None = None, started_ago: float = 100.0) -> Rules:
+    now = time.time()
+    attempt = None if attempt_ago is None else now - attempt_ago
+    return Rules(2.0, 0.0, now - started_ago, True, "a test", job, attempt)
+
+
+def tagged(world: FakeWorld, path: Path, tag: str) -> str:
+    world.tags[str(path)] = tag
+    return str(path)
+
+
+@pytest.mark.parametrize("op", ["makedirs", "mkdir"])
+def test_a_directory_of_another_job_or_attempt_is_never_a_peers(op: str, tmp_path: Path) -> None:
+    """Two jobs of a sweep with one run name, seconds apart: the second one's ``makedirs(run_dir)`` raises."""
+    for tag in (OTHER_JOB, EARLIER_ATTEMPT):
+        world = FakeWorld()
+        path = tmp_path / tag.split(";")[0]
+        path.mkdir()
+        verdict = decide(makedirs_rule, op, (tagged(world, path, tag),), EEXIST, world, numbers())
+        assert not verdict.absorb and "another job or attempt" in verdict.evidence, verdict
+
+
+@pytest.mark.parametrize("op", ["makedirs", "mkdir"])
+def test_a_tag_of_this_attempt_is_still_subject_to_time(op: str, tmp_path: Path) -> None:
+    world = FakeWorld()
+    path = tagged(world, tmp_path / "run", THIS)
+    os.mkdir(path)
+    verdict = decide(makedirs_rule, op, (path,), EEXIST, world, numbers())
+    assert verdict.absorb and verdict.detail == {"identity": "job tag"}, verdict
+    verdict = decide(makedirs_rule, op, (path,), EEXIST, world, numbers(started_ago=-3600))
+    assert not verdict.absorb and "before this job started" in verdict.evidence, verdict
+
+
+@pytest.mark.parametrize("tag", ["", None])
+def test_without_a_tag_time_decides_and_the_record_says_so(tag: str | None, tmp_path: Path) -> None:
+    """Untagged (made by a tool, or by ``open``'s kind of call) or unreadable (no xattrs): time alone."""
+    world = FakeWorld()
+    path = tmp_path / "run"
+    path.mkdir()
+    if tag is not None:
+        tagged(world, path, tag)
+    verdict = decide(makedirs_rule, "makedirs", (str(path),), EEXIST, world, numbers())
+    assert verdict.absorb and verdict.detail == {"identity": "time only"}, verdict
+    assert "told by time only" in verdict.evidence
+
+
+def test_a_process_without_a_job_of_its_own_compares_no_tags(tmp_path: Path) -> None:
+    world = FakeWorld()
+    path = tmp_path / "run"
+    path.mkdir()
+    verdict = decide(makedirs_rule, "makedirs", (tagged(world, path, OTHER_JOB),), EEXIST, world, numbers(job=None))
+    assert verdict.absorb and verdict.detail == {"identity": "time only"}, verdict
+
+
+@pytest.mark.parametrize("op", ["rename", "replace"])
+def test_a_restarted_attempt_never_takes_the_previous_attempts_result(op: str, tmp_path: Path) -> None:
+    """Attempt 0 published ``result.json`` and crashed; attempt 1's writer produced nothing: its
+    ``os.replace(tmp, result.json)`` raises ``FileNotFoundError`` as without fsguard, however recent the result."""
+    src, dst = str(tmp_path / "result.json.tmp"), str(tmp_path / "result.json")
+    Path(dst).write_text("attempt 0")
+    world = FakeWorld()
+    verdict = decide(rename_rule, op, (src, dst), ENOENT, world, numbers(attempt_ago=-0.5))  # began after it
+    assert not verdict.absorb and "older than the job" in verdict.evidence, verdict
+    assert "this attempt started" in verdict.evidence
+    verdict = decide(rename_rule, op, (src, dst), ENOENT, world, numbers(attempt_ago=5.0))  # a peer's, this attempt
+    assert verdict.absorb, verdict
+
+
+@pytest.mark.parametrize("op", ["rename", "replace"])
+def test_a_destination_directory_of_another_job_is_not_a_peers_move(op: str, tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "tmp-checkpoint-2"), str(tmp_path / "checkpoint-2")
+    os.mkdir(dst)
+    world = FakeWorld()
+    verdict = decide(rename_rule, op, (src, tagged(world, Path(dst), OTHER_JOB)), ENOENT, world, numbers())
+    assert not verdict.absorb and "another job's or attempt's" in verdict.evidence, verdict
+    world.tags[dst] = THIS
+    assert decide(rename_rule, op, (src, dst), ENOENT, world, numbers()).absorb
+
+
+@pytest.mark.parametrize(
+    ("tag", "plan"),
+    [("", "check"), (OTHER_JOB, "check"), (EARLIER_ATTEMPT, "check"), (THIS, "wait"), (None, "wait")],
+)
+def test_only_a_tree_a_peer_of_this_attempt_may_have_made_waits(tag: str | None, plan: str, tmp_path: Path) -> None:
+    """A tree unpacked by ``tar`` (no tag where the filesystem keeps tags), another job's or attempt's: no window,
+    no hazard for removing it (a real move mid-walk still is one). A peer's tree, or no tags to read: the window."""
+    top = tmp_path / "tmp-checkpoint-10"
+    top.mkdir()
+    world = FakeWorld()
+    if tag is not None:
+        tagged(world, top, tag)
+    assert rmtree_rule.removal(str(top), None, os.lstat(top), numbers(), 1.0, world) == plan
+
+
+def test_a_restarted_attempts_start_bounds_freshness() -> None:
+    rules = numbers(attempt_ago=2.0)
+    now = time.time()
+    assert rules.is_fresh(now - 1.0) and not rules.is_fresh(now - 3.0)
+    assert numbers().is_fresh(now - 3.0)
+    assert rules.without_waits().attempt_start == rules.attempt_start and rules.without_waits().job == THIS
+
+
+def test_the_job_tag_is_what_the_launcher_tells_every_rank_alike() -> None:
+    from fsguard.launcher import job_tag
+
+    env = {"TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "node0", "MASTER_PORT": "1", "TORCHELASTIC_RESTART_COUNT": "2"}
+    assert job_tag(env) == "TORCHELASTIC_RUN_ID=x;MASTER_PORT=1;TORCHELASTIC_RESTART_COUNT=2"
+    assert job_tag({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_RESTART_COUNT": "1"}) == (
+        "SLURM_JOB_ID=7;SLURM_STEP_ID=0;SLURM_RESTART_COUNT=1"
+    )
+    assert job_tag({"RANK": "0", "WORLD_SIZE": "2"}) is None  # nothing names the job: time alone

@@ -1,0 +1,338 @@
+"""Never worse, third pass (issue 34): "a peer of this job" means this job and this attempt.
+
+Each case is two small programs of ours, run as real ``torchrun`` jobs (gloo is not needed: files only) from
+the wheel's venv, once with ``FSGUARD=1`` and once without, with the defaults a user gets (no ``FSGUARD_*``
+setting but ``FSGUARD`` and ``FSGUARD_LOG``); the exit codes, the exception and the files left must be the same:
+
+* two jobs of a sweep started seconds apart with one run name, rank 0 guarding against reuse with
+  ``os.makedirs(run_dir)`` (or ``Path.mkdir``): the second job stops with ``FileExistsError``, the first job's
+  files stay (the directory's job tag, ``user.fsguard.job``, names the first job);
+* a restarted attempt (``torchrun --max-restarts 1``): attempt 0 published and crashed; attempt 1's
+  ``os.replace(tmp, result.json)`` with no tmp raises ``FileNotFoundError``, its ``os.makedirs(ckpt)``
+  ``FileExistsError`` (the attempt's start, and the directory's tag of attempt 0);
+* a previous job's run directory made 10 s before launch and its ``result.json`` published 15 s before: raised
+  as without fsguard (the documented ``FSGUARD_FRESH_S``, 5 s);
+* a tree unpacked by ``tar`` (or copied by ``cp -r``) in a subprocess, then removed with ``shutil.rmtree``: no
+  yield window and no ``hazard`` record (no guarded call of a peer made it: no job tag where the filesystem
+  keeps them).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import clean_env
+from tests.support.records import from_log_dir
+
+TIMEOUT_S = 120
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="job tags are extended attributes (Linux)")
+
+
+def start(
+    python: Path, code: str, where: Path, args: list[str], guarded: bool, *options: str, log: str = "job"
+) -> subprocess.Popen[str]:
+    """One ``torchrun --standalone`` job of 2 ranks running ``code`` (``where/program.py``) with ``args``; its
+    records in ``where/log/<log>``."""
+    script = where / "program.py"
+    if not script.exists():
+        script.write_text(textwrap.dedent(code))
+    env = clean_env({"FSGUARD": "1" if guarded else "0", "FSGUARD_LOG": str(where / "log" / log)})
+    command = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *options]
+    return subprocess.Popen(
+        [*command, str(script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finish(job: subprocess.Popen[str]) -> tuple[int, str]:
+    _, err = job.communicate(timeout=TIMEOUT_S)
+    return job.returncode, err
+
+
+def files(root: Path) -> dict[str, str]:
+    """Every file under ``root`` but the program and the logs (relative path -> content)."""
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "program.py" and "log" not in p.relative_to(root).parts
+    }
+
+
+def decisions(where: Path, job: str = "job") -> list[tuple[str, str]]:
+    return [(r.op, r.decision) for r in from_log_dir(where / "log" / job)]
+
+
+def needs_tags(where: Path) -> None:
+    """Skip where the filesystem keeps no user extended attributes (there time alone decides)."""
+    probe = where / "xattr-probe"
+    probe.mkdir()
+    try:
+        os.setxattr(probe, "user.probe", b"1")
+    except OSError:
+        pytest.skip(f"the filesystem of {where} keeps no extended attributes: time alone decides there")
+    finally:
+        probe.rmdir()
+
+
+# --- two jobs of a sweep, one run name ---------------------------------------------------------------------
+
+SWEEP = """
+    import os, pathlib, sys, time
+    base, job, how = sys.argv[1], sys.argv[2], sys.argv[3]
+    rank = int(os.environ["RANK"])
+    run_dir = os.path.join(base, "runs", "lr-0.1")
+    if rank == 0:
+        if how == "makedirs":
+            os.makedirs(run_dir)  # the script's guard against reusing a run name
+        else:
+            pathlib.Path(run_dir).mkdir(parents=True)
+        with open(os.path.join(run_dir, "owner.txt"), "w") as f:
+            f.write(job)
+        open(os.path.join(base, f"started-{job}"), "w").close()
+    else:
+        while not os.path.exists(os.path.join(base, f"started-{job}")):  # this job's own rank 0 made it
+            time.sleep(0.01)
+    with open(os.path.join(run_dir, f"weights-{rank}"), "w") as f:
+        f.write(job)
+    time.sleep(3)  # still training while the next job of the sweep starts
+"""
+
+
+@pytest.mark.parametrize("how", ["makedirs", "pathlib"])
+def test_two_jobs_of_a_sweep_with_one_run_name(fsguard_python: Path, tmp_path: Path, how: str) -> None:
+    """The second job starts once the first one has made its run directory (seconds apart, both running): it
+    stops with ``FileExistsError`` and the first job's owner and weights stay, with and without fsguard."""
+    needs_tags(tmp_path)
+    outcomes = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        first = start(fsguard_python, SWEEP, base, [str(base), "job1", how], guarded, log="job1")
+        deadline = time.monotonic() + 60
+        while not (base / "started-job1").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second = start(fsguard_python, SWEEP, base, [str(base), "job2", how], guarded, log="job2")
+        (code1, err1), (code2, err2) = finish(first), finish(second)
+        assert code1 == 0, err1[-3000:]
+        assert code2 != 0 and "FileExistsError" in err2, err2[-3000:]
+        outcomes[mode] = files(base)
+        if guarded:
+            assert decisions(base, "job2") == [], decisions(base, "job2")
+    expected = {"runs/lr-0.1/owner.txt": "job1", "runs/lr-0.1/weights-0": "job1", "runs/lr-0.1/weights-1": "job1"}
+    for mode in outcomes:
+        assert {k: v for k, v in outcomes[mode].items() if k.startswith("runs/")} == expected, outcomes
+    assert outcomes["with"] == outcomes["without"]
+
+
+# --- a restarted attempt -------------------------------------------------------------------------------------
+
+RESTART = """
+    import os, sys
+    base, how = sys.argv[1], sys.argv[2]
+    rank = int(os.environ["RANK"])
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    if rank == 0:
+        if how == "replace":
+            result = os.path.join(base, "result.json")
+            tmp = result + ".tmp"
+            if attempt == 0:  # this attempt's writer writes its result, publishes it, then the rank crashes
+                with open(tmp, "w") as f:
+                    f.write(f"attempt {attempt}")
+            os.replace(tmp, result)  # attempt 1's writer produced nothing
+        else:
+            ckpt = os.path.join(base, "ckpt")
+            os.makedirs(ckpt)  # this attempt's own checkpoint directory
+            with open(os.path.join(ckpt, "step"), "w") as f:
+                f.write(f"attempt {attempt}")
+        if attempt == 0:
+            sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("how", ["replace", "makedirs"])
+def test_a_restarted_attempt_is_not_a_peer(fsguard_python: Path, tmp_path: Path, how: str) -> None:
+    """``torchrun --max-restarts 1``: attempt 0 published (or made its checkpoint directory) and crashed; attempt
+    1's ``os.replace`` of a missing tmp raises ``FileNotFoundError`` (its ``os.makedirs``, ``FileExistsError``) and
+    the job fails, with attempt 0's file left, with and without fsguard."""
+    needs_tags(tmp_path)
+    outcomes = {}
+    error = "FileNotFoundError" if how == "replace" else "FileExistsError"
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        code, err = finish(start(fsguard_python, RESTART, base, [str(base), how], guarded, "--max-restarts", "1"))
+        assert code != 0 and error in err, err[-3000:]
+        outcomes[mode] = files(base)
+        if guarded:
+            assert decisions(base) == [], decisions(base)
+    assert outcomes["with"] == outcomes["without"]
+    assert list(outcomes["with"].values()) == ["attempt 0"], outcomes
+
+
+RESTARTED_PEERS = """
+    import json, os, sys, time
+    base = sys.argv[1]
+    rank = int(os.environ["RANK"])
+    if int(os.environ["TORCHELASTIC_RESTART_COUNT"]) == 0:
+        if rank == 0:
+            sys.exit(3)  # the first attempt crashes before anything is made
+        time.sleep(60)  # stopped by the agent
+    shared = os.path.join(base, "shared")
+    if rank == 1:
+        while not os.path.isdir(shared):  # rank 0 of this attempt made it first
+            time.sleep(0.01)
+    os.makedirs(shared)  # every rank makes the run's directory (exist_ok forgotten)
+"""
+
+
+def test_in_a_restarted_attempt_a_peers_directory_is_still_a_peers(fsguard_python: Path, tmp_path: Path) -> None:
+    """The attempt's start is not too late: in attempt 1, rank 1's ``os.makedirs`` of the directory rank 0 of
+    the same attempt made moments ago fails without fsguard and is absorbed with it (one record, by its tag)."""
+    needs_tags(tmp_path)
+    runs = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        runs[mode] = finish(start(fsguard_python, RESTARTED_PEERS, base, [str(base)], guarded, "--max-restarts", "1"))
+    assert runs["without"][0] != 0 and "FileExistsError" in runs["without"][1], runs["without"][1][-3000:]
+    assert runs["with"][0] == 0, runs["with"][1][-3000:]
+    records = from_log_dir(tmp_path / "with" / "log" / "job")
+    assert [(r.op, r.decision, r.rank, r.detail) for r in records] == [
+        ("makedirs", "absorbed", 1, {"identity": "job tag"})
+    ], records
+
+
+# --- a previous job's run directory and result, with the documented default --------------------------------
+
+PREVIOUS = """
+    import os, sys
+    base, how = sys.argv[1], sys.argv[2]
+    if int(os.environ["RANK"]) == 0:
+        if how == "makedirs":
+            os.makedirs(os.path.join(base, "run"))
+            with open(os.path.join(base, "run", "weights"), "w") as f:
+                f.write("new")
+        else:
+            result = os.path.join(base, "result.json")
+            os.replace(result + ".tmp", result)  # this job's writer produced nothing
+"""
+
+
+def test_a_previous_jobs_run_directory_and_result_with_the_default(fsguard_python: Path, tmp_path: Path) -> None:
+    """A run directory made 10 s before launch and a ``result.json`` published 15 s before: ``os.makedirs``
+    raises ``FileExistsError``, ``os.replace`` of a missing tmp ``FileNotFoundError``, the old files stay, with and
+    without fsguard (``FSGUARD_FRESH_S`` left at its default). Made by this test, so untagged: time decides."""
+    for mode in ("without", "with"):
+        (tmp_path / mode).mkdir()
+        (tmp_path / mode / "result.json").write_text("previous")
+    time.sleep(5)
+    for mode in ("without", "with"):
+        (tmp_path / mode / "run").mkdir()
+        (tmp_path / mode / "run" / "weights").write_text("previous")
+    time.sleep(10)
+    outcomes = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        for how, error in (("makedirs", "FileExistsError"), ("replace", "FileNotFoundError")):
+            code, err = finish(start(fsguard_python, PREVIOUS, base, [str(base), how], guarded))
+            assert code != 0 and error in err, (mode, how, err[-3000:])
+        outcomes[mode] = files(base)
+        if guarded:
+            assert decisions(base) == [], decisions(base)
+    assert outcomes["with"] == outcomes["without"] == {"result.json": "previous", "run/weights": "previous"}
+
+
+# --- a tree a subprocess made, removed -----------------------------------------------------------------------
+
+UNPACK = """
+    import json, os, shutil, subprocess, sys, time
+    base, how, archive = sys.argv[1], sys.argv[2], sys.argv[3]
+    here = os.path.join(base, f"rank{os.environ['RANK']}")
+    os.makedirs(here)
+    tree = os.path.join(here, "dataset")
+    for _ in range(3):
+        if how == "tar":
+            subprocess.run(["tar", "-xf", archive, "-C", here], check=True)
+        else:
+            subprocess.run(["cp", "-r", os.path.join(os.path.dirname(archive), "source", "dataset"), here], check=True)
+        shutil.rmtree(tree)
+    print(json.dumps(sorted(os.listdir(here))))
+"""
+
+
+def dataset_archive(where: Path) -> Path:
+    source = where / "source" / "dataset"
+    for part in ("train", "test"):
+        (source / part).mkdir(parents=True)
+        for i in range(20):
+            (source / part / f"{i}.txt").write_text(str(i))
+    archive = where / "dataset.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(source, arcname="dataset")
+    return archive
+
+
+@pytest.mark.parametrize("how", ["tar", "cp"])
+def test_a_tree_a_subprocess_made_is_no_peers(fsguard_python: Path, tmp_path: Path, how: str) -> None:
+    """Each rank unpacks a dataset with ``tar -xf`` (or copies it with ``cp -r``), then removes it, three times: no
+    ``hazard`` record (nothing was lost) and no wait, with the same files left as without fsguard."""
+    needs_tags(tmp_path)
+    archive = dataset_archive(tmp_path / "input")
+    outcomes = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        code, err = finish(start(fsguard_python, UNPACK, base, [str(base), how, str(archive)], guarded))
+        assert code == 0, err[-3000:]
+        outcomes[mode] = files(base)
+        if guarded:
+            assert decisions(base) == [], decisions(base)
+    assert outcomes["with"] == outcomes["without"]
+    assert os.listdir(tmp_path / "with" / "rank0") == []
+
+
+# --- fsguard status ------------------------------------------------------------------------------------------
+
+
+def test_status_says_how_a_peer_is_told(fsguard_python: Path, tmp_path: Path) -> None:
+    """``fsguard status`` names the job tag a rank writes (or says that time alone decides, and why)."""
+    import json
+
+    from tests.support.cli import run_cli
+    from tests.support.env import TORCHRUN_ENV
+
+    needs_tags(tmp_path)
+    done = run_cli(fsguard_python, "status", "--json", env={"FSGUARD": "1", **TORCHRUN_ENV}, cwd=tmp_path)
+    ident = json.loads(done.stdout)["identity"]
+    assert ident["job_tag"] == "TORCHELASTIC_RUN_ID=test;MASTER_PORT=29500", ident
+    assert ident["filesystem_keeps_tags"] is True and ident["how"].startswith("job tag (user.fsguard.job)")
+    alone = run_cli(fsguard_python, "status", env={"FSGUARD": "force"}, cwd=tmp_path)
+    assert "identity:    time only: no launcher variable names the job" in alone.stdout, alone.stdout
+
+
+def test_a_copied_tag_says_nothing(tmp_path: Path) -> None:
+    """``shutil.copytree`` ends with ``copystat``, which copies extended attributes: the copy's top would carry
+    its source's tag (a previous job's template copied into this job's staging directory). The tag names its
+    directory's inode, so a copied one reads as no evidence (time decides), never as another job's."""
+    import shutil
+
+    from fsguard import evidence, patching
+
+    needs_tags(tmp_path)
+    template = tmp_path / "template"
+    template.mkdir()
+    patching._tag(str(template), b"TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1")
+    assert evidence.job_tag_of(str(template)) == "TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1"
+    shutil.copytree(template, tmp_path / "staging")
+    assert os.getxattr(tmp_path / "staging", "user.fsguard.job").startswith(b"TORCHELASTIC_RUN_ID=previous")
+    assert evidence.job_tag_of(str(tmp_path / "staging")) is None
+    (tmp_path / "untagged").mkdir()
+    assert evidence.job_tag_of(str(tmp_path / "untagged")) == ""

@@ -100,12 +100,14 @@ class _Index:
         self.dirs.clear()
         self.sweep_at = self.DIRS_LIMIT
         self.clear()
+        self._rebuild_below()  # the numbering starts again: no entry of before may look current
 
     def clear(self) -> None:
-        """What MEMORY told (the kept directories stay, and the numbering goes on)."""
+        """What MEMORY told (the kept directories stay, and the numbering goes on; ``below``'s entries of what
+        is forgotten are stale from now on, dropped when they are met or at the next rebuild)."""
         self.made: dict[str, tuple[int, str, float | None]] = {}  # made at the path
         self.gone: dict[str, tuple[int, str, float | None]] = {}  # removed or moved away, with all below it
-        self._rebuild_below()
+        self.gone_seq = 0  # the newest number in ``gone``
 
     def update(self) -> None:
         # More than MEMORY_SIZE calls since the last question (the deque is full: the oldest may be lost):
@@ -128,7 +130,6 @@ class _Index:
             oldest = 2 * (self.count - MEMORY_SIZE + 1)
             self.made = {path: value for path, value in self.made.items() if value[0] >= oldest}
             self.gone = {path: value for path, value in self.gone.items() if value[0] >= oldest}
-            self._rebuild_below()
         self._drain(2 * self.count + 1, first, cwd)
         if self.below_count > self.below_at:
             self._rebuild_below()
@@ -136,7 +137,9 @@ class _Index:
     def _drain(self, seq: int, first: int, cwd: str | None) -> None:
         """Index the directories made since the last update (numbered ``seq``, after this update's MEMORY
         entries, which are numbered from ``first``)."""
-        dirs, gone = self.dirs, self.gone
+        dirs = self.dirs
+        recent = self.gone_seq >= first  # something was removed or moved away in this update's span
+        taken: dict[str, bool] = {}  # path -> whether it or a directory above it was (asked once per directory)
         while True:
             try:
                 entry = DIRS.popleft()  # atomic: other threads append meanwhile
@@ -145,7 +148,7 @@ class _Index:
             new: dict[str, tuple[int, str, float | None]] = {}
             self._place(entry, seq, cwd, new)
             for path, value in new.items():
-                if any(gone.get(above, (0,))[0] >= first for above in _ancestry(path)) and not _is_dir(path):
+                if recent and self._taken_since(path, first, taken) and not _is_dir(path):
                     continue  # removed or moved away in this update's span, after it was made
                 dirs.pop(path, None)
                 dirs[path] = value
@@ -154,7 +157,26 @@ class _Index:
             for path in [path for path in dirs if not _is_dir(path)]:
                 del dirs[path]
             self.sweep_at = max(self.DIRS_LIMIT, 2 * len(dirs))
-            self._rebuild_below()
+
+    def _taken_since(self, path: str, first: int, taken: dict[str, bool]) -> bool:
+        """Whether ``path`` or a directory above it was removed or moved away at ``first`` or later."""
+        gone, chain, hit = self.gone, [], False
+        while True:
+            known = taken.get(path)
+            if known is not None:
+                hit = known
+                break
+            chain.append(path)
+            if gone.get(path, (0,))[0] >= first:
+                hit = True
+                break
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+        for path in chain:
+            taken[path] = hit
+        return hit
 
     def _place(self, entry: Entry, seq: int, cwd: str | None, made: dict[str, tuple[int, str, float | None]]) -> None:
         """Put one remembered call into ``made`` (the index's, or for DIRS's entries a batch) and ``gone``."""
@@ -168,28 +190,32 @@ class _Index:
 
     def _gone(self, path: str, value: tuple[int, str, float | None]) -> None:
         self.gone[path] = value
+        self.gone_seq = value[0]
         self.dirs.pop(path, None)  # older than this (directories below it go at the next sweep)
 
     def _below(self, path: str, seq: int, in_dirs: bool) -> None:
         """Note ``path`` (made at ``seq``) under every directory above it: under each ``prefix`` (ending in the
         separator) that ``path.startswith``, as the question "anything below" reads it."""
-        below = self.below
         entry = (seq, path, in_dirs)
-        at = path.find(os.sep)
-        while at >= 0:
-            prefix = path[: at + 1]
-            names = below.get(prefix)
-            if names is None:
-                below[prefix] = [entry]
-            else:
-                names.append(entry)
-            self.below_count += 1
-            at = path.find(os.sep, at + 1)
+        parent = path[: path.rfind(os.sep) + 1]
+        if parent != self.below_parent:  # names made one after another share their directories' lists
+            below, find, sep = self.below, parent.find, os.sep
+            lists = []
+            at = find(sep)
+            while at >= 0:
+                lists.append(below.setdefault(parent[: at + 1], []))
+                at = find(sep, at + 1)
+            self.below_parent, self.below_lists = parent, lists
+        for names in self.below_lists:
+            names.append(entry)
+        self.below_count += len(self.below_lists)
 
     def _rebuild_below(self) -> None:
         """``below`` from the names current now (dropping what only stale entries held)."""
         self.below = {}
         self.below_count = 0
+        self.below_parent: str | None = None  # the directory of the last name noted, and its lists in ``below``
+        self.below_lists: list[list[tuple[int, str, bool]]] = []
         current = [(value[0], path, False) for path, value in self.made.items()]
         current += [(value[0], path, True) for path, value in self.dirs.items()]
         current.sort(key=lambda entry: entry[0])  # stable: names made at one number stay in their order

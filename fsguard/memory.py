@@ -54,6 +54,17 @@ class Event:
 
 def _ancestry(path: str) -> list[str]:
     """``path`` and every directory above it, nearest first."""
+    sep = os.sep
+    if path[:1] == sep and path[-1:] != sep and sep + sep not in path:  # normalised: cut at each separator
+        chain = [path]
+        cut = path.rfind(sep)
+        while cut > 0:
+            path = path[:cut]
+            chain.append(path)
+            cut = path.rfind(sep)
+        if len(path) > 1:
+            chain.append(sep)
+        return chain
     chain = [path]
     while True:
         parent = os.path.dirname(path)
@@ -110,6 +121,8 @@ class _Index:
         self.gone_seq = 0  # the newest number in ``gone``
 
     def update(self) -> None:
+        if not MEMORY and not DIRS:
+            return  # nothing new since the last question
         # More than MEMORY_SIZE calls since the last question (the deque is full: the oldest may be lost):
         # what MEMORY told may have a gap, so start over.
         if len(MEMORY) >= MEMORY_SIZE:

@@ -15,6 +15,8 @@ import pytest
 from fsguard import memory, state
 
 MADE_KINDS = ("made", "made-shared", "found")
+OPS = ("makedirs", "makedirs-shared", "makedirs-found", "mkdir", "rename", "replace", "remove", "rmdir", "rmtree")
+OPS += ("symlink", "link", "unlink")
 
 
 @pytest.fixture
@@ -68,10 +70,7 @@ def _remember(entry: tuple[Any, ...]) -> None:
 
 def _entry(rng: random.Random, names: list[str]) -> tuple[Any, ...]:
     name, other = rng.choice(names), rng.choice(names)
-    op = rng.choice(
-        ("makedirs", "makedirs-shared", "makedirs-found", "mkdir", "rename", "replace", "remove", "rmdir", "rmtree")
-        + ("symlink", "link", "unlink")
-    )
+    op = rng.choice(OPS)
     if op in ("rename", "replace", "link"):
         return (op, (other, name), {}, rng.random())
     if op == "symlink":

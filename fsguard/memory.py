@@ -103,6 +103,8 @@ class _Index:
         self.below: dict[str, list[tuple[int, str, bool]]] = {}
         self.below_count = 0
         self.below_at = self.BELOW_LIMIT
+        self.below_parent: str | None = None  # the directory of the last name noted, and its lists in ``below``
+        self.below_lists: list[list[tuple[int, str, bool]]] = []
         self.forget()
 
     def forget(self) -> None:
@@ -213,7 +215,7 @@ class _Index:
         parent = path[: path.rfind(os.sep) + 1]
         if parent != self.below_parent:  # names made one after another share their directories' lists
             below, find, sep = self.below, parent.find, os.sep
-            lists = []
+            lists: list[list[tuple[int, str, bool]]] = []
             at = find(sep)
             while at >= 0:
                 lists.append(below.setdefault(parent[: at + 1], []))
@@ -227,8 +229,8 @@ class _Index:
         """``below`` from the names current now (dropping what only stale entries held)."""
         self.below = {}
         self.below_count = 0
-        self.below_parent: str | None = None  # the directory of the last name noted, and its lists in ``below``
-        self.below_lists: list[list[tuple[int, str, bool]]] = []
+        self.below_parent = None
+        self.below_lists = []
         current = [(value[0], path, False) for path, value in self.made.items()]
         current += [(value[0], path, True) for path, value in self.dirs.items()]
         current.sort(key=lambda entry: entry[0])  # stable: names made at one number stay in their order

@@ -376,8 +376,9 @@ def _parents_in_turn(
     makedirs), each level's ``FileExistsError`` swallowed by the level under it, every other error raised at
     once. What is not plain (a ``.`` in the path, another spelling of the call, a chain the standard makedirs
     could not recurse through either) goes the standard way, recursion and all."""
+    sep: Any
     curdir: Any
-    name = args[0] if len(args) == 1 else None
+    name: Any = args[0] if len(args) == 1 else None
     if type(name) is str:
         sep, curdir = os.sep, os.curdir
     elif type(name) is bytes:

@@ -1,9 +1,9 @@
 """Run every benchmark, print one summary table, and write the results as JSON to compare over time.
 
-``python -m bench [--quick] [--only startup calls scale decide] [--out FILE]``; the default file is
+``python -m bench [--quick] [--only startup calls scale decide failures] [--out FILE]``; the default file is
 ``bench/results/<date>-<commit>.json``. The benchmarks share one workspace (the wheel and venvs are made
 once). Each benchmark also runs alone: ``python bench/startup.py``, ``bench/calls.py``, ``bench/scale.py``,
-``bench/decide.py``.
+``bench/decide.py``, ``bench/failures.py``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import _common as common
-from bench import calls, decide, scale, startup
+from bench import calls, decide, failures, scale, startup
 
-NAMES = ("startup", "calls", "scale", "decide")
+NAMES = ("startup", "calls", "scale", "decide", "failures")
 
 
 def summary_rows(results: dict[str, Any]) -> list[list[str]]:
@@ -96,6 +96,28 @@ def summary_rows(results: dict[str, Any]) -> list[list[str]]:
                     "<= 5 ms" if not r["mount"]["stale"] else "",
                 ]
             )
+    if "failures" in results:
+        f = results["failures"]
+        for program, r in f["programs"].items():
+            off, on = r["arms"]["off"], r["arms"]["fsguard"]
+            errors = on.get("errors") or off.get("errors")
+            rows.append(
+                [
+                    f"failures: {program}, fsguard / off",
+                    f"{common.fmt(r['ratio'], 'x')} ({common.fmt(on['median_s'] * 1000, '', 1)} / "
+                    f"{common.fmt(off['median_s'] * 1000, ' ms', 1)})" + (f" errors {errors}" if errors else ""),
+                    "<= 2x",
+                ]
+            )
+        by = f["decisions"]["by_remembered"]
+        for op, ratio in f["decisions"]["ratio_last_to_first"].items():
+            rows.append(
+                [
+                    f"failures: failing {op} decided, {' / '.join(f'{int(n):,}' for n in by)} remembered calls",
+                    " / ".join(f"{cells[op]['median_ms']:.3f}" for cells in by.values()) + f" ms ({ratio:.2f}x)",
+                    "<= 2x",
+                ]
+            )
     if "scale" in results:
         sc = results["scale"]
         top = max(sc["sizes"])
@@ -139,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                     if args.quick
                     else decide.run(filesystems=("local", "tmpfs", "bindfs", "juicefs"))
                 )
+            elif name == "failures":
+                results[name] = failures.run(quick=args.quick)
+                print(failures.render(results[name]))
             else:
                 results[name] = scale.run(ws, sizes=(2, 4), trials=1) if args.quick else scale.run(ws)
                 print(scale.render(results[name]))

@@ -2,11 +2,12 @@
 
 The happy path pays one ``deque.append`` of the call's own arguments (rename, replace, symlink and link add
 the wall-clock time, so a later decision can tell its own old move or link from a peer's newer one).
-Nothing is normalised then: the first failing call that asks indexes the entries appended since the last
-question, newest wins, so a decision costs a few dictionary lookups however full the memory is.
-``MEMORY`` holds the last ``MEMORY_SIZE`` calls; mkdir and makedirs go to ``DIRS`` instead, which the index
-drains into directories kept while they exist: a process's own ``mkdtemp`` tree stays its own however many
-calls come before its cleanup.
+Nothing is normalised then: the first failing call that asks drains the entries appended since the last
+question into an index, newest wins, so a decision costs a few dictionary lookups per directory above its path
+however many calls came before (it never passes over the history).
+``MEMORY`` holds the calls since the last question (at most ``MEMORY_SIZE``; the index keeps what the last
+``MEMORY_SIZE`` told); mkdir and makedirs go to ``DIRS`` instead, which the index drains into directories kept
+while they exist: a process's own ``mkdtemp`` tree stays its own however many calls come before its cleanup.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class Event:
 
 def _ancestry(path: str) -> list[str]:
     """``path`` and every directory above it, nearest first."""
+    sep = os.sep
+    if path[:1] == sep and path[-1:] != sep and sep + sep not in path:  # normalised: cut at each separator
+        chain = [path]
+        cut = path.rfind(sep)
+        while cut > 0:
+            path = path[:cut]
+            chain.append(path)
+            cut = path.rfind(sep)
+        if len(path) > 1:
+            chain.append(sep)
+        return chain
     chain = [path]
     while True:
         parent = os.path.dirname(path)
@@ -69,17 +81,30 @@ class _Index:
     even numbers (twice their count), the directories drained from ``DIRS`` at one update the odd number after
     that update's last ``MEMORY`` entry (the order between the two deques within one update is not known: a
     directory that one of that update's removals or moves could have taken counts only if it is there now).
-    What ``MEMORY`` tells is kept while its entries are in it; the directories this process made are kept while
-    they exist (swept by ``lstat`` when there are many), however many calls come between.
+    What ``MEMORY`` tells is kept for its last ``MEMORY_SIZE`` entries; the directories this process made are
+    kept while they exist (swept by ``lstat`` when there are many), however many calls come between.
+
+    Every question costs a few lookups per directory above the path, never a pass over the history: both deques
+    are drained (not copied) at each update, and "made anything below this directory" is read from ``below``:
+    for every directory, the names made under it, oldest first (a name's every insertion appends, so the newest
+    one still current is found from the end; a stale one there is dropped for good, since numbers only grow).
     """
 
     # Forget what fell out of MEMORY when the index holds this many more paths than MEMORY can.
     LIMIT = 4 * MEMORY_SIZE
     # Sweep the kept directories that no longer exist when more than this many are kept.
     DIRS_LIMIT = 4096
+    # Rebuild ``below`` from the current names when it holds this many entries (then twice what it rebuilt).
+    BELOW_LIMIT = 1 << 16
 
     def __init__(self) -> None:
         self.dirs: dict[str, tuple[int, str, float | None]] = {}  # made (or found) by mkdir/makedirs
+        # directory (as "/a/b/") -> (seq, name, in dirs) of the names made below it, in the order of seq
+        self.below: dict[str, list[tuple[int, str, bool]]] = {}
+        self.below_count = 0
+        self.below_at = self.BELOW_LIMIT
+        self.below_parent: str | None = None  # the directory of the last name noted, and its lists in ``below``
+        self.below_lists: list[list[tuple[int, str, bool]]] = []
         self.forget()
 
     def forget(self) -> None:
@@ -88,43 +113,48 @@ class _Index:
         self.dirs.clear()
         self.sweep_at = self.DIRS_LIMIT
         self.clear()
+        self._rebuild_below()  # the numbering starts again: no entry of before may look current
 
     def clear(self) -> None:
-        """What MEMORY told (the kept directories stay, and the numbering goes on)."""
-        self.last: Entry | None = None  # newest entry indexed so far (by identity)
+        """What MEMORY told (the kept directories stay, and the numbering goes on; ``below``'s entries of what
+        is forgotten are stale from now on, dropped when they are met or at the next rebuild)."""
         self.made: dict[str, tuple[int, str, float | None]] = {}  # made at the path
         self.gone: dict[str, tuple[int, str, float | None]] = {}  # removed or moved away, with all below it
+        self.gone_seq = 0  # the newest number in ``gone``
 
     def update(self) -> None:
-        entries = list(MEMORY)
-        start = 0
-        if self.last is not None:
-            for position in range(len(entries) - 1, -1, -1):
-                if entries[position] is self.last:
-                    start = position + 1
-                    break
-            else:
-                self.clear()  # more than MEMORY_SIZE calls since the last question: start over
+        if not MEMORY and not DIRS:
+            return  # nothing new since the last question
+        # More than MEMORY_SIZE calls since the last question (the deque is full: the oldest may be lost):
+        # what MEMORY told may have a gap, so start over.
+        if len(MEMORY) >= MEMORY_SIZE:
+            self.clear()
         first = 2 * (self.count + 1)  # this update's first number
         try:
             cwd: str | None = os.getcwd()  # relative paths: as the decision will see them (cwd is not remembered)
         except OSError:
             cwd = None
-        for entry in entries[start:]:
+        for _ in range(len(MEMORY)):  # what is there now; calls other threads make meanwhile wait for the next
+            try:
+                entry = MEMORY.popleft()  # atomic: other threads append meanwhile
+            except IndexError:
+                break
             self.count += 1
             self._place(entry, 2 * self.count, cwd, self.made)
-        if entries:
-            self.last = entries[-1]
-        if len(self.made) + len(self.gone) > self.LIMIT:  # keep only what the entries still in MEMORY told
-            oldest = 2 * (self.count - len(entries) + 1)
+        if len(self.made) + len(self.gone) > self.LIMIT:  # keep only what the last MEMORY_SIZE entries told
+            oldest = 2 * (self.count - MEMORY_SIZE + 1)
             self.made = {path: value for path, value in self.made.items() if value[0] >= oldest}
             self.gone = {path: value for path, value in self.gone.items() if value[0] >= oldest}
         self._drain(2 * self.count + 1, first, cwd)
+        if self.below_count > self.below_at:
+            self._rebuild_below()
 
     def _drain(self, seq: int, first: int, cwd: str | None) -> None:
         """Index the directories made since the last update (numbered ``seq``, after this update's MEMORY
         entries, which are numbered from ``first``)."""
-        dirs, gone = self.dirs, self.gone
+        dirs = self.dirs
+        recent = self.gone_seq >= first  # something was removed or moved away in this update's span
+        taken: dict[str, bool] = {}  # path -> whether it or a directory above it was (asked once per directory)
         while True:
             try:
                 entry = DIRS.popleft()  # atomic: other threads append meanwhile
@@ -133,26 +163,92 @@ class _Index:
             new: dict[str, tuple[int, str, float | None]] = {}
             self._place(entry, seq, cwd, new)
             for path, value in new.items():
-                if any(gone.get(above, (0,))[0] >= first for above in _ancestry(path)) and not _is_dir(path):
+                if recent and self._taken_since(path, first, taken) and not _is_dir(path):
                     continue  # removed or moved away in this update's span, after it was made
                 dirs.pop(path, None)
                 dirs[path] = value
+                self._below(path, value[0], True)
         if len(dirs) > self.sweep_at:
             for path in [path for path in dirs if not _is_dir(path)]:
                 del dirs[path]
             self.sweep_at = max(self.DIRS_LIMIT, 2 * len(dirs))
+
+    def _taken_since(self, path: str, first: int, taken: dict[str, bool]) -> bool:
+        """Whether ``path`` or a directory above it was removed or moved away at ``first`` or later."""
+        gone, chain, hit = self.gone, [], False
+        while True:
+            known = taken.get(path)
+            if known is not None:
+                hit = known
+                break
+            chain.append(path)
+            if gone.get(path, (0,))[0] >= first:
+                hit = True
+                break
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+        for path in chain:
+            taken[path] = hit
+        return hit
 
     def _place(self, entry: Entry, seq: int, cwd: str | None, made: dict[str, tuple[int, str, float | None]]) -> None:
         """Put one remembered call into ``made`` (the index's, or for DIRS's entries a batch) and ``gone``."""
         did, took, when = effects(entry, cwd)
         if did is not None:
             made[did[0]] = (seq, did[1], when)
+            if made is self.made:
+                self._below(did[0], seq, False)
         if took is not None:
             self._gone(took[0], (seq, took[1], when))
 
     def _gone(self, path: str, value: tuple[int, str, float | None]) -> None:
         self.gone[path] = value
+        self.gone_seq = value[0]
         self.dirs.pop(path, None)  # older than this (directories below it go at the next sweep)
+
+    def _below(self, path: str, seq: int, in_dirs: bool) -> None:
+        """Note ``path`` (made at ``seq``) under every directory above it: under each ``prefix`` (ending in the
+        separator) that ``path.startswith``, as the question "anything below" reads it."""
+        entry = (seq, path, in_dirs)
+        parent = path[: path.rfind(os.sep) + 1]
+        if parent != self.below_parent:  # names made one after another share their directories' lists
+            below, find, sep = self.below, parent.find, os.sep
+            lists: list[list[tuple[int, str, bool]]] = []
+            at = find(sep)
+            while at >= 0:
+                lists.append(below.setdefault(parent[: at + 1], []))
+                at = find(sep, at + 1)
+            self.below_parent, self.below_lists = parent, lists
+        for names in self.below_lists:
+            names.append(entry)
+        self.below_count += len(self.below_lists)
+
+    def _rebuild_below(self) -> None:
+        """``below`` from the names current now (dropping what only stale entries held)."""
+        self.below = {}
+        self.below_count = 0
+        self.below_parent = None
+        self.below_lists = []
+        current = [(value[0], path, False) for path, value in self.made.items()]
+        current += [(value[0], path, True) for path, value in self.dirs.items()]
+        current.sort(key=lambda entry: entry[0])  # stable: names made at one number stay in their order
+        for seq, path, in_dirs in current:
+            self._below(path, seq, in_dirs)
+        self.below_at = max(self.BELOW_LIMIT, 2 * self.below_count)
+
+    def _newest_below(self, prefix: str) -> tuple[int, str, float | None] | None:
+        """The newest event still current of a name made below ``prefix``, or None."""
+        names = self.below.get(prefix)
+        while names:
+            seq, path, in_dirs = names[-1]
+            value = (self.dirs if in_dirs else self.made).get(path)
+            if value is not None and value[0] == seq:
+                return value
+            names.pop()  # overwritten by a newer event, forgotten or gone: never current again
+            self.below_count -= 1
+        return None
 
     def last_event(self, path: str, within: bool) -> Event | None:
         found = self.made.get(path)
@@ -160,11 +256,9 @@ class _Index:
         if kept is not None and (found is None or kept[0] > found[0]):
             found = kept
         if within:
-            prefix = path.rstrip(os.sep) + os.sep
-            for index in (self.made, self.dirs):
-                for made, value in index.items():
-                    if (found is None or value[0] > found[0]) and made.startswith(prefix):
-                        found = value
+            newest = self._newest_below(path.rstrip(os.sep) + os.sep)
+            if newest is not None and (found is None or newest[0] > found[0]):
+                found = newest
         for above in _ancestry(path):
             gone = self.gone.get(above)
             if gone is not None and (found is None or gone[0] > found[0]):

@@ -177,7 +177,7 @@ def _inside_makedirs() -> bool:
     for _ in range(6):
         if frame is None:
             return False
-        if frame.f_code is code:
+        if frame.f_code is code or frame.f_code is _IN_TURN:
             return True
         frame = frame.f_back
     return False
@@ -298,6 +298,8 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     makes_one = op in ("mkdir", "makedirs")
     # mkdir tags what it creates with the job's tag (in a job with peers); makedirs' levels are its mkdir calls.
     tag = _job_tag() if op == "mkdir" else None
+    # makedirs: the standard makedirs' own call for a missing parent, told the same way (see _parents_in_turn)
+    parent_of = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if makes else None
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # One Python frame on the happy path: the call, one append, return.
@@ -321,6 +323,8 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
                     _tag(args[0], tag)
             remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
             return result
+        if makes and instance is not _LEVEL and getframe(1).f_code is parent_of and parent_of is not None:
+            return _parents_in_turn(wrapper, wrapped, args, kwargs)  # (only a missing parent's call has kwargs)
         fds = not makes and fds_given(kwargs)  # makedirs takes no directory descriptors
         if fds and passes_fds:
             return wrapped(*args, **kwargs)
@@ -382,6 +386,64 @@ def _tag(path: Any, tag: bytes) -> None:
         os.setxattr(path, launcher.JOB_TAG, b"%s;ino=%d" % (tag, ino), follow_symlinks=False)
     except (OSError, TypeError, ValueError, AttributeError):
         pass
+
+
+_LEVEL = object()  # passed as ``instance``: one level of a makedirs taken in turn (_parents_in_turn)
+
+
+def _parents_in_turn(
+    wrapper: Callable[..., Any], wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """The standard makedirs' call for a missing parent, ``makedirs(head, exist_ok=exist_ok)``, made without its
+    recursion: a deep ``makedirs`` adds no frames per level, so it goes as deep as without fsguard (a guarded
+    level is three frames, not one: 400 levels hit the recursion limit).
+
+    The missing parents are found as the standard makedirs finds them (``path.exists`` of each head, in the
+    same order), then each level is one guarded call, the topmost first, its parent there by then: the same
+    calls (the standard makedirs of that level, its mkdir), remembered the same and never decided (inside a
+    makedirs), each level's ``FileExistsError`` swallowed by the level under it, every other error raised at
+    once. What is not plain (a ``.`` in the path, another spelling of the call, a chain the standard makedirs
+    could not recurse through either) goes the standard way, recursion and all."""
+    sep: Any
+    curdir: Any
+    name: Any = args[0] if len(args) == 1 else None
+    if type(name) is str:
+        sep, curdir = os.sep, os.curdir
+    elif type(name) is bytes:
+        sep, curdir = os.sep.encode(), os.curdir.encode()
+    else:
+        name = None
+    if name is None or list(kwargs) != ["exist_ok"] or curdir in name.split(sep):
+        return wrapper(wrapped, _LEVEL, args, kwargs)
+    exist_ok = kwargs["exist_ok"]
+    split, exists = os.path.split, os.path.exists
+    names = []  # the missing parents, nearest first: the levels the standard makedirs would recurse into
+    while True:
+        head, tail = split(name)
+        if not tail:
+            head, tail = split(head)
+        if not (head and tail and not exists(head)):
+            break
+        names.append(head)
+        name = head
+    if names and _depth() + len(names) + 3 > sys.getrecursionlimit():
+        return wrapper(wrapped, _LEVEL, args, kwargs)  # too deep for the standard makedirs: its RecursionError
+    for parent in reversed(names):
+        try:
+            wrapper(wrapped, _LEVEL, (parent,), {"exist_ok": exist_ok})
+        except FileExistsError:  # as the standard makedirs of the level under it: made by a peer meanwhile
+            pass
+    return wrapper(wrapped, _LEVEL, args, kwargs)
+
+
+def _depth() -> int:
+    """The number of frames on this thread's stack, fsguard's own left out (the standard makedirs has none)."""
+    depth = 0
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        depth += frame.f_globals.get("__name__") != __name__
+        frame = frame.f_back
+    return depth
 
 
 # The leaf a guarded mkdir, called by the standard makedirs, found already there (per thread): read by the
@@ -617,3 +679,6 @@ def _enable_serializer() -> None:
     except ImportError:
         return
     STATE.serializer = locks.serializer(STATE.settings, STATE.launch)
+
+
+_IN_TURN = _parents_in_turn.__code__  # a level taken in turn is inside a makedirs too

@@ -121,7 +121,8 @@ def test_summary_has_every_benchmarks_rows(alone: Alone) -> None:
     from bench.__main__ import NAMES, summary_rows
 
     rows = summary_rows({name: alone(name)[0] for name in NAMES})
-    for prefix in ("startup: ", "calls: ", "decide: ", "decide on local", "decide on juicefs", "scale: "):
+    prefixes = ("startup: ", "calls: ", "decide: ", "decide on local", "decide on juicefs", "scale: ", "failures: ")
+    for prefix in prefixes:
         assert [row for row in rows if row[0].startswith(prefix)], (prefix, rows)
     assert all(len(row) == 3 and all(isinstance(cell, str) for cell in row) for row in rows), rows
 
@@ -159,3 +160,20 @@ def test_decide_alone(alone: Alone) -> None:
             "makedirs-exist-ok-onto-file": ["FileExistsError"],
         }
     assert "juicefs" in result["filesystems"] and "genuine error" in stdout
+
+
+@pytest.mark.timeout(420)
+def test_failures_alone(alone: Alone) -> None:
+    """The failure-path programs, both arms each, and the decisions by remembered calls (issue 35)."""
+    result, stdout = alone("failures")
+    assert set(result["programs"]) == {"ensure-dir", "big-parent", "tar", "deep-makedirs"}
+    for program, r in result["programs"].items():
+        assert set(r["arms"]) == {"off", "fsguard"}, program
+        assert r["arms"]["off"]["median_s"] > 0 and r["arms"]["fsguard"]["median_s"] > 0, (program, r["arms"])
+    deep = result["programs"]["deep-makedirs"]["arms"]
+    assert deep["off"]["errors"] == deep["fsguard"]["errors"] == [], deep  # 400 levels: no RecursionError
+    by = result["decisions"]["by_remembered"]
+    assert set(by) == {"0", "4096"}
+    for cells in by.values():
+        assert {op: cell["raised"] for op, cell in cells.items()} == {"makedirs": 0, "mkdir": 0}  # a peer's: absorbed
+    assert "decision (absorbed)" in stdout

@@ -256,3 +256,61 @@ def test_class7_cleanup_at_shutdown_as_without(
     assert plain.runs[0].error == error, plain
     assert guarded.runs[0].records == [], guarded.runs[0].records
     assert all(name == "kept" for name in guarded.files), guarded.files
+
+
+# --- a deep makedirs (issue 35) -----------------------------------------------------------------------------
+
+
+DEEP_MAKEDIRS = """
+    # A 400-level chain both ranks make (exist_ok=True), one each rank makes alone, then again (FileExistsError),
+    # one under a "." (the standard makedirs' own early return), and a leaf of each rank under 300 levels both make
+    # (exist_ok=False: each level's FileExistsError is the standard makedirs' own to swallow). The standard makedirs
+    # recurses once a level.
+    os.chdir(sys.argv[1])
+    rank = os.environ.get("RANK", "0")
+    shared = os.path.join("shared", *["d"] * 400)
+    os.makedirs(shared, exist_ok=True)
+    mine = os.path.join(f"own-r{rank}", *["d"] * 400)
+    os.makedirs(mine)
+    try:
+        os.makedirs(mine)
+    except FileExistsError as error:
+        print("again:", error.errno, error.filename == mine, flush=True)
+    os.makedirs(os.path.join(f"dot-r{rank}", *["d"] * 20, ".", *["e"] * 20))
+    os.makedirs(os.path.join("race", *["d"] * 300, f"leaf-r{rank}"))  # the parents: each level's peer race
+    print("depth", sum(1 for _ in os.walk("shared")), "limit", sys.getrecursionlimit(), flush=True)
+"""
+
+
+def test_a_deep_makedirs_goes_as_deep_as_without(fsguard_python: Path, tmp_path: Path) -> None:
+    """A 400-level ``os.makedirs`` in each rank of a job: the standard makedirs recurses through the guarded
+    ``os.makedirs`` once a level, and a guarded level must add no frames (three did: ``RecursionError`` at about
+    334 levels, under the 990 the standard makedirs reaches)."""
+    plain, guarded = compare(fsguard_python, DEEP_MAKEDIRS, tmp_path, "1")
+    assert [r.rc for r in plain.runs] == [0, 0], plain
+    assert plain.runs[0].stdout == "again: 17 True\ndepth 401 limit 1000\n", plain
+    assert all(r.records == [] for r in guarded.runs), [r.records for r in guarded.runs]
+
+
+OWN_LEVELS = """
+    import os, sys
+    import fsguard.memory as memory
+    os.chdir(sys.argv[1])
+    os.makedirs(os.path.join("made", *["d"] * 200))
+    os.makedirs(os.path.join("shared", *["d"] * 200), exist_ok=True)
+    os.makedirs(os.path.join("shared", *["d"] * 202), 0o755, True)
+    for top in ("made", "shared"):
+        levels = [os.path.join(sys.argv[1], top, *["d"] * n) for n in range(203 if top == "shared" else 201)]
+        print(top, sorted({memory.own_last_event(level) for level in levels}), flush=True)
+"""
+
+
+def test_every_level_of_a_deep_makedirs_is_remembered_as_made(fsguard_python: Path, tmp_path: Path) -> None:
+    """Each level of a deep makedirs is this process's own, as each level of a shallow one: ``made`` (a
+    ``makedirs(exist_ok=False)``'s), ``made-shared`` (``exist_ok=True``'s: a name peers make too)."""
+    where = tmp_path / "run"
+    where.mkdir()
+    envs = [{"FSGUARD": "1", **rank_env(r, 2, "deep-levels")} for r in range(1)]
+    rank = launch([str(fsguard_python), "-c", textwrap.dedent(OWN_LEVELS), str(where)], envs, TIMEOUT_S)[0]
+    assert rank.code == 0, rank.err
+    assert rank.out == "made ['made']\nshared ['made-shared']\n", rank.out

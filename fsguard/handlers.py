@@ -378,7 +378,9 @@ def _inside(cls: type[BaseException], layers: list[_Layer], scope: Any, label: s
             continue
         if isinstance(outcome, dict):
             inner = outcome.get("handler")
-            outcome["handler"] = label if inner is None else f"{label}: {inner}"
+            if inner is not None:
+                outcome["inside"] = inner  # the generator's own handler at its yield
+            outcome["handler"] = label
         return outcome  # a dict (decides), a tuple of classes raised instead, or _END
     return _PASS
 

@@ -358,7 +358,7 @@ ROWS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "a broad handler two frames up": (broad_handler_far_up, "except Exception"),
     "a converting handler whose new class is caught": (converted_and_caught, "except AlreadyExistsError"),
     "with Ignored(FileExistsError)": (class_based_suppressing_manager, "with Ignored(FileExistsError)"),
-    "cm = ignoring(...); with cm:": (contextmanager_object, "with cm: except classes"),
+    "cm = ignoring(...); with cm:": (contextmanager_object, "with cm"),
     "except self.retry_on (instance attribute)": (except_an_instance_attribute, "except self.retry_on"),
     "except self.retry_on (a property)": (except_a_property, "except self.retry_on"),
     "except*": (except_star, "?"),

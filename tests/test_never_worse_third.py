@@ -197,13 +197,16 @@ CARRIED = {
     "thread_pool": """
     import concurrent.futures
 
+    def make_run_dir(path):
+        os.mkdir(path)
+
     def claim_one(root):
         os.makedirs(os.path.join(root, "runs"), exist_ok=True)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             i = 0
             while True:
                 try:
-                    pool.submit(os.mkdir, os.path.join(root, f"runs/run-{i}")).result()
+                    pool.submit(make_run_dir, os.path.join(root, f"runs/run-{i}")).result()
                     return i
                 except FileExistsError:
                     i += 1
@@ -211,11 +214,14 @@ CARRIED = {
     "to_thread": """
     import asyncio
 
+    def make_run_dir(path):
+        os.makedirs(path)
+
     async def claim(root):
         i = 0
         while True:
             try:
-                await asyncio.to_thread(os.makedirs, os.path.join(root, f"runs/run-{i}"))
+                await asyncio.to_thread(make_run_dir, os.path.join(root, f"runs/run-{i}"))
                 return i
             except FileExistsError:
                 i += 1
@@ -226,12 +232,15 @@ CARRIED = {
     "pool_apply": """
     import multiprocessing
 
+    def make_run_dir(path):
+        os.makedirs(path)
+
     def claim_one(root):
         with multiprocessing.get_context("fork").Pool(1) as pool:
             i = 0
             while True:
                 try:
-                    pool.apply(os.makedirs, (os.path.join(root, f"runs/run-{i}"),))
+                    pool.apply(make_run_dir, (os.path.join(root, f"runs/run-{i}"),))
                     return i
                 except FileExistsError:
                     i += 1

@@ -704,7 +704,11 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
 _CLEANUP_OPS = frozenset(
     {"SWAP", "POP_TOP", "STORE_FAST", "STORE_FAST_MAYBE_NULL", "CALL_INTRINSIC_1", "COPY", "NOP", "LOAD_CONST"}
 )
-_EXITS: dict[tuple[Any, Any], tuple[str]] = {("sys", "exit"): ("exit",), ("os", "_exit"): ("end",), ("os", "abort"): ("end",)}
+_EXITS: dict[tuple[Any, Any], tuple[str]] = {
+    ("sys", "exit"): ("exit",),
+    ("os", "_exit"): ("end",),
+    ("os", "abort"): ("end",),
+}
 
 
 def _fate(instructions: list[Any], index: dict[int, int], body: int) -> tuple[Any, ...]:

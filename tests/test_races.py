@@ -206,7 +206,9 @@ CRASH_OF = """
         return escaped[0] if escaped else None
 """
 
-REPUBLISHED_TEMP = CRASH_OF + """
+REPUBLISHED_TEMP = (
+    CRASH_OF
+    + """
     import os, sys, tempfile
     d = tempfile.mkdtemp()
     temp, target = os.path.join(d, "kernel.so.tmp.pid_4242_7"), os.path.join(d, "kernel.so")
@@ -229,6 +231,7 @@ REPUBLISHED_TEMP = CRASH_OF + """
     outcome = "raised" if crash_of(publish) else "absorbed"
     print(hasattr(os.replace, "__wrapped__"), fired, outcome)
 """
+)
 
 
 def test_replace_lost_to_a_republished_temp_is_absorbed(fsguard_python: Path) -> None:
@@ -247,7 +250,9 @@ def test_replace_lost_to_a_republished_temp_is_absorbed(fsguard_python: Path) ->
     assert "re-published" in rec.evidence, rec.evidence
 
 
-ROTATION = CRASH_OF + """
+ROTATION = (
+    CRASH_OF
+    + """
     import os, sys, tempfile, time
     import fsguard.patching
     os.chdir(tempfile.mkdtemp())
@@ -275,6 +280,7 @@ ROTATION = CRASH_OF + """
         outcomes.append("raised" if crash_of(publish) else "absorbed")
     print(moved, *outcomes)
 """
+)
 
 
 def test_rotation_reusing_a_temp_name_is_told_from_this_rank_s_own_move(fsguard_python: Path) -> None:
@@ -432,7 +438,9 @@ def test_makedirs_exist_ok_decides_from_the_listing(
         assert on["seconds"] < 2.5, on  # decided from the listing, not after the 5 s settle wait
 
 
-RENAMED_MID_WALK = CRASH_OF + """
+RENAMED_MID_WALK = (
+    CRASH_OF
+    + """
     import json, os, shutil, sys, tempfile
     root = tempfile.mkdtemp()
     top, moved = os.path.join(root, "staging"), os.path.join(root, "checkpoint-7")
@@ -459,6 +467,7 @@ RENAMED_MID_WALK = CRASH_OF + """
     print(json.dumps({"fired": fired, "outcome": outcome, "moved": sorted(os.listdir(moved)),
                       "patched": hasattr(shutil.rmtree, "__wrapped__")}))
 """
+)
 
 
 def test_rmtree_of_a_tree_a_peer_renamed_mid_walk_is_a_hazard(fsguard_python: Path) -> None:

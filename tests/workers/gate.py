@@ -6,9 +6,9 @@ Imported by the workers run as scripts (their directory is on ``sys.path``): ``f
 from __future__ import annotations
 
 import os
-from typing import Any
 import sys
 import time
+from typing import Any
 
 
 def barrier(root: str, name: str, rank: int, world: int, *, poll_s: float = 0.0001, timeout_s: float = 60.0) -> None:

@@ -455,7 +455,7 @@ def main() -> None:
         escaped: list[BaseException] = []
         # Each row runs in a thread of its own: an error that escapes it ends the thread (a would-be crash,
         # which fsguard may absorb), and threading.excepthook reports it; a handler here would decide.
-        threading.excepthook = lambda args: escaped.append(args.exc_value)  # type: ignore[misc,arg-type]
+        threading.excepthook = lambda args, escaped=escaped: escaped.append(args.exc_value)  # type: ignore[misc]
         thread = threading.Thread(target=act, args=(d, out))
         thread.start()
         thread.join()

@@ -240,6 +240,10 @@ def _handled(cls: type[BaseException], label: str, fate: tuple[Any, ...], frame:
             new = _resolve(raised[1], frame)
             if not (isinstance(new, type) and issubclass(new, BaseException)):
                 return {"handler": label, "reason": f"raises {raised[2]}, which fsguard cannot resolve"}
+        elif raised[0] == "delegate":
+            if not _delegated(raised[1], frame):
+                return {"handler": label, "delegates_to": raised[2]}
+            new = cls
         else:
             return {"handler": label, "reason": raised[1]}
         if new not in classes:
@@ -713,19 +717,21 @@ _EXITS: dict[tuple[Any, Any], tuple[str]] = {
 
 def _fate(instructions: list[Any], index: dict[int, int], body: int) -> tuple[Any, ...]:
     """What a handler whose body starts at instruction ``body`` does with the error: ("swallow",) when a path
-    leaves the handler normally (``POP_EXCEPT``), else ("raise", what its paths raise). Normal flow only,
-    bounded."""
-    todo: list[int] = [body]
-    seen: set[int] = set()
+    leaves the handler normally (``POP_EXCEPT``), else ("raise", what its paths raise). A path that leaves it
+    normally after handing the error to a function of the program (``self._handle_exception(e)``, ignite's
+    engine) raises what that function raises, if it raises: ("delegate", callee, label), read at the search.
+    Normal flow only, bounded."""
+    todo: list[tuple[int, Any]] = [(body, None)]
+    seen: set[tuple[int, Any]] = set()
     raised: list[tuple[Any, ...]] = []
     named = instructions[body].argval if instructions[body].opname.startswith("STORE_") else None  # ``as e``
     while todo:
-        n = todo.pop()
-        if n >= len(instructions) or n in seen:
+        n, delegate = todo.pop()
+        if n >= len(instructions) or (n, delegate) in seen:
             continue
         if len(seen) > 2000:
             return ("raise", (("unknown", "a handler too long to read"),))
-        seen.add(n)
+        seen.add((n, delegate))
         ins = instructions[n]
         op = ins.opname
         if op == "RERAISE" or (op == "RAISE_VARARGS" and ins.arg == 0):
@@ -735,7 +741,11 @@ def _fate(instructions: list[Any], index: dict[int, int], body: int) -> tuple[An
             raised.append(_raised(instructions, n, named))
             continue
         if op in ("RETURN_VALUE", "RETURN_CONST", "POP_EXCEPT"):
-            return ("swallow",)
+            if delegate is None:
+                return ("swallow",)
+            run = [i for i in instructions[delegate[0] : delegate[1]] if i.opname not in _SKIP]
+            raised.append(("delegate", run, _label(run)))
+            continue
         if op in ("LOAD_GLOBAL", "LOAD_NAME"):
             after = instructions[n + 1] if n + 1 < len(instructions) else None
             attribute = after.argval if after is not None and after.opname in ("LOAD_ATTR", "LOAD_METHOD") else None
@@ -743,14 +753,151 @@ def _fate(instructions: list[Any], index: dict[int, int], body: int) -> tuple[An
             if ending is not None:
                 raised.append(ending)
                 continue
+        if op.startswith("CALL") and named is not None:
+            delegate = _delegation(instructions, n, named) or delegate
         if "JUMP" in op or op == "FOR_ITER":
             target = index.get(ins.argval) if isinstance(ins.argval, int) else None
             if target is not None:
-                todo.append(target)
+                todo.append((target, delegate))
             if op.startswith(("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE")) or op == "JUMP":
                 continue  # unconditional
-        todo.append(n + 1)
+        todo.append((n + 1, delegate))
     return ("raise", _unique(raised)) if raised else ("swallow",)
+
+
+def _delegation(instructions: list[Any], n: int, named: Any) -> tuple[int, int] | None:
+    """For a call at instruction ``n`` of one argument, the handler's own error (``f(e)``, ``self.handle(e)``):
+    the instruction range of its callee's attribute chain; else None."""
+    if instructions[n].arg != 1:
+        return None
+    m = n - 1
+    while m >= 0 and instructions[m].opname in _SKIP:
+        m -= 1
+    if m < 1 or not instructions[m].opname.startswith("LOAD_FAST") or instructions[m].argval != named:
+        return None
+    k = m - 1
+    while k >= 0 and instructions[k].opname in _SKIP:
+        k -= 1
+    end = k + 1
+    while k >= 0 and instructions[k].opname in ("LOAD_ATTR", "LOAD_METHOD"):
+        k -= 1
+    if k < 0 or not _loads(instructions[k].opname) or isinstance(instructions[k].argval, tuple):
+        return None
+    return k, end
+
+
+def _delegated(run: list[Any], frame: Any) -> bool:
+    """Whether the function a handler hands its error to (``self._handle_exception(e)``) raises it on every
+    path, as the frame's state now decides its branches (``if Events.EXCEPTION_RAISED in self._event_handlers:
+    ... else: raise e``). False when unsure."""
+    import ast
+    import dis
+    import inspect
+    import types
+
+    bound: dict[str, Any] = {}
+    if isinstance(run, ast.Attribute):  # 3.10: the callee's ast
+        owner, name = _evaluate(run.value, frame), run.attr
+    elif isinstance(run, list) and len(run) > 1:
+        owner, name = _chain(run[:-1], frame), run[-1].argval
+    else:
+        owner, name = None, None
+    if name is None or owner is _MISSING or isinstance(owner, (types.ModuleType, type)):
+        function = _resolve(run, frame)
+    else:
+        function = inspect.getattr_static(owner, name, _MISSING)
+        if isinstance(function, types.FunctionType) and function.__code__.co_argcount >= 2:
+            bound[function.__code__.co_varnames[0]] = owner  # self
+    if not isinstance(function, types.FunctionType):
+        return False
+    code = function.__code__
+    if code.co_flags & (0x20 | _ASYNC) or code.co_argcount - len(bound) != 1:
+        return False
+    parameter = code.co_varnames[len(bound)]
+    import builtins
+
+    scope = types.SimpleNamespace(f_locals=bound, f_globals=function.__globals__, f_builtins=vars(builtins))
+    instructions = list(dis.get_instructions(code))
+    index = {ins.offset: k for k, ins in enumerate(instructions)}
+    todo, seen = [0], set[int]()
+    while todo:
+        k = todo.pop()
+        if k in seen:
+            continue
+        if k >= len(instructions) or len(seen) > 500:
+            return False
+        seen.add(k)
+        ins = instructions[k]
+        op = ins.opname
+        if op == "RAISE_VARARGS" and ins.arg == 1:
+            previous = instructions[k - 1]
+            if not (previous.opname.startswith("LOAD_FAST") and previous.argval == parameter):
+                return False  # raises something else
+            continue
+        if op.startswith(("RETURN", "YIELD", "RERAISE", "RAISE")):
+            return False
+        if op.startswith("POP_JUMP") and ("IF_TRUE" in op or "IF_FALSE" in op):
+            target = index.get(ins.argval)
+            start = _operand(instructions, k)
+            value = _condition(instructions[start:k], scope) if start is not None else _MISSING
+            if target is None:
+                return False
+            if value is _MISSING:
+                todo += [target, k + 1]
+            else:
+                todo.append(target if bool(value) == ("IF_TRUE" in op) else k + 1)
+            continue
+        if "JUMP" in op:
+            target = index.get(ins.argval)
+            if target is None:
+                return False
+            todo.append(target)
+            if op.startswith(("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE")) or op == "JUMP":
+                continue
+        todo.append(k + 1)
+    return True
+
+
+def _condition(run: list[Any], scope: Any) -> Any:
+    """The value of a branch's condition made only of names, attributes, constants and ``in``/``is`` on plain
+    containers (``Events.EXCEPTION_RAISED in self._event_handlers``); ``_MISSING`` for anything else."""
+    stack: list[Any] = []
+    for ins in run:
+        op = ins.opname
+        if op in _SKIP:
+            continue
+        if op == "CONTAINS_OP" or op == "IS_OP":
+            if len(stack) < 2:
+                return _MISSING
+            right, left = stack.pop(), stack.pop()
+            if _MISSING in (left, right):
+                return _MISSING
+            if op == "IS_OP":
+                stack.append((left is right) != bool(ins.arg))
+                continue
+            if isinstance(right, dict):
+                found = dict.__contains__(right, left)
+            elif isinstance(right, (set, frozenset)):
+                found = (
+                    set.__contains__(set(right), left)
+                    if isinstance(right, frozenset)
+                    else set.__contains__(right, left)
+                )
+            else:
+                return _MISSING
+            stack.append(found != bool(ins.arg))
+            continue
+        if op == "TO_BOOL":  # 3.13+: before the jump
+            continue
+        if op in ("LOAD_ATTR", "LOAD_METHOD"):
+            if not stack:
+                return _MISSING
+            stack.append(_attribute(stack.pop(), ins.argval))
+        elif _loads(op) or op == "LOAD_CONST":
+            stack.append(_chain([ins], scope))
+        else:
+            return _MISSING
+    return stack[0] if len(stack) == 1 else _MISSING
 
 
 def _unique(raised: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -973,9 +1120,19 @@ def _source_fate(clause: Any) -> tuple[Any, ...]:
         todo.extend(ast.iter_child_nodes(node))
     if any(isinstance(node, (ast.Return, ast.Break, ast.Continue)) for node in nodes):
         return ("swallow",)
-    if not body or not (isinstance(body[-1], ast.Raise) or _source_exit(body[-1]) is not None):
-        return ("swallow",)
     raised: list[tuple[Any, ...]] = []
+    last = body[-1] if body else None
+    call = last.value if isinstance(last, ast.Expr) else None
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, (ast.Name, ast.Attribute))
+        and [type(a) for a in call.args] == [ast.Name]
+        and call.args[0].id == clause.name  # type: ignore[attr-defined]
+        and not call.keywords
+    ):
+        raised.append(("delegate", call.func, ast.unparse(call.func)))  # ``self._handle_exception(e)``
+    elif not (isinstance(last, ast.Raise) or (last is not None and _source_exit(last) is not None)):
+        return ("swallow",)
     for node in nodes:
         ending = _source_exit(node) if isinstance(node, ast.Expr) else None
         if ending is not None:

@@ -12,6 +12,7 @@ a dict means the program decides (``deferred``), with the handler or the reason.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import errno
@@ -175,6 +176,41 @@ def deep_reraising_stack() -> None:
             raise
 
     layer(20)
+
+
+class Engine:
+    """ignite's engine (0.3.0): its handler hands the error to ``_handle_exception``, which re-raises it unless
+    a handler for the "exception raised" event is registered."""
+
+    def __init__(self, on_exception: bool) -> None:
+        self._event_handlers: dict[str, list[Any]] = collections.defaultdict(list)
+        if on_exception:
+            self._event_handlers["exception_raised"].append(print)
+
+    def _fire_event(self, name: str, error: BaseException) -> None:
+        for handler in self._event_handlers[name]:
+            handler(error, file=sys.stderr)
+
+    def _handle_exception(self, e: BaseException) -> None:
+        if "exception_raised" in self._event_handlers:
+            self._fire_event("exception_raised", e)
+        else:
+            raise e
+
+    def run(self) -> None:
+        try:
+            guarded()
+        except BaseException as e:
+            print("Engine run is terminating due to exception:", str(e), file=sys.stderr)
+            self._handle_exception(e)
+
+
+def handed_to_a_method_that_reraises() -> None:
+    Engine(on_exception=False).run()
+
+
+def handed_to_a_method_that_swallows() -> None:
+    Engine(on_exception=True).run()
 
 
 # --- the program decides: deferred ------------------------------------------------------------------------
@@ -353,6 +389,7 @@ ROWS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "sys.exit in the handler": (exits, None),
     "suppress of another class": (suppress_of_another_class, None),
     "twenty re-raising frames": (deep_reraising_stack, None),
+    "handed to a method that re-raises it (ignite)": (handed_to_a_method_that_reraises, None),
     # deferred (the program decides): expected the handler (or "?" for a reason only)
     "a claim loop through a helper (errno idiom)": (claim_loop_through_a_helper, "except OSError"),
     "a broad handler two frames up": (broad_handler_far_up, "except Exception"),
@@ -367,6 +404,7 @@ ROWS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "asyncio.to_thread": (asyncio_to_thread, "except BaseException"),
     "asyncio.wait_for of a coroutine": (coroutine_in_a_task, "?"),
     "a broad handler in a retry loop": (retry_loop_around_a_broad_handler, "except Exception"),
+    "handed to a method that swallows it": (handed_to_a_method_that_swallows, "except BaseException"),
 }
 
 

@@ -552,10 +552,13 @@ def _manager(expression: Any, frame: Any) -> tuple[Any, Any, Any]:
         )
     if not run[-1].opname.startswith("CALL") or head == 0:
         return None, "a context expression fsguard cannot read", None
-    callee = _chain(run[:head], frame)
+    owner = _chain(run[: head - 1], frame) if head > 1 else _MISSING
+    callee, bound = _method(owner, run[head - 1].argval) if head > 1 else (_MISSING, [])
+    args: list[Any] | None = bound
+    if callee is _MISSING:
+        callee = _chain(run[:head], frame)
     if callee is _MISSING:
         return None, "a context manager fsguard cannot resolve", None
-    args: list[Any] | None = []
     n = head
     while args is not None and n < len(run) - 1:
         end = _attributes(run, n)
@@ -577,6 +580,20 @@ def _attributes(run: list[Any], n: int) -> int:
     return m
 
 
+def _method(owner: Any, name: str) -> tuple[Any, list[Any]]:
+    """A ``@contextmanager`` method of an instance (``self.accelerator.main_process_first``): (its function,
+    [the instance] as its first argument); (``_MISSING``, []) for anything else."""
+    import inspect
+    import types
+
+    if owner is _MISSING or isinstance(owner, (types.ModuleType, type)):
+        return _MISSING, []
+    function = inspect.getattr_static(owner, name, _MISSING)
+    if isinstance(function, types.FunctionType) and _is_contextmanager(function):
+        return function, [owner]
+    return _MISSING, []
+
+
 def _evaluate(node: Any, frame: Any) -> Any:
     import ast
 
@@ -595,11 +612,15 @@ def _evaluate_manager(node: Any, frame: Any) -> tuple[Any, Any, Any]:
     import ast
 
     if isinstance(node, ast.Call):
-        callee = _evaluate(node.func, frame)
+        callee, bound = _MISSING, list[Any]()
+        if isinstance(node.func, ast.Attribute):
+            callee, bound = _method(_evaluate(node.func.value, frame), node.func.attr)
+        if callee is _MISSING:
+            callee = _evaluate(node.func, frame)
         if callee is _MISSING:
             return None, "a context manager fsguard cannot resolve", None
         simple = all(isinstance(a, (ast.Name, ast.Attribute, ast.Constant, ast.Tuple)) for a in node.args)
-        args = tuple(_evaluate(a, frame) for a in node.args) if simple and not node.keywords else None
+        args = tuple([*bound, *(_evaluate(a, frame) for a in node.args)]) if simple and not node.keywords else None
         return "call", callee, args
     value = _evaluate(node, frame)
     if value is _MISSING:

@@ -213,6 +213,31 @@ def handed_to_a_method_that_swallows() -> None:
     Engine(on_exception=True).run()
 
 
+class Accelerator:
+    @contextlib.contextmanager
+    def main_process_first(self) -> Any:
+        yield  # the error thrown in here leaves the generator: passed on
+
+    @contextlib.contextmanager
+    def quietly(self) -> Any:
+        try:
+            yield
+        except FileExistsError:
+            pass
+
+
+def with_a_contextmanager_method() -> None:
+    accelerator = Accelerator()
+    with accelerator.main_process_first():
+        guarded()
+
+
+def with_a_suppressing_contextmanager_method() -> None:
+    accelerator = Accelerator()
+    with accelerator.quietly():
+        guarded()
+
+
 # --- the program decides: deferred ------------------------------------------------------------------------
 
 
@@ -390,6 +415,7 @@ ROWS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "suppress of another class": (suppress_of_another_class, None),
     "twenty re-raising frames": (deep_reraising_stack, None),
     "handed to a method that re-raises it (ignite)": (handed_to_a_method_that_reraises, None),
+    "with a @contextmanager method that passes it on": (with_a_contextmanager_method, None),
     # deferred (the program decides): expected the handler (or "?" for a reason only)
     "a claim loop through a helper (errno idiom)": (claim_loop_through_a_helper, "except OSError"),
     "a broad handler two frames up": (broad_handler_far_up, "except Exception"),
@@ -405,6 +431,10 @@ ROWS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "asyncio.wait_for of a coroutine": (coroutine_in_a_task, "?"),
     "a broad handler in a retry loop": (retry_loop_around_a_broad_handler, "except Exception"),
     "handed to a method that swallows it": (handed_to_a_method_that_swallows, "except BaseException"),
+    "with a @contextmanager method that swallows it": (
+        with_a_suppressing_contextmanager_method,
+        "with accelerator.quietly()",
+    ),
 }
 
 

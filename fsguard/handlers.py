@@ -113,7 +113,7 @@ def _walk(cls: type[BaseException], frame: Any, first: int, conversions: int) ->
         first = 0
         if code.co_flags & _ASYNC and (frame.f_back is None or not frame.f_back.f_code.co_flags & _ASYNC):
             why = "a coroutine's error goes to whatever drives it (an asyncio task, a caller's await)"
-            return _at(frame, {"reason": why, "carried": "coroutine"}, up)
+            return _at(frame, {"reason": why, "carried": "coroutine"}, max(up - 1, 0))
         frame = frame.f_back
     return None  # the thread's top: a would-be crash
 

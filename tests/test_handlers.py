@@ -1,4 +1,4 @@
-"""A program that handles a guarded call's error itself gets it; everything else is decided as before.
+"""A program that handles a guarded call's error itself gets it; only a would-be crash is absorbed.
 
 Every row of ``tests/workers/parity_handlers.py`` (a race fsguard's evidence would absorb, inside one kind of
 handler) runs in a fresh interpreter of the wheel with ``FSGUARD=force`` and with ``FSGUARD=0``:

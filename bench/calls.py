@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -341,6 +342,30 @@ def job_failures(calls: int, rounds: int) -> dict[str, Any]:
 # --- decisions ----------------------------------------------------------------------------------------
 
 
+def _as_a_crash(call: Callable[[], Any]) -> tuple[float, BaseException | None]:
+    """Time ``call()`` in a thread of its own with no handler around it: a lost race there is a would-be crash,
+    which fsguard absorbs (``fsguard.handlers``: a handler around the call would decide instead). (seconds,
+    the error that escaped or None)."""
+    took, escaped = [0.0], []
+
+    def run() -> None:
+        started = time.perf_counter()
+        try:
+            call()
+        finally:
+            took[0] = time.perf_counter() - started
+
+    hook = threading.excepthook
+    threading.excepthook = lambda args: escaped.append(args.exc_value)  # type: ignore[assignment,arg-type]
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    finally:
+        threading.excepthook = hook
+    return took[0], (escaped[0] if escaped else None)
+
+
 def _claim(path: str) -> None:
     """The claim idiom: this frame handles the failure itself, so fsguard defers to it (``deferred``)."""
     try:
@@ -418,12 +443,9 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
                 if not memory_full:
                     evidence.MEMORY.clear()  # absorbed calls are remembered too: keep it empty
                     evidence.DIRS.clear()
-                t = time.perf_counter()
-                try:
-                    call()
-                except OSError:
-                    failures += 1
-                times.append(time.perf_counter() - t)
+                took, escaped = _as_a_crash(call)
+                failures += escaped is not None
+                times.append(took)
                 cleanup()
             fsguard.uninstall()
             setup, call, cleanup = scenario(op)
@@ -549,12 +571,10 @@ def _bindfs_cases(fsguard: Any, a: str, b: str, iterations: int) -> dict[str, An
             was_stale, call = case(op)
             evidence.MEMORY.clear()  # the happy-path part filled it; its cost is measured locally
             stale += was_stale
-            t = time.perf_counter()
-            try:
-                call()
-            except OSError as error:
-                raised.append(type(error).__name__)
-            times.append(time.perf_counter() - t)
+            took, escaped = _as_a_crash(call)  # a thread of its own: no handler around the call
+            if escaped is not None:
+                raised.append(type(escaped).__name__)
+            times.append(took)
         fsguard.uninstall()
         results[op] = {
             "median_ms": common.median(times) * 1000,

@@ -264,9 +264,10 @@ def _rule_failed(op: str, failure: Exception) -> None:
 
 
 def _defer_to_caller(verdict: Verdict, error: BaseException, found: dict[str, Any] | None = _NOT_ASKED) -> Verdict:
-    """The same verdict, or, when the calling code handles ``error`` itself, a ``deferred`` one: re-raised to
-    that handler, recorded with the evidence that would have absorbed it (fsguard.handlers). ``found``: the
-    handler already looked for, if it was."""
+    """The same verdict where ``error`` would crash its thread or process (fsguard absorbs only a would-be
+    crash); otherwise a ``deferred`` one: re-raised to the program's own handling (or left to the program where
+    fsguard cannot read it), recorded with the evidence that would have absorbed it and what decides instead
+    (fsguard.handlers). ``found``: the handler already looked for, if it was."""
     from .guards import Verdict
 
     if found is _NOT_ASKED:

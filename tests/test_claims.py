@@ -28,7 +28,7 @@ JOB_TIMEOUT_S = 180
 # idiom -> (exclusive: one owner per round, the others None; handler label the deferred records name)
 IDIOMS: dict[str, tuple[bool, str | None]] = {
     "sequential": (False, "except FileExistsError"),
-    "parsl": (False, "except Exception"),
+    "parsl": (False, "except FileExistsError"),  # the driver's, past make_rundir's log-and-re-raise
     "parsl_retry": (False, "except FileExistsError"),
     "py2": (False, "except OSError"),
     "mkdir_lock": (True, "except FileExistsError"),

@@ -1,14 +1,14 @@
-"""A program that handles a guarded call's error itself gets it; everything else is decided as before.
+"""A program that handles a guarded call's error itself gets it; only a would-be crash is absorbed.
 
 Every row of ``tests/workers/parity_handlers.py`` (a race fsguard's evidence would absorb, inside one kind of
 handler) runs in a fresh interpreter of the wheel with ``FSGUARD=force`` and with ``FSGUARD=0``:
 
 * ``deferred`` rows (``except`` of the class, a base class, a tuple, bare ``except``, ``contextlib.suppress``,
-  a specific handler one or two frames above, ``shutil.move`` in a handler): the outcome is the standard
+  a specific handler one or two frames above, a broad one that swallows it further up, ``shutil.move`` in a
+  handler): the outcome is the standard
   library's (the same handler ran with the same exception: type, errno, file names, message, context, the
   row's frames; the same files), and one ``deferred`` record names the handler and its line;
-* ``absorbed`` rows (a ``with`` block of a lock or an open file, ``try/finally``, a broad handler two frames
-  up, a clause of another class, a handler of another statement, ``makedirs(exist_ok=True)`` whose stale
+* ``absorbed`` rows, each a would-be crash (a ``with`` block of a lock or an open file, ``try/finally``, a clause of another class, a handler of another statement, ``makedirs(exist_ok=True)`` whose stale
   lookup a handler waits on): the standard library raises, fsguard absorbs with one ``absorbed`` record.
 
 ``tests/test_versions.py`` runs the same rows under the other CPython versions found (3.10 from the source's

@@ -55,16 +55,20 @@ WORKER = """
             posix.close(fd)
 
     def publish():
-        os.replace(temp, latest)  # guarded call: replace
+        sys.setprofile(peer_lands)  # (per thread)
+        try:
+            os.replace(temp, latest)  # guarded call: replace
+        finally:
+            sys.setprofile(None)
 
+    import threading  # a thread of its own, no handler around the call: a would-be crash, fsguard decides
     sys.addaudithook(peer_takes_the_temp)
-    sys.setprofile(peer_lands)
-    try:
-        publish()
-        outcome = "published"
-    except OSError as error:  # broad, two frames up: not a handler of the guarded call (fsguard decides)
-        outcome = type(error).__name__
-    sys.setprofile(None)
+    escaped = []
+    threading.excepthook = lambda args: escaped.append(args.exc_value)
+    thread = threading.Thread(target=publish)
+    thread.start()
+    thread.join()
+    outcome = type(escaped[0]).__name__ if escaped else "published"
     listed = sorted(n for n in os.listdir(b) if not n.startswith("."))
     print(outcome, steps, listed, "visible" if os.path.lexists(latest) else "not visible", sep="|")
     with open(os.path.join(a, "latest")) as f:

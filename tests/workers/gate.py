@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 
 def barrier(root: str, name: str, rank: int, world: int, *, poll_s: float = 0.0001, timeout_s: float = 60.0) -> None:
@@ -24,3 +25,28 @@ def barrier(root: str, name: str, rank: int, world: int, *, poll_s: float = 0.00
             worker = os.path.basename(sys.argv[0])
             raise SystemExit(f"{worker} rank {rank}: gate {name!r} timed out waiting for {pending}")
         time.sleep(poll_s)
+
+
+def crash_of(function: Any, *args: Any) -> tuple[Any, BaseException | None]:
+    """``function(*args)`` in a thread of its own: (its result, None), or (None, the error that escaped it).
+
+    An escaping error ends that thread: a would-be crash, which fsguard may absorb when a peer did the same
+    thing. A worker that reported its failures with ``try: ... except OSError`` would be a program handling
+    them itself, and fsguard would leave every error to it (``deferred``)."""
+    import threading
+
+    result: list[Any] = [None]
+    escaped: list[BaseException] = []
+
+    def run() -> None:
+        result[0] = function(*args)
+
+    hook = threading.excepthook
+    threading.excepthook = lambda hooked: escaped.append(hooked.exc_value)  # type: ignore[assignment,arg-type]
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    finally:
+        threading.excepthook = hook
+    return result[0], (escaped[0] if escaped else None)

@@ -24,6 +24,7 @@ import os
 import shutil
 import stat
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable
@@ -118,6 +119,29 @@ def drop_to_nobody() -> None:
     os.setuid(NOBODY.pw_uid)
 
 
+def in_a_thread(act: Callable[..., Any], *args: Any) -> Any:
+    """``act(*args)`` in a thread of its own, with no handler around it: a race there is a would-be crash, which
+    fsguard may absorb (a handler around the call would decide instead); what escaped it is raised again here,
+    after fsguard decided."""
+    result: list[Any] = [None]
+    escaped: list[BaseException] = []
+
+    def run() -> None:
+        result[0] = act(*args)
+
+    hook = threading.excepthook
+    threading.excepthook = lambda hooked: escaped.append(hooked.exc_value)  # type: ignore[assignment,arg-type]
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    finally:
+        threading.excepthook = hook
+    if escaped:
+        raise escaped[0]
+    return result[0]
+
+
 def run_row(item: Row, d: str) -> dict[str, Any]:
     calls: Calls = []
     cwd = os.getcwd()
@@ -126,7 +150,7 @@ def run_row(item: Row, d: str) -> dict[str, Any]:
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         try:
-            outcome: dict[str, Any] = {"ok": True, "result": show(item.act(d, calls))}
+            outcome: dict[str, Any] = {"ok": True, "result": show(in_a_thread(item.act, d, calls))}
         except Skip as reason:
             return {"skip": str(reason)}
         except Exception as exc:

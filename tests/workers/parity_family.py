@@ -616,7 +616,7 @@ def run_row(item: Row, d: str) -> dict[str, Any]:
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         try:
-            outcome: dict[str, Any] = {"ok": True, "result": base.show(item.act(d, []))}
+            outcome: dict[str, Any] = {"ok": True, "result": base.show(base.in_a_thread(item.act, d, []))}
         except Skip as reason:
             return {"skip": str(reason)}
         except Exception as exc:

@@ -313,22 +313,31 @@ def suppress_around_a_handler_that_reraises(d: str, out: Outcome) -> None:
 # --- not a handler of this call: absorbed ----------------------------------------------------------------
 
 
-@row("absorbed")
-def broad_handler_in_a_loop_is_no_retry(d: str, out: Outcome) -> None:
+@row("deferred", "except Exception")
+def broad_handler_in_a_loop(d: str, out: Outcome) -> None:
     path = peer_made(d)
-    for item in [path]:  # a batch loop, not handed a function: its broad handler is reporting
+    for item in [path]:  # a batch loop whose broad handler swallows the error: the program's answer
         try:
             make_one(item)
         except Exception as error:
             seen(out, "batch", error)
 
 
-@row("absorbed")
+def make_far_inner(path: str) -> None:
+    """A call site of its own (stderr shows a few records per call site and decision)."""
+    os.makedirs(path)  # <- call
+
+
+def make_far(path: str) -> None:
+    make_far_inner(path)
+
+
+@row("deferred", "except Exception")
 def broad_handler_two_frames_up(d: str, out: Outcome) -> None:
     path = peer_made(d)
     try:
-        make_two(path)
-    except Exception as error:  # generic error reporting, two frames above the call
+        make_far(path)
+    except Exception as error:  # it swallows the error, two frames above the call: it decides
         seen(out, "broad", error)
 
 
@@ -443,12 +452,16 @@ def main() -> None:
         sys.stderr.write(f"handler-row: {name}\n")
         sys.stderr.flush()
         out: Outcome = {"handled": None}
-        try:
-            act(d, out)
-            out["ok"] = True
-        except Exception as exc:  # the row's escaping error is its outcome
-            out["ok"] = False
-            out["escaped"] = describe(exc)
+        escaped: list[BaseException] = []
+        # Each row runs in a thread of its own: an error that escapes it ends the thread (a would-be crash,
+        # which fsguard may absorb), and threading.excepthook reports it; a handler here would decide.
+        threading.excepthook = lambda args, escaped=escaped: escaped.append(args.exc_value)  # type: ignore[misc]
+        thread = threading.Thread(target=act, args=(d, out))
+        thread.start()
+        thread.join()
+        out["ok"] = not escaped
+        if escaped:  # the row's escaping error is its outcome
+            out["escaped"] = describe(escaped[0])
         sys.stderr.flush()
         out["state"] = sorted(os.listdir(d))
         results[name] = out

@@ -22,9 +22,9 @@ import sys
 from collections.abc import Callable
 
 if __package__:  # imported by tests/test_races.py for its constants
-    from .gate import barrier
+    from .gate import barrier, crash_of
 else:  # run as a script: this directory is on sys.path
-    from gate import barrier
+    from gate import barrier, crash_of
 
 RANK, WORLD = -1, 0  # this rank and the job's size, from the launcher environment (set by main)
 SHARDS = 4  # files in a staged checkpoint
@@ -129,10 +129,12 @@ def main() -> None:
     failures = []
     for k in range(iterations):
         barrier(root, f"iteration-{k}", RANK, WORLD)
-        try:
-            lost = RACES[op](root, k)
-        except OSError as error:
-            lost = [(op, error)]
+        # A lost race ends the iteration's thread (a would-be crash); a handler here would be the program's own.
+        lost, escaped = crash_of(RACES[op], root, k)
+        if escaped is not None:
+            if not isinstance(escaped, OSError):
+                raise escaped
+            lost = [(op, escaped)]
         for call, error in lost:
             failures.append(
                 {

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 import torch.distributed as dist
+from gate import crash_of  # run as a script: this directory is on sys.path
 
 FILES = 2000
 
@@ -60,12 +61,12 @@ def _race(rank: int, round_dir: str, kind: str) -> str:
 
 
 def race(rank: int, round_dir: str, kind: str) -> str:
-    # The error is caught here, one frame above the calls: a handler in the calling frame itself would get
-    # the error from fsguard (it defers to code that handles the error itself).
-    try:
-        return _race(rank, round_dir, kind)
-    except OSError as error:
-        return type(error).__name__
+    # A lost race ends a thread of its own (a would-be crash); a handler here would get the error from fsguard
+    # (it defers to code that handles the error itself).
+    result, error = crash_of(_race, rank, round_dir, kind)
+    if error is not None and not isinstance(error, OSError):
+        raise error
+    return str(result) if error is None else type(error).__name__
 
 
 def _call(function: Callable[..., None], args: tuple[str, ...]) -> None:
@@ -109,9 +110,8 @@ def main() -> None:
         (os.rename, (os.path.join(storm, "src"), os.path.join(storm, "dst"))),
     ]
     for function, args in calls:
-        try:
-            _call(function, args)  # caught one frame up, as in race()
-        except OSError as error:
+        _, error = crash_of(_call, function, args)  # a thread of its own, as in race()
+        if error is not None:
             errors.append(f"{type(error).__name__}: {error}")
         dist.barrier()
     gathered_errors: list[object] = [None] * dist.get_world_size()

@@ -10,6 +10,8 @@ import shutil
 import sys
 import time
 
+from gate import crash_of  # run as a script: this directory is on sys.path
+
 op, target, gate = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(target + f".warm{os.environ['RANK']}", exist_ok=True)  # the store connection, before the gate
 os.rmdir(target + f".warm{os.environ['RANK']}")
@@ -42,8 +44,8 @@ def call() -> None:  # the error is handled one frame up: fsguard decides as for
         raise ValueError(op)
 
 
-try:
-    call()
+_, error = crash_of(call)  # a lost race ends the call's thread: a would-be crash
+if error is None:
     print(json.dumps({"ok": True}))
-except OSError as error:
+else:
     print(json.dumps({"ok": False, "type": type(error).__name__, "errno": error.errno, "filename": error.filename}))

@@ -15,7 +15,7 @@ from _thread import _local as local  # threading.local itself, without importing
 
 from . import _later, _wrapt, config, launcher
 from .calls import Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
-from .state import STATE, Busy, busy
+from .state import STATE, Busy, Unforkable, busy
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -70,12 +70,16 @@ def load_policy() -> None:
     """Import the rules and the evidence now rather than at the first failure: for a process about to lose
     access to its own site-packages (dropping privileges to a user that cannot read them, ``chroot``).
     Without it such a process still runs: a rule that cannot be imported re-raises the original error."""
+    _import_failure_path()
+    _rules()
+
+
+def _import_failure_path() -> None:
+    """The modules a failure needs, imported together at the first failure (or by ``load_policy``)."""
     for rule in _DECIDE.values():
         if isinstance(rule, _Rule):
             rule.load()
     from . import handlers, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
-
-    _rules()
 
 
 _DECIDE: dict[str, Callable[[Call, OSError, World, Rules], Verdict]] = {
@@ -141,6 +145,11 @@ def _rules() -> Rules:
     settings = STATE.settings
     made = STATE.rules_for
     if made is None or made[0] is not settings:
+        if made is None:
+            # Imports hold a per-module lock that a child forked meanwhile by another thread would wait on
+            # forever (a DataLoader's fork during a first failure): no fork splits them (``state.Unforkable``).
+            with Unforkable():
+                _import_failure_path()
         from . import evidence
         from .guards import Rules
 

@@ -348,11 +348,20 @@ def test_lock_directory_is_private_and_never_followed(tmp_path: Path) -> None:
     backend.release(backend.acquire("abc", 0, "again"))
 
 
-def test_keys_are_normalised_and_ordered() -> None:
+def test_keys_are_normalised_and_ordered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fsguard.calls import Call
     from fsguard.locks.serializer import stripe
 
-    assert Call("rename", ("a/../b", "/x/./y"), {}).targets() == [os.path.abspath("b"), "/x/y"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    assert Call("rename", ("a/../b", "/x/./y"), {}).targets() == [str(tmp_path / "b"), "/x/y"]
+    # as the kernel reads them: ".." after a symlink is the link target's parent; after a missing name, the
+    # call fails there: the rest is kept as given (never folded into another existing name)
+    assert Call("rename", ("missing/../b", "link/../c"), {}).targets() == [
+        str(tmp_path / "missing/../b"),
+        str(tmp_path / "c"),
+    ]
     assert Call("rename", ("a", "b"), {"src_dir_fd": 3}).targets() is None
     assert Call("rmtree", (), {"path": b"/t"}).targets() == ["/t"]
     assert Call("makedirs", ("/d",), {"dir_fd": 4}).targets() is None

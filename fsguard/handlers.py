@@ -1031,12 +1031,13 @@ def _with_call(
     ``self._lock``) and a label; None where fsguard cannot find them."""
     starts = [start for start, _, t in table if t == target]
     n = index.get(min(starts)) if starts else None
-    if n is None or n < 2 or instructions[n - 1].opname != "BEFORE_WITH":
+    consumer = _with_entry(instructions, n)
+    if consumer is None:
         return None, "with"
-    start = _operand(instructions, n - 1)
+    start = _operand(instructions, consumer)
     if start is None:
         return None, "with"
-    run = instructions[start : n - 1]
+    run = instructions[start:consumer]
     plain = [ins for ins in run if ins.opname not in _SKIP]
     head = _attributes(plain, 0)
     if head == len(plain):
@@ -1049,6 +1050,24 @@ def _with_call(
         words.append(_label(plain[m:end]))
         m = end
     return run, f"with {_label(plain[:head])}({', '.join(words)})"
+
+
+# How a ``with`` statement enters its manager, the instructions just before its protected block: up to 3.13
+# ``BEFORE_WITH``; from 3.14 the two special methods are loaded and ``__enter__`` called.
+_ENTRY_314 = ("COPY", "LOAD_SPECIAL", "SWAP", "SWAP", "LOAD_SPECIAL", "CALL")
+
+
+def _with_entry(instructions: list[Any], n: int | None) -> int | None:
+    """The index of the instruction that takes the context manager off the stack, for a ``with`` block whose
+    protected region starts at instruction ``n`` (None where the shape is not one fsguard knows)."""
+    if n is None or n < 2:
+        return None
+    if instructions[n - 1].opname == "BEFORE_WITH":
+        return n - 1
+    first = n - len(_ENTRY_314)
+    if first > 0 and tuple(ins.opname for ins in instructions[first:n]) == _ENTRY_314:
+        return first
+    return None
 
 
 # --- 3.10: the source's ast ---------------------------------------------------------------------------------

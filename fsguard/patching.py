@@ -78,41 +78,42 @@ _SERIALIZED = object()  # passed as ``instance``: this call already holds the se
 
 
 def _path_wrapper(op: str) -> Callable[..., Any]:
+    """The wrapper of a path operation's guarded function, with what it knows of its operation."""
     # Directories made are remembered apart, so that they stay known while they exist (fsguard.memory).
     remember = (STATE.dirs if op in ("mkdir", "makedirs") else STATE.memory).append
-    state = STATE
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
     now = time.time if op in ("rename", "replace", "symlink", "link") else None
-    makes = op == "makedirs"
-    passes_fds = op in FAMILY
     # mkdir: the standard makedirs' own call, whose FileExistsError it settles itself (exist_ok, or its
     # decided re-raise), goes straight back to it: told by its caller's code object, one frame up.
     std_makedirs = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if op == "mkdir" else None
-    getframe = sys._getframe
-    found_here = found_leaf
-    # A failure's one pipeline (fsguard.failure), called from this wrapper's own frame: its frame questions count
-    # from here. Imported with patching: a process that can no longer read site-packages still re-raises.
-    absorbs = failure.absorbs
-    makes_one = op in ("mkdir", "makedirs")
     # mkdir tags what it creates with the job's tag (in a job with peers); makedirs' levels are its mkdir calls.
     tag = _job_tag() if op == "mkdir" else None
     # makedirs: the standard makedirs' own call for a missing parent, told the same way (see _parents_in_turn)
+    makes = op == "makedirs"
     parent_of = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if makes else None
+    return _wrapper(op, remember, now, std_makedirs, tag, parent_of)
+
+
+def _wrapper(
+    op: str,
+    remember: Callable[[tuple[Any, ...]], None],
+    now: Callable[[], float] | None,
+    std_makedirs: Any,
+    tag: bytes | None,
+    parent_of: Any,
+) -> Callable[..., Any]:
+    """One Python frame on the happy path: the call, one append, return. A failure goes to its one pipeline,
+    ``failure.absorbs``, called from this frame (its frame questions count from here)."""
+    state, getframe, absorbs = STATE, sys._getframe, failure.absorbs
+    makes, passes_fds = op == "makedirs", op in FAMILY
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        # One Python frame on the happy path: the call, one append, return.
-        if not kwargs and state.serializer is None and (not makes or len(args) < 3):
-            # The common call (positional arguments, not serialized): nothing else to look at.
+        if not kwargs and state.serializer is None and (not makes or len(args) < 3):  # positional, not serialized
             try:
                 result = wrapped(*args)
             except OSError as error:
-                if makes_one and error.__class__ is FileExistsError:  # mkdir, makedirs(exist_ok=False)
-                    name = first_path(op, args, kwargs)
-                    if getframe(1).f_code is std_makedirs:
-                        found_here.name = name  # the makedirs(exist_ok=True) around it found its leaf
-                        raise
-                if not absorbs(Call(op, args, kwargs), error):
+                if _leaf_found(std_makedirs, error, op, args, kwargs) or not absorbs(Call(op, args, kwargs), error):
                     raise
                 result = None
             else:
@@ -126,13 +127,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
         if fds and passes_fds:
             return wrapped(*args, **kwargs)
         serializer = state.serializer
-        if (
-            serializer is not None
-            and instance is not _SERIALIZED
-            and not busy()
-            and not (passes_fds and (getframe(1).f_code is std_makedirs or failure.left_to_caller(1)))
-            and not failure.shutting_down()
-        ):
+        if serializer is not None and instance is not _SERIALIZED and _serializes(passes_fds, std_makedirs):
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
         shared = makedirs_exist_ok(args, kwargs) if makes else None  # (name, mode) with exist_ok=True
         found = False
@@ -146,15 +141,10 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
                 if tag is not None and kwargs.get("dir_fd") is None:
                     _tag(first_path(op, args, kwargs), tag)
         except OSError as error:
-            if std_makedirs is not None and error.__class__ is FileExistsError and getframe(1).f_code is std_makedirs:
-                found_here.name = first_path(op, args, kwargs)
-                raise
-            if not absorbs(Call(op, args, kwargs), error):
+            if _leaf_found(std_makedirs, error, op, args, kwargs) or not absorbs(Call(op, args, kwargs), error):
                 raise
             result = None
-        if shared is not None:
-            # Found there (or a peer's, absorbed): not made here. Made here: a name others make too, that a peer
-            # may have written into and may still commit with a rename (fsguard.guards.rmtree).
+        if shared is not None:  # found there (or a peer's, absorbed), or made here: a name others make too
             entry: tuple[Any, ...] = ("makedirs-found" if found else "makedirs-shared", args, kwargs)
         else:
             entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
@@ -165,6 +155,26 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
         return wrapper(wrapped, _SERIALIZED, args, kwargs)  # the serializer's locked call, guarded
 
     return wrapper
+
+
+def _leaf_found(std_makedirs: Any, error: OSError, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call (the wrapper's caller), which
+    settles it itself (exist_ok, or its decided re-raise): then the makedirs(exist_ok=True) around it learns
+    that its leaf was found there (``state.found_leaf``), and the error goes straight back to it."""
+    if std_makedirs is None or error.__class__ is not FileExistsError or sys._getframe(2).f_code is not std_makedirs:
+        return False
+    found_leaf.name = first_path(op, args, kwargs)
+    return True
+
+
+def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
+    """Whether the wrapper (the caller) hands its call to the serializer: not fsguard's own call, not the
+    standard library's own business (``failure.left_to_caller``), not while the interpreter finalizes."""
+    return (
+        not busy()
+        and not (passes_fds and (sys._getframe(2).f_code is std_makedirs or failure.left_to_caller(2)))
+        and not failure.shutting_down()
+    )
 
 
 def _job_tag() -> bytes | None:
@@ -247,6 +257,8 @@ def _makedirs_exist_ok(
     makedirs: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: Any, mode: Any
 ) -> bool:
     """``makedirs(..., exist_ok=True)``; True when this call created the directory (False: it was there).
+    Remembered as ``makedirs-shared`` (made here: a name others make too, that a peer may have written into and
+    may still commit with a rename, ``fsguard.guards.rmtree``) or ``makedirs-found`` (there, or a peer's).
 
     The standard makedirs cannot say which: it swallows its own ``mkdir``'s ``FileExistsError``. So the leaf
     ``mkdir`` (the unpatched one) is tried first, the call the standard makedirs would make. Made: done.

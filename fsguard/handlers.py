@@ -811,8 +811,23 @@ def _delegated(run: list[Any], frame: Any) -> bool:
     """Whether the function a handler hands its error to (``self._handle_exception(e)``) raises it on every
     path, as the frame's state now decides its branches (``if Events.EXCEPTION_RAISED in self._event_handlers:
     ... else: raise e``). False when unsure."""
+    import builtins
+    import types
+
+    found = _callee(run, frame)
+    if found is None:
+        return False
+    function, bound = found
+    code = function.__code__
+    if code.co_flags & (0x20 | _ASYNC) or code.co_argcount - len(bound) != 1:
+        return False
+    scope = types.SimpleNamespace(f_locals=bound, f_globals=function.__globals__, f_builtins=vars(builtins))
+    return _raises_on_every_path(code, code.co_varnames[len(bound)], scope)
+
+
+def _callee(run: Any, frame: Any) -> tuple[Any, dict[str, Any]] | None:
+    """The plain function a handler hands its error to, with ``self`` bound where it is a method; None: not one."""
     import ast
-    import dis
     import inspect
     import types
 
@@ -830,14 +845,15 @@ def _delegated(run: list[Any], frame: Any) -> bool:
         if isinstance(function, types.FunctionType) and function.__code__.co_argcount >= 2:
             bound[function.__code__.co_varnames[0]] = owner  # self
     if not isinstance(function, types.FunctionType):
-        return False
-    code = function.__code__
-    if code.co_flags & (0x20 | _ASYNC) or code.co_argcount - len(bound) != 1:
-        return False
-    parameter = code.co_varnames[len(bound)]
-    import builtins
+        return None
+    return function, bound
 
-    scope = types.SimpleNamespace(f_locals=bound, f_globals=function.__globals__, f_builtins=vars(builtins))
+
+def _raises_on_every_path(code: Any, parameter: str, scope: Any) -> bool:
+    """Whether ``code`` raises its ``parameter`` on every path through its branches, those that ``scope`` (the
+    callee's bound ``self``, its globals) decides taken one way. False when unsure."""
+    import dis
+
     instructions = list(dis.get_instructions(code))
     index = {ins.offset: k for k, ins in enumerate(instructions)}
     todo, seen = [0], set[int]()

@@ -691,15 +691,7 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
         if first.opname == "COPY" and second.opname == "POP_EXCEPT":  # cleanup after a handler: passes it on
             at = next_reraise(n, 3)
         elif first.opname != "PUSH_EXC_INFO":
-            # Other cleanups re-raise after restoring state (an inlined comprehension's variable, a
-            # generator's StopIteration check): a few stack moves, then RERAISE.
-            at = None
-            for ins in instructions[n : n + 8]:
-                if ins.opname == "RERAISE":
-                    at = ins.offset
-                    break
-                if ins.opname not in _CLEANUP_OPS:
-                    break
+            at = _cleanup_reraise(instructions, n)
             if at is None:
                 return [*layers, ("unknown", f"handler starting with {first.opname}")]
         elif second.opname == "WITH_EXCEPT_START":
@@ -724,6 +716,19 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
                     layers.append(("bare", "except", _fate(instructions, index, bare)))
                     at = instructions[bare].offset
     return [*layers, ("unknown", "too deep")]
+
+
+def _cleanup_reraise(instructions: list[Any], n: int) -> int | None:
+    """The offset of the RERAISE ending a cleanup that starts at instruction ``n``: other cleanups than a
+    handler's re-raise after restoring state (an inlined comprehension's variable, a generator's StopIteration
+    check): a few stack moves, then RERAISE. None: not such a cleanup."""
+    for ins in instructions[n : n + 8]:
+        if ins.opname == "RERAISE":
+            offset: int = ins.offset
+            return offset
+        if ins.opname not in _CLEANUP_OPS:
+            return None
+    return None
 
 
 _CLEANUP_OPS = frozenset(
@@ -1070,14 +1075,15 @@ def _with_call(
 # --- 3.10: the source's ast ---------------------------------------------------------------------------------
 
 
-def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
+def _source_tree(code: Any, module_globals: Any) -> Any:
+    """The parsed source of ``code``'s file (cached per file name while its text is the same), or the reason
+    there is none (a string)."""
     import ast
     import linecache
 
-    blocks = (ast.stmt, ast.excepthandler)
     lines = linecache.getlines(code.co_filename, module_globals)
     if not lines:
-        return [("unknown", "no source")]
+        return "no source"
     text = "".join(lines)
     trees = STATE.caches.source_trees
     tree = trees.get(code.co_filename)
@@ -1085,13 +1091,22 @@ def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
         try:
             tree = (text, ast.parse(text))
         except (SyntaxError, ValueError):
-            return [("unknown", "source does not parse")]
+            return "source does not parse"
         if len(trees) > 256:
             trees.clear()
         trees[code.co_filename] = tree
+    return tree[1]
+
+
+def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
+    import ast
+
+    blocks = (ast.stmt, ast.excepthandler)
+    node: Any = _source_tree(code, module_globals)
+    if isinstance(node, str):
+        return [("unknown", node)]
     chain: list[Any] = []
     scope: Any = None
-    node: Any = tree[1]
     while True:
         inner = None
         for child in ast.iter_child_nodes(node):

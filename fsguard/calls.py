@@ -319,11 +319,16 @@ def _norm_or_none(path: Any, cwd: str | None) -> str | None:
         return None
     try:
         return norm(path, cwd)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OSError):  # OSError: a relative path in a deleted working directory
         return None
 
 
 # --- what the wrapper asks on its way (cheap: no Call) ---------------------------------------------------
+
+# Operations whose calls with directory descriptors pass straight through (neither decided nor remembered:
+# the standard rmtree makes one ``unlink(name, dir_fd=...)`` per file), and whose failures inside the standard
+# library's own code are left to that code (os.makedirs's mkdir, shutil's walks, tempfile's name claims).
+FAMILY = frozenset(("remove", "rmdir", "mkdir", "symlink", "link"))
 
 
 def fds_given(kwargs: dict[str, Any]) -> bool:

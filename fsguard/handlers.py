@@ -691,15 +691,7 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
         if first.opname == "COPY" and second.opname == "POP_EXCEPT":  # cleanup after a handler: passes it on
             at = next_reraise(n, 3)
         elif first.opname != "PUSH_EXC_INFO":
-            # Other cleanups re-raise after restoring state (an inlined comprehension's variable, a
-            # generator's StopIteration check): a few stack moves, then RERAISE.
-            at = None
-            for ins in instructions[n : n + 8]:
-                if ins.opname == "RERAISE":
-                    at = ins.offset
-                    break
-                if ins.opname not in _CLEANUP_OPS:
-                    break
+            at = _cleanup_reraise(instructions, n)
             if at is None:
                 return [*layers, ("unknown", f"handler starting with {first.opname}")]
         elif second.opname == "WITH_EXCEPT_START":
@@ -724,6 +716,19 @@ def _bytecode_layers(code: Any, offset: int) -> list[_Layer]:
                     layers.append(("bare", "except", _fate(instructions, index, bare)))
                     at = instructions[bare].offset
     return [*layers, ("unknown", "too deep")]
+
+
+def _cleanup_reraise(instructions: list[Any], n: int) -> int | None:
+    """The offset of the RERAISE ending a cleanup that starts at instruction ``n``: other cleanups than a
+    handler's re-raise after restoring state (an inlined comprehension's variable, a generator's StopIteration
+    check): a few stack moves, then RERAISE. None: not such a cleanup."""
+    for ins in instructions[n : n + 8]:
+        if ins.opname == "RERAISE":
+            offset: int = ins.offset
+            return offset
+        if ins.opname not in _CLEANUP_OPS:
+            return None
+    return None
 
 
 _CLEANUP_OPS = frozenset(
@@ -811,8 +816,23 @@ def _delegated(run: list[Any], frame: Any) -> bool:
     """Whether the function a handler hands its error to (``self._handle_exception(e)``) raises it on every
     path, as the frame's state now decides its branches (``if Events.EXCEPTION_RAISED in self._event_handlers:
     ... else: raise e``). False when unsure."""
+    import builtins
+    import types
+
+    found = _callee(run, frame)
+    if found is None:
+        return False
+    function, bound = found
+    code = function.__code__
+    if code.co_flags & (0x20 | _ASYNC) or code.co_argcount - len(bound) != 1:
+        return False
+    scope = types.SimpleNamespace(f_locals=bound, f_globals=function.__globals__, f_builtins=vars(builtins))
+    return _raises_on_every_path(code, code.co_varnames[len(bound)], scope)
+
+
+def _callee(run: Any, frame: Any) -> tuple[Any, dict[str, Any]] | None:
+    """The plain function a handler hands its error to, with ``self`` bound where it is a method; None: not one."""
     import ast
-    import dis
     import inspect
     import types
 
@@ -830,14 +850,15 @@ def _delegated(run: list[Any], frame: Any) -> bool:
         if isinstance(function, types.FunctionType) and function.__code__.co_argcount >= 2:
             bound[function.__code__.co_varnames[0]] = owner  # self
     if not isinstance(function, types.FunctionType):
-        return False
-    code = function.__code__
-    if code.co_flags & (0x20 | _ASYNC) or code.co_argcount - len(bound) != 1:
-        return False
-    parameter = code.co_varnames[len(bound)]
-    import builtins
+        return None
+    return function, bound
 
-    scope = types.SimpleNamespace(f_locals=bound, f_globals=function.__globals__, f_builtins=vars(builtins))
+
+def _raises_on_every_path(code: Any, parameter: str, scope: Any) -> bool:
+    """Whether ``code`` raises its ``parameter`` on every path through its branches, those that ``scope`` (the
+    callee's bound ``self``, its globals) decides taken one way. False when unsure."""
+    import dis
+
     instructions = list(dis.get_instructions(code))
     index = {ins.offset: k for k, ins in enumerate(instructions)}
     todo, seen = [0], set[int]()
@@ -1073,14 +1094,15 @@ def _with_entry(instructions: list[Any], n: int | None) -> int | None:
 # --- 3.10: the source's ast ---------------------------------------------------------------------------------
 
 
-def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
+def _source_tree(code: Any, module_globals: Any) -> Any:
+    """The parsed source of ``code``'s file (cached per file name while its text is the same), or the reason
+    there is none (a string)."""
     import ast
     import linecache
 
-    blocks = (ast.stmt, ast.excepthandler)
     lines = linecache.getlines(code.co_filename, module_globals)
     if not lines:
-        return [("unknown", "no source")]
+        return "no source"
     text = "".join(lines)
     trees = STATE.caches.source_trees
     tree = trees.get(code.co_filename)
@@ -1088,13 +1110,22 @@ def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
         try:
             tree = (text, ast.parse(text))
         except (SyntaxError, ValueError):
-            return [("unknown", "source does not parse")]
+            return "source does not parse"
         if len(trees) > 256:
             trees.clear()
         trees[code.co_filename] = tree
+    return tree[1]
+
+
+def _source_layers(code: Any, line: int, module_globals: Any) -> list[_Layer]:
+    import ast
+
+    blocks = (ast.stmt, ast.excepthandler)
+    node: Any = _source_tree(code, module_globals)
+    if isinstance(node, str):
+        return [("unknown", node)]
     chain: list[Any] = []
     scope: Any = None
-    node: Any = tree[1]
     while True:
         inner = None
         for child in ast.iter_child_nodes(node):

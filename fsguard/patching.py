@@ -1,21 +1,19 @@
-"""Mechanism: wrap the guarded functions in place with wrapt, and hand every failure to its guard.
+"""Mechanism: wrap the guarded functions in place with wrapt; the happy path and the pass-throughs.
 
 The happy path of a wrapped call is: call the original, remember the call (one deque append), return.
-Only a failing call reaches a guard's ``decide``; only an absorbed (or conflicting) failure makes a record.
-The rules (``fsguard.guards``) and the evidence they ask are imported at the first failure, not at startup.
+A failing call becomes one ``Call``, handed with its error to ``fsguard.failure`` (the one failure pipeline:
+the caller's context, the rule, the record); only an absorbed (or conflicting) failure makes a record.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import time
-from _thread import _local as local  # threading.local itself, without importing threading (fsguard/state.py)
 
-from . import _later, _wrapt, config, launcher
-from .calls import Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
-from .state import STATE, Busy, Unforkable, busy
+from . import _later, _wrapt, config, failure, launcher
+from .calls import FAMILY, Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
+from .state import STATE, busy, found_leaf
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -25,7 +23,6 @@ if TYPE_CHECKING:
 
     import wrapt
 
-    from .guards import Rules, Verdict, World
 
 # operation -> (module name, attribute, name by which pickles refer to it)
 TARGETS: dict[str, tuple[str, str, str]] = {
@@ -44,61 +41,6 @@ TARGETS: dict[str, tuple[str, str, str]] = {
 _PENDING: dict[str, _later.AfterImport] = {}
 _ALSO = {"remove": ("unlink",)}  # operation -> further attributes guarded under its name
 
-
-class _Rule:
-    """``fsguard.guards.<module>.<function>``, imported at its first call (the first failure), not at startup."""
-
-    __slots__ = ("function", "module")
-
-    def __init__(self, module: str, function: str = "decide") -> None:
-        self.module = f"fsguard.guards.{module}"
-        self.function = function
-
-    def load(self) -> Callable[..., Any]:
-        found: Callable[..., Any] = getattr(__import__(self.module, fromlist=[self.function]), self.function)
-        return found
-
-    def __call__(self, *args: Any) -> Any:
-        return self.load()(*args)
-
-
-def _rule(module: str, function: str = "decide") -> Callable[..., Any]:
-    return _Rule(module, function)
-
-
-def load_policy() -> None:
-    """Import the rules and the evidence now rather than at the first failure: for a process about to lose
-    access to its own site-packages (dropping privileges to a user that cannot read them, ``chroot``).
-    Without it such a process still runs: a rule that cannot be imported re-raises the original error."""
-    _import_failure_path()
-    _rules()
-
-
-def _import_failure_path() -> None:
-    """The modules a failure needs, imported together at the first failure (or by ``load_policy``)."""
-    for rule in _DECIDE.values():
-        if isinstance(rule, _Rule):
-            rule.load()
-    from . import handlers, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
-
-
-_DECIDE: dict[str, Callable[[Call, OSError, World, Rules], Verdict]] = {
-    "makedirs": _rule("makedirs"),
-    "rename": _rule("rename"),
-    "replace": _rule("rename"),
-    "remove": _rule("remove"),
-    "rmdir": _rule("remove"),  # the same evidence: a missing name, a directory a peer changed moments ago
-    "mkdir": _rule("mkdir"),
-    "symlink": _rule("symlink"),
-    "link": _rule("link"),
-}
-# Operations whose calls with directory descriptors pass straight through (neither decided nor remembered:
-# the standard rmtree makes one ``unlink(name, dir_fd=...)`` per file), and whose failures inside the standard
-# library's own code are left to that code (os.makedirs's mkdir, shutil's walks, tempfile's name claims).
-_FAMILY = frozenset(("remove", "rmdir", "mkdir", "symlink", "link"))
-_FD_KEYWORDS = ("dir_fd", "src_dir_fd", "dst_dir_fd")
-_STDLIB_CALLERS = frozenset(("os", "shutil", "tempfile"))
-_PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method -> its "that is fine" flag
 
 if TYPE_CHECKING:
     _Wrapper = wrapt.FunctionWrapper[Any, Any]
@@ -132,200 +74,46 @@ class GuardedFunction(_Wrapper):
         return self
 
 
-def _shutting_down() -> bool:
-    """Whether the interpreter is finalizing (``__del__`` of module globals, late finalizers): imports fail then
-    (``sys.meta_path`` is None) and records could not be written, so a guarded call is the unpatched call.
-    Asked only where fsguard would import or record: a failure's decision, a serialized call (every rmtree
-    asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
-    return sys.meta_path is None or sys.is_finalizing()
-
-
-def _rules() -> Rules:
-    """The rules' numbers, made once per settings object (every guarded rmtree asks, not only failures)."""
-    settings = STATE.settings
-    made = STATE.rules_for
-    if made is None or made[0] is not settings:
-        if made is None:
-            # Imports hold a per-module lock that a child forked meanwhile by another thread would wait on
-            # forever (a DataLoader's fork during a first failure): no fork splits them (``state.Unforkable``).
-            with Unforkable():
-                _import_failure_path()
-        from . import evidence
-        from .guards import Rules
-
-        launched = STATE.launch is not None
-        job_start = evidence.job_start(launched)
-        peers = STATE.launch is not None and STATE.launch.distributed
-        source, attempt = evidence.job_start_source, evidence.attempt_start(launched)
-        numbers = Rules(settings.settle_s, settings.fresh_s, job_start, peers, source, STATE.job, attempt)
-        made = STATE.rules_for = (settings, numbers)
-    rules: Rules = made[1]
-    return rules
-
-
-def _settle(verdict: Verdict, call: Call, error: BaseException | None) -> bool:
-    """Record a verdict that needs one; True when the failure is absorbed."""
-    if verdict.decision is not None:
-        from . import runtime  # records, call sites: only once there is something to write
-
-        runtime.record(
-            call.op, verdict.decision, verdict.evidence, call.shown(), error, verdict.waited_s, verdict.detail
-        )
-    return verdict.absorb
-
-
-def _inside_makedirs() -> bool:
-    """Whether this failing makedirs is the standard makedirs' own call for a missing parent.
-
-    The standard makedirs calls ``makedirs(head, exist_ok=exist_ok)`` through the module attribute, so that
-    call is guarded too; its ``FileExistsError`` is caught by the outer standard makedirs, which goes on.
-    Deciding (and recording) it here would only add a record for a failure nobody sees.
-    """
-    code = getattr(STATE.originals.get("makedirs"), "__code__", None)
-    frame: Any = sys._getframe(2)  # callers of _decide: guarded_call, then the wrapper (and a serializer)
-    for _ in range(6):
-        if frame is None:
-            return False
-        if frame.f_code is code or frame.f_code is _IN_TURN:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _left_to_caller(depth: int = 2) -> bool:
-    """Whether a failing remove/mkdir/symlink/link is the standard library's own business (the first frame
-    outside fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and is decided itself (one decision, not two),
-    shutil's tree walks hand errors to their own handlers, ``tempfile`` claims names by ``mkdir`` and
-    ``FileExistsError`` means "try another"; ``Path.mkdir(exist_ok=True)`` and ``Path.unlink(missing_ok=True)``
-    settle the very error themselves (a decision there would only add a record). Such calls are not serialized
-    either: ``os.makedirs`` already holds the lock on its path, and would wait for itself."""
-    frame: Any = sys._getframe(depth)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if not (module == "wrapt" or module.startswith(("wrapt.", "fsguard."))) or module.startswith(
-            ("fsguard.demo", "fsguard.cli")
-        ):
-            if module == "pathlib" or module.startswith("pathlib."):  # 3.13: pathlib._local
-                return (
-                    frame.f_code.co_name in _PATHLIB_OPTIONS
-                    and frame.f_locals.get(_PATHLIB_OPTIONS[frame.f_code.co_name]) is True
-                )
-            return module in _STDLIB_CALLERS
-        frame = frame.f_back
-    return False
-
-
-def _decide(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """True to absorb. Any failure inside fsguard's own decision means: re-raise the original."""
-    if busy() or _shutting_down() or (op == "makedirs" and _inside_makedirs()) or (op in _FAMILY and _left_to_caller()):
-        return False
-    try:
-        with Busy():
-            call = Call(op, args, kwargs)
-            rules = _rules()
-            handler = _NOT_ASKED
-            if op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError) and rules.settle_s > 0:
-                # The caller will get the error anyway: decide from what the listings show now, no waiting.
-                handler = _caller_handler(error)
-                if handler is not None:
-                    rules = rules.without_waits()
-            from .world import LIVE
-
-            verdict = _DECIDE[op](call, error, LIVE, rules)
-    except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
-        _rule_failed(op, failure)
-        return False
-    # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
-    # absorbing keeps the meaning a handler waits for ("exists and is not a directory").
-    if verdict.absorb and not (op == "makedirs" and call.exist_ok):
-        verdict = _defer_to_caller(verdict, error, handler)
-    return _settle(verdict, call, error)
-
-
-# Operations whose rule may wait up to FSGUARD_SETTLE_S for evidence that never comes (a rename whose source
-# never existed waits for a destination nobody makes): when the calling code handles the error, that wait
-# would only delay its handler (an ``os.rename(lock, mine)`` lock's every failed try), so the rule decides
-# without it.
-_WAIT_FOR_EVIDENCE = frozenset({"rename", "replace"})
-_NOT_ASKED: Any = object()
-
-
-def _caller_handler(error: BaseException) -> dict[str, Any] | None:
-    from . import handlers  # the failure path only
-
-    with Busy():
-        return handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
-
-
-def _rule_failed(op: str, failure: Exception) -> None:
-    """One line on stderr, once per operation, when its rule raised (the caller's error is re-raised)."""
-    if op not in STATE.caches.failed_rules:
-        STATE.caches.failed_rules.add(op)
-        try:
-            from ._warn import warn
-        except ImportError:  # nothing importable any more (dropped privileges): the original error, silently
-            return
-
-        warn(
-            f"the {op} rule failed ({type(failure).__name__}: {failure}); the original error is re-raised "
-            "unchanged (said once per operation)"
-        )
-
-
-def _defer_to_caller(verdict: Verdict, error: BaseException, found: dict[str, Any] | None = _NOT_ASKED) -> Verdict:
-    """The same verdict where ``error`` would crash its thread or process (fsguard absorbs only a would-be
-    crash); otherwise a ``deferred`` one: re-raised to the program's own handling (or left to the program where
-    fsguard cannot read it), recorded with the evidence that would have absorbed it and what decides instead
-    (fsguard.handlers). ``found``: the handler already looked for, if it was."""
-    from .guards import Verdict
-
-    if found is _NOT_ASKED:
-        found = _caller_handler(error)
-    if found is None:
-        return verdict
-    if verdict.decision != "absorbed":  # a hazard stays visible in the audit
-        found["instead_of"] = verdict.decision
-    return Verdict(False, "deferred", verdict.evidence, verdict.waited_s, {**verdict.detail, **found})
-
-
 _SERIALIZED = object()  # passed as ``instance``: this call already holds the serializer's locks
 
 
 def _path_wrapper(op: str) -> Callable[..., Any]:
+    """The wrapper of a path operation's guarded function, with what it knows of its operation."""
     # Directories made are remembered apart, so that they stay known while they exist (fsguard.memory).
     remember = (STATE.dirs if op in ("mkdir", "makedirs") else STATE.memory).append
-    state = STATE
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
     now = time.time if op in ("rename", "replace", "symlink", "link") else None
-    makes = op == "makedirs"
-    passes_fds = op in _FAMILY
     # mkdir: the standard makedirs' own call, whose FileExistsError it settles itself (exist_ok, or its
     # decided re-raise), goes straight back to it: told by its caller's code object, one frame up.
     std_makedirs = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if op == "mkdir" else None
-    getframe = sys._getframe
-    found_here = _found
-    makes_one = op in ("mkdir", "makedirs")
     # mkdir tags what it creates with the job's tag (in a job with peers); makedirs' levels are its mkdir calls.
     tag = _job_tag() if op == "mkdir" else None
     # makedirs: the standard makedirs' own call for a missing parent, told the same way (see _parents_in_turn)
+    makes = op == "makedirs"
     parent_of = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if makes else None
+    return _wrapper(op, remember, now, std_makedirs, tag, parent_of)
+
+
+def _wrapper(
+    op: str,
+    remember: Callable[[tuple[Any, ...]], None],
+    now: Callable[[], float] | None,
+    std_makedirs: Any,
+    tag: bytes | None,
+    parent_of: Any,
+) -> Callable[..., Any]:
+    """One Python frame on the happy path: the call, one append, return. A failure goes to its one pipeline,
+    ``failure.absorbs``, called from this frame (its frame questions count from here)."""
+    state, getframe, absorbs = STATE, sys._getframe, failure.absorbs
+    makes, passes_fds = op == "makedirs", op in FAMILY
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        # One Python frame on the happy path: the call, one append, return.
-        if not kwargs and state.serializer is None and (not makes or len(args) < 3):
-            # The common call (positional arguments, not serialized): nothing else to look at.
+        if not kwargs and state.serializer is None and (not makes or len(args) < 3):  # positional, not serialized
             try:
                 result = wrapped(*args)
             except OSError as error:
-                if makes_one and error.__class__ is FileExistsError:  # mkdir, makedirs(exist_ok=False)
-                    name = first_path(op, args, kwargs)
-                    if getframe(1).f_code is std_makedirs:
-                        found_here.name = name  # the makedirs(exist_ok=True) around it found its leaf
-                        raise
-                    if _stands_before(name):
-                        raise
-                if not _decide(op, error, args, kwargs):
+                if _leaf_found(std_makedirs, error, op, args, kwargs) or not absorbs(Call(op, args, kwargs), error):
                     raise
                 result = None
             else:
@@ -339,13 +127,7 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
         if fds and passes_fds:
             return wrapped(*args, **kwargs)
         serializer = state.serializer
-        if (
-            serializer is not None
-            and instance is not _SERIALIZED
-            and not busy()
-            and not (passes_fds and (getframe(1).f_code is std_makedirs or _left_to_caller(1)))
-            and not _shutting_down()
-        ):
+        if serializer is not None and instance is not _SERIALIZED and _serializes(passes_fds, std_makedirs):
             return serializer.run(op, wrapped, args, kwargs, serialized_call)
         shared = makedirs_exist_ok(args, kwargs) if makes else None  # (name, mode) with exist_ok=True
         found = False
@@ -359,15 +141,10 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
                 if tag is not None and kwargs.get("dir_fd") is None:
                     _tag(first_path(op, args, kwargs), tag)
         except OSError as error:
-            if std_makedirs is not None and error.__class__ is FileExistsError and getframe(1).f_code is std_makedirs:
-                found_here.name = first_path(op, args, kwargs)
-                raise
-            if _stays_raised(op, error, args, kwargs) or not _decide(op, error, args, kwargs):
+            if _leaf_found(std_makedirs, error, op, args, kwargs) or not absorbs(Call(op, args, kwargs), error):
                 raise
             result = None
-        if shared is not None:
-            # Found there (or a peer's, absorbed): not made here. Made here: a name others make too, that a peer
-            # may have written into and may still commit with a rename (fsguard.guards.rmtree).
+        if shared is not None:  # found there (or a peer's, absorbed), or made here: a name others make too
             entry: tuple[Any, ...] = ("makedirs-found" if found else "makedirs-shared", args, kwargs)
         else:
             entry = (op, args, kwargs) if now is None else (op, args, kwargs, now())
@@ -378,6 +155,26 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
         return wrapper(wrapped, _SERIALIZED, args, kwargs)  # the serializer's locked call, guarded
 
     return wrapper
+
+
+def _leaf_found(std_makedirs: Any, error: OSError, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call (the wrapper's caller), which
+    settles it itself (exist_ok, or its decided re-raise): then the makedirs(exist_ok=True) around it learns
+    that its leaf was found there (``state.found_leaf``), and the error goes straight back to it."""
+    if std_makedirs is None or error.__class__ is not FileExistsError or sys._getframe(2).f_code is not std_makedirs:
+        return False
+    found_leaf.name = first_path(op, args, kwargs)
+    return True
+
+
+def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
+    """Whether the wrapper (the caller) hands its call to the serializer: not fsguard's own call, not the
+    standard library's own business (``failure.left_to_caller``), not while the interpreter finalizes."""
+    return (
+        not busy()
+        and not (passes_fds and (sys._getframe(2).f_code is std_makedirs or failure.left_to_caller(2)))
+        and not failure.shutting_down()
+    )
 
 
 def _job_tag() -> bytes | None:
@@ -456,51 +253,12 @@ def _depth() -> int:
     return depth
 
 
-# The leaf a guarded mkdir, called by the standard makedirs, found already there (per thread): read by the
-# makedirs(exist_ok=True) around it, which set it to None before the call.
-_found = local()
-
-
-def _stays_raised(op: str, error: OSError, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """:func:`_stands_before` for a call with keyword arguments (a mkdir, or makedirs(exist_ok=False))."""
-    if error.__class__ is not FileExistsError or op not in ("mkdir", "makedirs"):
-        return False
-    call = Call(op, args, kwargs)
-    name = call.given[0] if call.bound else None
-    return not call.exist_ok and name is not None and call.dir_fd is None and _stands_before(name)
-
-
-def _stands_before(name: Any) -> bool:
-    """Whether a mkdir's (or makedirs(exist_ok=False)'s) ``FileExistsError`` at ``name`` is one no evidence can
-    absorb, told by one lstat before any decision: something other than a directory stands there, or a
-    directory older than the job (the rule, :func:`fsguard.guards.makedirs.made_by_peer`, re-raises both,
-    whatever else it finds). A handled ``try: os.mkdir(lock) except FileExistsError`` on such a path costs one
-    lstat: no listing, no handler analysis. False: not sure (no lstat: a stale lookup cache may say missing;
-    a fresh directory), the full decision follows."""
-    try:
-        st = os.lstat(name)
-    except Exception:  # noqa: BLE001 - anything odd: the full decision
-        return False
-    if not stat.S_ISDIR(st.st_mode):
-        return True
-    made = STATE.rules_for
-    if made is None or made[0] is not STATE.settings:
-        try:
-            with Busy():  # the first failure imports the rules (imports may write caches)
-                _rules()
-        except Exception:  # noqa: BLE001 - no rules to be had: the decision says so
-            return False
-        made = STATE.rules_for
-        if made is None:
-            return False
-    rules: Rules = made[1]
-    return st.st_ctime < rules.job_start - rules.fresh_s  # not rules.is_fresh: older than the job
-
-
 def _makedirs_exist_ok(
     makedirs: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: Any, mode: Any
 ) -> bool:
     """``makedirs(..., exist_ok=True)``; True when this call created the directory (False: it was there).
+    Remembered as ``makedirs-shared`` (made here: a name others make too, that a peer may have written into and
+    may still commit with a rename, ``fsguard.guards.rmtree``) or ``makedirs-found`` (there, or a peer's).
 
     The standard makedirs cannot say which: it swallows its own ``mkdir``'s ``FileExistsError``. So the leaf
     ``mkdir`` (the unpatched one) is tried first, the call the standard makedirs would make. Made: done.
@@ -524,9 +282,9 @@ def _makedirs_exist_ok(
     if existed and os.path.isdir(name):
         return False
     if type(os.mkdir) is GuardedFunction:  # its leaf mkdir (guarded) says whether it found the directory there
-        _found.name = None
+        found_leaf.name = None
         makedirs(*args, **kwargs)  # outside the except clauses: its errors carry no __context__ of fsguard's
-        return _found.name is not name
+        return found_leaf.name is not name
     makedirs(*args, **kwargs)
     return not existed
 
@@ -565,9 +323,9 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
         try:
             from . import rmwalk
 
-            rules = _rules()
-        except Exception as failure:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
-            _rule_failed("rmtree", failure)
+            rules = failure.rules()
+        except Exception as broken:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
+            failure.rule_failed("rmtree", broken)
             result = wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
             return result
@@ -579,13 +337,8 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
         def perform() -> None:
             verdict = rmwalk.run(wrapped, call, rules, use_onexc, yield_s, serializer)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
-            if verdict is not None:
-                error = verdict.error
-                settled: Verdict = verdict
-                if verdict.absorb and verdict.top_gone and isinstance(error, OSError):
-                    settled = _defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
-                if not _settle(settled, call, error) and isinstance(error, OSError):
-                    raise error
+            if verdict is not None and not failure.walked(verdict, call) and isinstance(verdict.error, OSError):
+                raise verdict.error
 
         if serializer is None:
             perform()
@@ -689,6 +442,3 @@ def _enable_serializer() -> None:
     except ImportError:
         return
     STATE.serializer = locks.serializer(STATE.settings, STATE.launch)
-
-
-_IN_TURN = _parents_in_turn.__code__  # a level taken in turn is inside a makedirs too

@@ -477,12 +477,12 @@ def test_editable_install_has_the_pth(tmp_path: Path) -> None:
 def test_a_crashing_rule_warns_once_and_reraises_the_original(fsguard_python: Path, tmp_path: Path) -> None:
     code = f"""
         import os
-        from fsguard import patching
+        from fsguard import failure
 
         def broken(*args):
             raise RuntimeError("rule bug")
 
-        patching._DECIDE["makedirs"] = broken
+        failure.DECIDE["makedirs"] = broken
         os.mkdir({str(tmp_path / "d")!r})
         for _ in range(2):
             try:

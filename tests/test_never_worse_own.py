@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_python
 from tests.support.ranks import launch, rank_env
 
 TIMEOUT_S = 120
@@ -314,3 +315,27 @@ def test_every_level_of_a_deep_makedirs_is_remembered_as_made(fsguard_python: Pa
     rank = launch([str(fsguard_python), "-c", textwrap.dedent(OWN_LEVELS), str(where)], envs, TIMEOUT_S)[0]
     assert rank.code == 0, rank.err
     assert rank.out == "made ['made']\nshared ['made-shared']\n", rank.out
+
+
+def test_a_failing_call_in_a_deleted_working_directory_raises_its_own_error(
+    fsguard_python: Path, bare_python: Path, tmp_path: Path
+) -> None:
+    """A relative path in a working directory removed meanwhile: the failure's ``Call`` cannot make the path
+    absolute (``os.getcwd`` fails), and the caller still gets the call's own error, as without fsguard."""
+    code = f"""
+        import os
+        os.mkdir({str(tmp_path / "gone")!r})
+        os.chdir({str(tmp_path / "gone")!r})
+        os.rmdir({str(tmp_path / "gone")!r})
+        for call in (lambda: os.rename("a", "b"), lambda: os.replace("a", "b"), lambda: os.remove("a")):
+            try:
+                call()
+            except OSError as error:
+                print(type(error).__name__, error.errno, error.filename)
+    """
+    without = run_python(bare_python, code)
+    with_fsguard = run_python(fsguard_python, code, {"FSGUARD": "force"})
+    assert without.returncode == 0, without.stderr
+    assert with_fsguard.returncode == 0, with_fsguard.stderr
+    assert with_fsguard.stdout == without.stdout and without.stdout.count("FileNotFoundError 2 a") == 3
+    assert "fsguard:" not in with_fsguard.stderr, with_fsguard.stderr

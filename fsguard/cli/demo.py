@@ -332,20 +332,42 @@ def _count_pairs(found: list[records.Record]) -> dict[tuple[str, str, str], int]
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.ranks < 2:
-        print("fsguard demo: --ranks must be at least 2 (a race needs two)", file=sys.stderr)
-        return 2
-    launcher = args.launcher
-    if launcher == "auto":
-        launcher = "torchrun" if _torch_importable() else "local"
-    if launcher == "torchrun" and not _torch_importable():
-        print("fsguard demo: --launcher torchrun needs torch, which is not importable here", file=sys.stderr)
+    launcher = _launcher(args)
+    if launcher is None:
         return 2
     root = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="fsguard-demo-"))
     if args.keep and root.exists() and any(root.iterdir()):
         print(f"fsguard demo: --keep {root}: directory is not empty", file=sys.stderr)
         return 2
     root.mkdir(parents=True, exist_ok=True)
+    _announce(args, launcher, root)
+    try:
+        _say("\n[1/2] without fsguard (FSGUARD=0)")
+        before = _run("without fsguard", False, args, launcher, root / "without-fsguard")
+        extra = ", FSGUARD_SERIALIZE=1" if args.serialize else ""
+        _say(f"\n[2/2] with fsguard (FSGUARD=1{extra}, records in FSGUARD_LOG)")
+        after = _run("with fsguard", True, args, launcher, root / "with-fsguard")
+        return _conclude(args, launcher, root, before, after)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _launcher(args: argparse.Namespace) -> str | None:
+    """The launcher the demo uses (``auto``: torchrun where torch is importable); None: told why on stderr."""
+    if args.ranks < 2:
+        print("fsguard demo: --ranks must be at least 2 (a race needs two)", file=sys.stderr)
+        return None
+    launcher: str = args.launcher
+    if launcher == "auto":
+        launcher = "torchrun" if _torch_importable() else "local"
+    if launcher == "torchrun" and not _torch_importable():
+        print("fsguard demo: --launcher torchrun needs torch, which is not importable here", file=sys.stderr)
+        return None
+    return launcher
+
+
+def _announce(args: argparse.Namespace, launcher: str, root: Path) -> None:
     launcher_text = "torchrun" if launcher == "torchrun" else "fsguard's minimal launcher (torch not used)"
     _say(f"fsguard demo: {args.ranks} ranks via {launcher_text}, {args.steps} checkpoint steps")
     _say(
@@ -358,39 +380,34 @@ def run(args: argparse.Namespace) -> int:
             f"  warning: no fsguard.pth in {sys.executable}'s site-packages: the guarded run will not be guarded "
             f"(install fsguard with pip into this environment)"
         )
-    try:
-        _say("\n[1/2] without fsguard (FSGUARD=0)")
-        before = _run("without fsguard", False, args, launcher, root / "without-fsguard")
-        extra = ", FSGUARD_SERIALIZE=1" if args.serialize else ""
-        _say(f"\n[2/2] with fsguard (FSGUARD=1{extra}, records in FSGUARD_LOG)")
-        after = _run("with fsguard", True, args, launcher, root / "with-fsguard")
-        _say("\n" + _table(before, after, args.ranks) + "\n")
-        page = _page_path(root, bool(args.keep))
-        page_written = _report(root / "with-fsguard" / "records", after.records, page)
-        ok = after.succeeded(args.ranks)
-        summary = {
-            "ranks": args.ranks,
-            "steps": args.steps,
-            "launcher": launcher,
-            "serialize": args.serialize,
-            "without_fsguard": before.summary(),
-            "with_fsguard": after.summary(),
-            "guarded_run_ok": ok,
-        }
-        (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        if not ok:
-            log = (root / "with-fsguard" / "logs" / "launcher.log").read_text(encoding="utf-8", errors="replace")
-            _say("\nlast lines of the guarded run's launcher log:\n" + "\n".join(log.splitlines()[-20:]))
-        _say(
-            "\nguarded run: "
-            + ("succeeded" if ok else "FAILED (see the table above)")
-            + (f"; logs, records and files in {root}" if args.keep else "")
-        )
-        if page_written:
-            _say(f"HTML report of the guarded run: {page}")
-        elif not args.keep:
-            page.unlink(missing_ok=True)
-        return 0 if ok else 1
-    finally:
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+
+
+def _conclude(args: argparse.Namespace, launcher: str, root: Path, before: Outcome, after: Outcome) -> int:
+    """The table, the summary and the report of both runs; the exit status (1: the guarded run failed)."""
+    _say("\n" + _table(before, after, args.ranks) + "\n")
+    page = _page_path(root, bool(args.keep))
+    page_written = _report(root / "with-fsguard" / "records", after.records, page)
+    ok = after.succeeded(args.ranks)
+    summary = {
+        "ranks": args.ranks,
+        "steps": args.steps,
+        "launcher": launcher,
+        "serialize": args.serialize,
+        "without_fsguard": before.summary(),
+        "with_fsguard": after.summary(),
+        "guarded_run_ok": ok,
+    }
+    (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if not ok:
+        log = (root / "with-fsguard" / "logs" / "launcher.log").read_text(encoding="utf-8", errors="replace")
+        _say("\nlast lines of the guarded run's launcher log:\n" + "\n".join(log.splitlines()[-20:]))
+    _say(
+        "\nguarded run: "
+        + ("succeeded" if ok else "FAILED (see the table above)")
+        + (f"; logs, records and files in {root}" if args.keep else "")
+    )
+    if page_written:
+        _say(f"HTML report of the guarded run: {page}")
+    elif not args.keep:
+        page.unlink(missing_ok=True)
+    return 0 if ok else 1

@@ -151,6 +151,11 @@ class Rules(Frozen):
         """The same numbers with no settle budget: decide from what the fresh listings show now."""
         return Rules(0.0, *self._values()[1:])  # type: ignore[arg-type]
 
+    def before_job(self, when: float) -> bool:
+        """Made or changed before this job started, beyond the ``fresh_s`` allowance (never a peer's: what no
+        evidence can absorb, told by one ``lstat`` before a decision: ``fsguard.failure``)."""
+        return when < self.job_start - self.fresh_s
+
     def is_fresh(self, when: float) -> bool:
         """Made or changed (``when``: a birth time or a ctime) during this job: at most ``fresh_s`` before its
         start on this node (``fsguard.evidence.job_start``), for clock skew between nodes and the file server

@@ -26,6 +26,7 @@ never resolved against the wrong directory).
 from __future__ import annotations
 
 import errno
+import os
 import stat
 
 from ..calls import Call
@@ -41,18 +42,9 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     src, dst = call.src, call.dst
     if call.fds or src is None or dst is None:
         return reraise("directory file descriptors given: passed through")
-    stale_source = ""
-    if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
-        if not _source_moved_under_a_stale_entry(src, world):
-            return conflict(
-                "destination is a non-empty directory: two different results for one path (left in place, "
-                "error raised)",
-                src=src,
-                dst=dst,
-            )
-        stale_source = f" (the call failed with {errno.errorcode[error.errno]} on this node's stale entry of it)"
-    elif error.errno != errno.ENOENT:
-        return reraise()
+    stale_source = _missing_source(error, src, dst, world)
+    if isinstance(stale_source, Verdict):
+        return stale_source
     own = world.own_last(src)
     if own is not None and own.kind == "moved-away" and own.time is None:
         return reraise("this process moved the source away itself")
@@ -61,34 +53,21 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     # is remembered as one): while nobody changed it since, the missing source was this process's own.
     put = world.own_last(dst)
     own_put = put.time if put is not None and put.kind == "made" else None
-    own_times = [t for t in (own_move, own_put) if t is not None]
 
     # Present again means re-published by a peer after the call found it missing (the destination's parent
     # is checked below: a missing one is the other way this call fails with ENOENT).
     republished = ", source re-published since by a peer" if world.look(src).present else ""
-
-    def destination_present() -> Look | None:
-        seen = world.look(dst)
-        if not seen.parent_exists:
-            return seen  # decided: nothing to wait for
-        return seen if seen.present else None
-
-    seen, waited = world.wait_for(destination_present, rules.settle_s, dst)
+    seen, waited = world.wait_for(lambda: _destination_present(dst, world), rules.settle_s, dst)
     if seen is None or not seen.present:
         where = "destination's parent is missing" if seen is not None else "destination absent"
         return reraise(f"source gone, {where} after {waited:.2f} s", waited)
 
     later = f", appeared {waited:.2f} s later" if waited > 0.001 else ""
-    st = world.lstat(dst)
     # Whose move it was needs the destination's ctime only where this process moved something onto it (the
     # tests below): its own move of the source elsewhere (a staging dir committed to ``checkpoint-1``, made
     # again, then committed by a peer to ``checkpoint-2``) says nothing about who made this destination.
     needs_ctime = own_put is not None or bool(republished)
-    if st is None and needs_ctime:
-        # In the fresh listing, not yet in this node's lookup cache: wait, within the same budget, for the
-        # lookup to show it.
-        st, more = world.wait_for(lambda: world.lstat(dst), max(rules.settle_s - waited, 0.0), dst)
-        waited += more
+    st, waited = _destination_stat(dst, world, rules, waited, needs_ctime)
     if st is None:
         if needs_ctime:
             return reraise("destination not yet visible to this node's lookups: cannot tell whose it is", waited)
@@ -97,12 +76,72 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
             f"cache{later}: a peer renamed it moments ago",
             waited,
         )
+    refused = _not_a_peers(dst, st, world, rules, own_move, own_put, waited)
+    if refused is not None:
+        return refused
+    now = world.now()
+    own_times = [t for t in (own_move, own_put) if t is not None]
+    again = f", {now - max(own_times):.1f} s after this process's own move" if own_times else ""
+    return absorb(
+        f"source gone{stale_source}{republished}, destination present and changed {now - st.st_ctime:.2f} s ago"
+        f"{later}{again}: a peer did the same move",
+        waited,
+    )
+
+
+def _missing_source(error: OSError, src: str, dst: str, world: World) -> Verdict | str:
+    """What the error says: a decided verdict (a conflict; not a missing source), or a missing source, with
+    the words for one this node's stale entry of it made the call fail as a non-empty destination."""
+    if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+        if not _source_moved_under_a_stale_entry(src, world):
+            return conflict(
+                "destination is a non-empty directory: two different results for one path (left in place, "
+                "error raised)",
+                src=src,
+                dst=dst,
+            )
+        return f" (the call failed with {errno.errorcode[error.errno]} on this node's stale entry of it)"
+    if error.errno != errno.ENOENT:
+        return reraise()
+    return ""
+
+
+def _destination_present(dst: str, world: World) -> Look | None:
+    seen = world.look(dst)
+    if not seen.parent_exists:
+        return seen  # decided: nothing to wait for
+    return seen if seen.present else None
+
+
+def _destination_stat(
+    dst: str, world: World, rules: Rules, waited: float, needs_ctime: bool
+) -> tuple[os.stat_result | None, float]:
+    """The destination's lstat, and the time waited in all. In the fresh listing, not yet in this node's lookup
+    cache: where its ctime is needed, wait, within the same budget, for the lookup to show it."""
+    st = world.lstat(dst)
+    if st is None and needs_ctime:
+        st, more = world.wait_for(lambda: world.lstat(dst), max(rules.settle_s - waited, 0.0), dst)
+        waited += more
+    return st, waited
+
+
+def _not_a_peers(
+    dst: str,
+    st: os.stat_result,
+    world: World,
+    rules: Rules,
+    own_move: float | None,
+    own_put: float | None,
+    waited: float,
+) -> Verdict | None:
+    """The re-raise where the destination present is not a peer's move (another job's, older than the job, this
+    process's own move onto it); None: a peer's."""
     tag = world.job_tag(dst) if stat.S_ISDIR(st.st_mode) else None  # files carry no job tag
     if rules.whose(tag) == "another job":
         return reraise(f"source gone; the destination is another job's or attempt's (its job tag {tag!r})", waited)
-    now = world.now()
-    age = now - st.st_ctime
     if not rules.is_fresh(st.st_ctime):
+        now = world.now()
+        age = now - st.st_ctime
         return reraise(f"source gone but destination is older than the job ({age:.1f} s; {rules.since(now)})", waited)
     if own_put is not None and st.st_ctime <= own_put + OWN_SLACK_S:
         return reraise(
@@ -112,12 +151,7 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
         )
     if own_move is not None and own_put is not None and st.st_ctime <= own_move + OWN_SLACK_S:
         return reraise("this process moved the source away itself; the destination has not changed since", waited)
-    again = f", {now - max(own_times):.1f} s after this process's own move" if own_times else ""
-    return absorb(
-        f"source gone{stale_source}{republished}, destination present and changed {age:.2f} s ago{later}{again}: "
-        f"a peer did the same move",
-        waited,
-    )
+    return None
 
 
 def _source_moved_under_a_stale_entry(src: str, world: World) -> bool:

@@ -113,7 +113,7 @@ def drop_to_nobody() -> None:
     assert NOBODY is not None
     __import__("logging")  # fsguard imports it to write a record: the standard library may be root's alone
     if hasattr(os.makedirs, "__wrapped__"):  # fsguard's rules load at the first failure: this venv is root's alone
-        __import__("fsguard.patching", fromlist=["load_policy"]).load_policy()
+        __import__("fsguard.failure", fromlist=["load_policy"]).load_policy()
     os.setgroups([])
     os.setgid(NOBODY.pw_gid)
     os.setuid(NOBODY.pw_uid)

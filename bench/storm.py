@@ -286,14 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.ranks, args.runs, args.dirs, args.steps = 2, 1, 20, 4
-    print(common.machine_line(common.machine()), flush=True)
+    info = common.machine()
+    print(common.machine_line(info), flush=True)
+    started = time.monotonic()
     arms = tuple(args.arms)
     out = run(
         ranks_per_node=args.ranks, runs=args.runs, arms=arms, dirs=args.dirs, steps=args.steps, cache_s=args.cache_s
     )
+    out["seconds"] = round(time.monotonic() - started, 1)
     print(render(out), flush=True)
     if args.json:
-        common.write_json(args.json, {"storm": out})
+        common.write_json(args.json, {"storm": out, "machine": info})
     return 0
 
 

@@ -273,7 +273,7 @@ def render(out: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 ranks per node, 20 dirs, 4 checkpoints, 1 run")
+    parser.add_argument("--quick", action="store_true", help="1 rank per node, 20 dirs, 4 checkpoints, 1 run")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--ranks", type=int, default=4, help="ranks per node (the issue's 16 is for bigger machines)")
     parser.add_argument("--runs", type=int, default=3)
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.ranks, args.runs, args.dirs, args.steps = 2, 1, 20, 4
+        args.ranks, args.runs, args.dirs, args.steps = 1, 1, 20, 4
     info = common.machine()
     print(common.machine_line(info), flush=True)
     started = time.monotonic()

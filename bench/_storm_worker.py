@@ -75,7 +75,7 @@ def main() -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
 
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     store = TCPStore(
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=300)
@@ -129,8 +129,8 @@ def main() -> int:
         "failures": failures,
         "stats": {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)},
     }
-    with open(os.path.join(args.report, f"rank-{rank}.json"), "w", encoding="utf-8") as f:
-        json.dump(out, f)
+    with open(os.path.join(args.report, f"rank-{rank}.json"), "w", encoding="utf-8") as report:
+        json.dump(out, report)
     return 0
 
 

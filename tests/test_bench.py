@@ -177,3 +177,23 @@ def test_failures_alone(alone: Alone) -> None:
     for cells in by.values():
         assert {op: cell["raised"] for op, cell in cells.items()} == {"makedirs": 0, "mkdir": 0}  # a peer's: absorbed
     assert "decision (absorbed)" in stdout
+
+
+@pytest.mark.timeout(300)
+def test_storm_alone(alone: Alone) -> None:
+    """The metadata storm on two simulated nodes of one JuiceFS volume (issue 39): every arm's job runs, fsguard's
+    arms end with the tree a correct job leaves and no rmtree crash, and JuiceFS's own counters are read."""
+    from bench import storm
+
+    reason = storm.unavailable()
+    if reason is not None:
+        pytest.skip(f"the storm needs simulated nodes and JuiceFS: {reason}")
+    result, stdout = alone("storm")
+    assert "skipped" not in result, result["skipped"]
+    assert set(result["summary"]) == {"none", "fsguard", "serialize", "rank0"}, result
+    for arm in ("fsguard", "serialize", "rank0"):
+        for cell in result["runs"][arm]:
+            assert cell["ok"] and cell["tree_as_expected"] and cell["rmtree_crashes"] == 0, (arm, cell)
+    for row in result["summary"].values():
+        assert row["meta_ops"] > 0 and row["storm_s"] > 0, row
+    assert "meta ops" in stdout

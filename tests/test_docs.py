@@ -301,6 +301,7 @@ COVERED = {
     ".venv/bin/python bench/decide.py": "tests/test_bench.py::test_decide_alone",
     ".venv/bin/python bench/scale.py": "tests/test_bench.py::test_scale_alone",
     ".venv/bin/python bench/yield_window.py": "tests/test_bench.py::test_yield_window_alone",
+    ".venv/bin/python bench/storm.py": "tests/test_bench.py::test_storm_alone",
     ".venv/bin/python bench/audit.py": "tests/test_report.py::test_bench_audit_quick_runs",
 }
 

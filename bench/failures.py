@@ -287,8 +287,31 @@ def _summarise(program: str, samples: dict[str, list[Any]]) -> dict[str, Any]:
 # --- decisions by remembered calls ------------------------------------------------------------------------
 
 
-def _peer_made(call: Any, path: str) -> None:
-    call(path)  # no handler here: a race fsguard absorbs
+def _peer_made(call: Any, path: str) -> tuple[float, bool]:
+    """``call(path)`` timed in a thread of its own, with no handler around it: a would-be crash, which fsguard
+    absorbs when a peer made the directory (a ``try``/``except`` here would be a handler that decides, and every
+    call would be deferred). (seconds, whether it raised)"""
+    import threading
+
+    took: list[float] = []
+    escaped: list[BaseException] = []
+
+    def timed() -> None:
+        t = time.perf_counter()
+        try:
+            call(path)
+        finally:  # not a handler: the error goes on to the thread's top
+            took.append(time.perf_counter() - t)
+
+    hook = threading.excepthook
+    threading.excepthook = lambda hooked: escaped.append(hooked.exc_value)  # type: ignore[assignment,arg-type]
+    try:
+        thread = threading.Thread(target=timed)
+        thread.start()
+        thread.join()
+    finally:
+        threading.excepthook = hook
+    return took[0], bool(escaped)
 
 
 def _decision_child(remembered: int, decisions: int) -> dict[str, Any]:
@@ -314,12 +337,9 @@ def _decision_child(remembered: int, decisions: int) -> dict[str, Any]:
             for k in range(decisions + 1):
                 path = os.path.join(tmp, f"{op}-{k}")
                 posix.mkdir(path)  # a peer's: unguarded
-                t = time.perf_counter()
-                try:
-                    _peer_made(call, path)
-                except OSError:
-                    raised += 1
-                times.append(time.perf_counter() - t)
+                took, failed = _peer_made(call, path)
+                raised += failed
+                times.append(took)
             results[op] = {
                 "first_ms": times[0] * 1000,
                 "median_ms": common.median(times[1:]) * 1000,

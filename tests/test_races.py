@@ -486,11 +486,26 @@ def check_rmtree_hazard(fsguard_python: Path) -> None:
     import errno
     import json
 
+    import subprocess
+    import tempfile
+    import textwrap
+
     runs = {}
-    for fsguard_value in ("0", "1"):
-        result = run_python(fsguard_python, RENAMED_MID_WALK, {**TORCHRUN_ENV, "FSGUARD": fsguard_value})
-        assert result.returncode == 0, result.stderr
-        runs[fsguard_value] = (json.loads(result.stdout), result.stderr)
+    # From a file, as programs are: on 3.10 fsguard reads handlers from the source, and a ``python -c``
+    # program has none (its frames are not understood, so the program decides: every error deferred).
+    with tempfile.TemporaryDirectory() as where:
+        script = Path(where) / "renamed_mid_walk.py"
+        script.write_text(textwrap.dedent(RENAMED_MID_WALK))
+        for fsguard_value in ("0", "1"):
+            result = subprocess.run(
+                [str(fsguard_python), str(script)],
+                env=clean_env({**TORCHRUN_ENV, "FSGUARD": fsguard_value}),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert result.returncode == 0, result.stderr
+            runs[fsguard_value] = (json.loads(result.stdout), result.stderr)
     (off, _), (on, on_err) = runs["0"], runs["1"]
     assert off["fired"] and on["fired"] and on["patched"] and not off["patched"]
     assert off["outcome"] == f"FileNotFoundError:{errno.ENOENT}"  # the race is real without fsguard

@@ -485,7 +485,6 @@ def check_rmtree_hazard(fsguard_python: Path) -> None:
     ``hazard`` record that the renamed tree may be missing entries."""
     import errno
     import json
-
     import subprocess
     import tempfile
     import textwrap

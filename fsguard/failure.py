@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .guards import Rules, Verdict, World
-    from .guards.rmtree import Removal
+    from .guards.rmtree import RmtreeVerdict
 
 
 class _Rule:
@@ -146,7 +146,7 @@ def absorbs(call: Call, error: OSError) -> bool:
     return settle(verdict, call, error)
 
 
-def walked(verdict: Removal, call: Call) -> bool:
+def walked(verdict: RmtreeVerdict, call: Call) -> bool:
     """An rmtree walk's verdict (``fsguard.rmwalk``), deferred and recorded as a failure's; True: absorbed."""
     error = verdict.error
     settled: Verdict = verdict

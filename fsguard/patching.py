@@ -322,6 +322,7 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
             return None
         try:
             from . import rmwalk
+            from .world import LIVE
 
             rules = failure.rules()
         except Exception as broken:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
@@ -335,7 +336,7 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
         serializer = state.serializer
 
         def perform() -> None:
-            verdict = rmwalk.run(wrapped, call, rules, use_onexc, yield_s, serializer)
+            verdict = rmwalk.run(wrapped, call, LIVE, rules, use_onexc, yield_s, serializer)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
             if verdict is not None and not failure.walked(verdict, call) and isinstance(verdict.error, OSError):
                 raise verdict.error

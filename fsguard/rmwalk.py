@@ -22,24 +22,21 @@ import os
 import shutil
 import stat
 import sys
-import threading
 import time
 import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-from . import evidence
-from .calls import Call
-from .guards import Rules, by_tag
+from .calls import Call, norm
+from .guards import Rules, World, by_tag, own_event
 from .guards import rmtree as rule
-from .guards.rmtree import Removal
+from .guards.rmtree import Plan, RmtreeVerdict
 from .state import STATE
 from .waiting import Backoff, wait_for
 
 _RETRIES = 4
 _REMOVED_KEPT = 1000  # removed names kept per walk for a hazard record (the count is always exact)
-_local = threading.local()
+_WALKERS = ("_rmtree_safe_fd", "_rmtree_unsafe", "_rmtree_safe_fd_step")  # shutil's functions rmtree calls
 
 
 class _Moved(BaseException):
@@ -54,57 +51,50 @@ class _Vanishing(BaseException):
     """Entries vanish under the walk: a peer is removing the same tree. Stop walking (and wait for it)."""
 
 
-def _current() -> _Position | None:
-    positions: list[_Position] | None = getattr(_local, "positions", None)
-    return positions[-1] if positions else None
+# --- the os the standard rmtree code sees: fsguard's functions, reporting to one walk's position ----------
 
 
-# --- fsguard's three filesystem functions, used by the standard rmtree code in place of os's -------------
+class _Os:
+    """``os`` for one checked walk: ``open``, ``unlink``, ``rmdir``, ``close`` and ``scandir`` report to the walk's
+    ``_Position`` (and ask it, through ``check``, whether the tree is still at its path); every other name is
+    ``os``'s own, read live (a test or program that swaps ``os.close`` is obeyed)."""
 
+    __slots__ = ("_position",)
 
-def _open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
-    position = _current()
-    if position is not None:
+    def __init__(self, position: _Position) -> None:
+        self._position = position
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        position = self._position
         position.check(boundary=False)  # entering a directory: the name's lstat (a listing only when one is due)
-    fd = os.open(path, flags, mode, dir_fd=dir_fd)
-    if position is not None:
+        fd = os.open(path, flags, mode, dir_fd=dir_fd)
         position.opened(fd, path, dir_fd)
-    return fd
+        return fd
 
-
-def _unlink(path: Any, *, dir_fd: int | None = None) -> None:
-    position = _current()
-    if position is not None:
+    def unlink(self, path: Any, *, dir_fd: int | None = None) -> None:
+        position = self._position
         position.check(boundary=False)
-    _unguarded("unlink")(path, dir_fd=dir_fd)
-    if position is not None:
-        position.removed(path, dir_fd)
+        _unguarded("unlink")(path, dir_fd=dir_fd)
+        position.note_removed(path, dir_fd)
 
-
-def _rmdir(path: Any, *, dir_fd: int | None = None) -> None:
-    position = _current()
-    if position is not None:
+    def rmdir(self, path: Any, *, dir_fd: int | None = None) -> None:
+        position = self._position
         position.check(boundary=dir_fd is None)  # the top itself: confirm with a fresh listing where lookups cache
-    _unguarded("rmdir")(path, dir_fd=dir_fd)
-    if position is not None:
-        position.removed(path, dir_fd)
+        _unguarded("rmdir")(path, dir_fd=dir_fd)
+        position.note_removed(path, dir_fd)
 
+    def close(self, fd: int) -> None:
+        self._position.closed(fd)
+        os.close(fd)
 
-def _close(fd: int) -> None:
-    position = _current()
-    if position is not None:
-        position.closed(fd)
-    os.close(fd)
-
-
-def _scandir(path: Any = None) -> Any:
-    """``os.scandir``, its names noted for the directory the walk lists: what was there when the walk looked (an
-    entry that appears afterwards is not the call's to remove, see ``Walk._retry``)."""
-    listing = os.scandir() if path is None else os.scandir(path)
-    position = _current()
-    if position is None:
-        return listing
-    return _Listing(listing, position.listing_of(path))
+    def scandir(self, path: Any = None) -> Any:
+        """``os.scandir``, its names noted for the directory the walk lists: what was there when the walk looked
+        (an entry that appears afterwards is not the call's to remove, see ``Walk._retry``)."""
+        listing = os.scandir() if path is None else os.scandir(path)
+        return _Listing(listing, self._position.listing_of(path))
 
 
 class _Listing:
@@ -143,20 +133,16 @@ def _unguarded(name: str) -> Callable[..., Any]:
     return func
 
 
-_OURS: dict[Any, str] = {_open: "open", _unlink: "unlink", _rmdir: "rmdir", _close: "close", _scandir: "scandir"}
-
-
 def _real(func: Any) -> Any:
-    """The function a handler is told about: ``os.open`` for fsguard's ``_open``, and so on."""
-    name = _OURS.get(func)
-    return getattr(os, name) if name is not None else func
+    """The function a handler is told about: ``os.open`` for the walk's ``_Os.open``, and so on."""
+    return getattr(os, func.__name__) if isinstance(getattr(func, "__self__", None), _Os) else func
 
 
 class _Globals(dict[str, Any]):
     """The globals of the checked walk: ``shutil``'s own, read live (a test or program that swaps
     ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` is obeyed), with ``os`` replaced."""
 
-    def __init__(self, module: dict[str, Any], proxy: types.ModuleType, clones: dict[Any, Any]) -> None:
+    def __init__(self, module: dict[str, Any], proxy: _Os, clones: dict[Any, Any]) -> None:
         super().__init__(os=proxy, __builtins__=module.get("__builtins__", __builtins__))
         self._module = module
         self._clones = clones  # the standard walk functions -> their copies that see these globals
@@ -166,36 +152,20 @@ class _Globals(dict[str, Any]):
         return self._clones.get(value, value)
 
 
-def _os_proxy() -> types.ModuleType:
-    proxy = types.ModuleType("os")
-    proxy.open = _open  # type: ignore[attr-defined]
-    proxy.unlink = _unlink  # type: ignore[attr-defined]
-    proxy.rmdir = _rmdir  # type: ignore[attr-defined]
-    proxy.close = _close  # type: ignore[attr-defined]
-    proxy.scandir = _scandir  # type: ignore[attr-defined]
-    proxy.__getattr__ = lambda name: getattr(os, name)  # type: ignore[method-assign]  # live: os.close swapped...
-    return proxy
-
-
-def checked(original: Any) -> Callable[..., Any] | None:
-    """The standard ``rmtree`` made to use fsguard's functions, or None where ``original`` is not the
-    standard library's Python ``rmtree`` (then it runs as it is, without the position checks)."""
-    found = STATE.caches.rmtree_checked
-    if found is not None and found[0] is original:
-        checked_copy: Callable[..., Any] | None = found[1]
-        return checked_copy
-    result = None
+def checked(original: Any, position: _Position) -> Callable[..., Any] | None:
+    """The standard ``rmtree`` made to use fsguard's functions reporting to ``position`` (a copy for this walk:
+    its globals say which position), or None where ``original`` is not the standard library's Python ``rmtree``
+    (then it runs as it is, without the position checks)."""
     module = getattr(original, "__globals__", None)
-    if isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree":
-        clones: dict[Any, Any] = {}
-        namespace = _Globals(module, _os_proxy(), clones)
-        for name in ("_rmtree_safe_fd", "_rmtree_unsafe", "_rmtree_safe_fd_step"):
-            function = module.get(name)
-            if isinstance(function, types.FunctionType):
-                clones[function] = _clone(function, namespace)
-        result = _clone(original, namespace)
-    STATE.caches.rmtree_checked = (original, result)
-    return result
+    if not (isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree"):
+        return None
+    clones: dict[Any, Any] = {}
+    namespace = _Globals(module, _Os(position), clones)
+    for name in _WALKERS:
+        function = module.get(name)
+        if isinstance(function, types.FunctionType):
+            clones[function] = _clone(function, namespace)
+    return _clone(original, namespace)
 
 
 def _clone(function: types.FunctionType, namespace: dict[str, Any]) -> types.FunctionType:
@@ -210,12 +180,56 @@ def _clone(function: types.FunctionType, namespace: dict[str, Any]) -> types.Fun
 # --- one walk ------------------------------------------------------------------------------------------
 
 
-class _Position:
-    """Where the tree being removed is: its top's name and identity, the directories the walk holds open, and
-    what the walk removed from it. The walk's filesystem functions (``_open``, ``_unlink``, ``_rmdir``,
-    ``_close``) report to it and ask it, through ``check``, whether the tree is still at its path."""
+class _Removed:
+    """What a walk removed from the tree: how many entries, and the first ``_REMOVED_KEPT`` names (a hazard
+    record names them)."""
+
+    __slots__ = ("count", "names")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.names: list[str] = []
+
+
+class _FreshListing:
+    """Where this mount may answer lookups from a cache (NFS, FUSE...): the top's name in its parent's fresh
+    listing, read spaced so that listings take at most a tenth of the walk's time, however big the parent."""
+
+    __slots__ = ("after", "listed_ino", "top")
 
     def __init__(self, top: str) -> None:
+        self.top = top
+        self.listed_ino: Any = _UNSET  # the inode number the listing gave the name at the first check
+        self.after = 0.0  # monotonic time before which no listing is read between directories
+
+    def due(self) -> bool:
+        """Whether to read a fresh listing before this step (a rename landing meanwhile costs the moved tree what
+        was removed since the last listing, and the hazard record names it)."""
+        return time.monotonic() >= self.after
+
+    def shows_top(self) -> bool:
+        """Whether the parent's fresh listing still shows the top's name as the inode it showed at the first
+        look (True where that cannot be told: an unreadable listing)."""
+        started = time.monotonic()
+        listed = _listed_inode(self.top)
+        now = time.monotonic()
+        self.after = now + 9 * (now - started)
+        if self.listed_ino is _UNSET:
+            if listed is None:
+                return False  # already gone from the listing: only a stale lookup still shows the name
+            self.listed_ino = listed  # the listing's own number for the name: d_ino may differ from st_ino
+            return True
+        if self.listed_ino is _UNREADABLE or listed is _UNREADABLE:
+            return True
+        return bool(listed == self.listed_ino)
+
+
+class _Position:
+    """Where the tree being removed is: its top's name and identity, the directories the walk holds open, and
+    what the walk removed from it. The walk's filesystem functions (``_Os``) report to it and ask it, through
+    ``check``, whether the tree is still at its path."""
+
+    def __init__(self, top: str, world: World, held: _Held) -> None:
         self.top = top  # normalised
         # The top as it is before the walk (one lstat per guarded call; None if it cannot be read: rmtree
         # will say why): whether to wait for a peer, and which directory "the tree" is for a retry.
@@ -223,15 +237,13 @@ class _Position:
         self.ident: os.stat_result | None = None  # the walk's own open of the top (fstat)
         self.top_fd: int | None = None
         self.dirs: dict[int, str] = {}  # descriptor -> the directory the walk opened there
-        self.removed_names: list[str] = []  # the first ``_REMOVED_KEPT``, for a hazard record
         self.listings: dict[str, set[str]] = {}  # directory -> the names the walk's first listing of it showed
-        self.removed_count = 0
-        # Whether this mount may answer lookups from a cache (then checks also read fresh listings, spaced),
-        # and the inode number the listing gave the top's name at the first check (None: not listed then).
-        self.cached_lookups = self.top_st is not None and evidence.lookups_may_be_stale(self.top_st.st_dev)
-        self.listed_ino: Any = _UNSET
-        self.fresh_after = 0.0  # monotonic time before which no listing is read between directories
-        self.checking = True  # False for a tree no peer can move meanwhile (fsguard.guards.rmtree.removal)
+        self.removed = _Removed()
+        # Checks also read fresh listings (spaced) where this mount may answer lookups from a cache.
+        stale = self.top_st is not None and world.lookups_may_be_stale(self.top_st.st_dev)
+        self.fresh = _FreshListing(top) if stale else None
+        self.checking = True  # False for a tree no peer can move meanwhile (fsguard.guards.rmtree.plan)
+        self.held = held  # the top's descriptor, held while the call runs (see _find_renamed)
 
     def identity(self) -> os.stat_result | None:
         """The top's identity: from the walk's own open of it, else from the lstat before the walk."""
@@ -245,15 +257,9 @@ class _Position:
         """The walk starts again on the same tree: its next open is the top's again."""
         self.ident = None
 
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        """The walk's filesystem functions report to this position while the block runs (in this thread)."""
-        positions = _local.__dict__.setdefault("positions", [])
-        positions.append(self)
-        try:
-            yield
-        finally:
-            positions.pop()
+    def renamed(self) -> str | None:
+        """Where a peer renamed the tree within its parent, if that can be found (``_find_renamed``)."""
+        return _find_renamed(self.top, self.identity(), self.held)
 
     def opened(self, fd: int, path: Any, dir_fd: int | None) -> None:
         name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
@@ -274,7 +280,7 @@ class _Position:
             where = self.dirs.get(path)
         else:
             try:
-                where = evidence.norm(path)
+                where = norm(path)
             except (TypeError, ValueError):
                 where = None
         if where is None or where in self.listings:
@@ -288,13 +294,14 @@ class _Position:
         if fd == self.top_fd:
             self.top_fd = None
 
-    def removed(self, path: Any, dir_fd: int | None) -> None:
+    def note_removed(self, path: Any, dir_fd: int | None) -> None:
         if not self.checking:
             return  # a tree nobody can move: no hazard can name what was removed from it
-        self.removed_count += 1
-        if len(self.removed_names) < _REMOVED_KEPT:
+        removed = self.removed
+        removed.count += 1
+        if len(removed.names) < _REMOVED_KEPT:
             name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
-            self.removed_names.append(os.path.join(self.dirs[dir_fd], name) if dir_fd in self.dirs else name)
+            removed.names.append(os.path.join(self.dirs[dir_fd], name) if dir_fd in self.dirs else name)
 
     def check(self, boundary: bool) -> None:
         """Raise ``_Moved`` when the tree is no longer at its path (where that cannot be told, the call goes
@@ -305,7 +312,7 @@ class _Position:
         by comparing two different kinds of inode numbers), and, where this mount's lookups may be answered from a
         cache (NFS, FUSE...), the parent's fresh listing still shows the name as the inode it showed at the first
         check (a renamed name may still answer a cached ``lstat``): always before the top's own removal
-        (``boundary``), otherwise when one is due (``_fresh_due``). A coherent local filesystem is never listed:
+        (``boundary``), otherwise when one is due (``_FreshListing.due``). A coherent local filesystem is never listed:
         the name's ``lstat`` is the truth there, whatever the size of the parent."""
         start = self.top_st or self.ident
         if start is None or not self.checking:
@@ -317,7 +324,8 @@ class _Position:
             here, missing = False, True
         except OSError:
             return
-        if here and self.cached_lookups and (boundary or self._fresh_due()) and not self._listed_here():
+        fresh = self.fresh
+        if here and fresh is not None and (boundary or fresh.due()) and not fresh.shows_top():
             here, missing = False, True  # a stale lookup cache still answers for a name the listing lost
         if here:
             return
@@ -327,7 +335,7 @@ class _Position:
                     return  # emptied and removed by a peer's rmtree: what is left fails on its own
             except OSError:
                 pass
-        renamed = _find_renamed(self.top, self.identity())
+        renamed = self.renamed()
         if renamed is None and missing and self.top_fd is None:
             return  # no telling (the walk has let go of the top): the call fails on its own
         if renamed is None and self.top_fd is not None and not _entries_left(self.top_fd):
@@ -336,27 +344,68 @@ class _Position:
             return
         raise _Moved(renamed)
 
-    def _fresh_due(self) -> bool:
-        """Whether to read a fresh listing before this step (mounts whose lookups may be cached only): spaced so
-        that listings take at most a tenth of the walk's time, however big the parent (a rename landing meanwhile
-        costs the moved tree what was removed since the last listing, and the hazard record names it)."""
-        return time.monotonic() >= self.fresh_after
 
-    def _listed_here(self) -> bool:
-        """Whether the parent's fresh listing still shows the top's name as the inode it showed at the first
-        look (True where that cannot be told: an unreadable listing)."""
-        started = time.monotonic()
-        listed = _listed_inode(self.top)
-        now = time.monotonic()
-        self.fresh_after = now + 9 * (now - started)
-        if self.listed_ino is _UNSET:
-            if listed is None:
-                return False  # already gone from the listing: only a stale lookup still shows the name
-            self.listed_ino = listed  # the listing's own number for the name: d_ino may differ from st_ino
-            return True
-        if self.listed_ino is _UNREADABLE or listed is _UNREADABLE:
-            return True
-        return bool(listed == self.listed_ino)
+class _Caller:
+    """What the caller of ``rmtree`` asked of its errors: ``ignore_errors``, its own ``onerror``/``onexc``
+    (``onexc``: whether this ``rmtree`` takes one, 3.12+), and what it got (``forwarded``: the error that
+    escaped to it, the caller's, never absorbed)."""
+
+    __slots__ = ("forwarded", "ignore", "onerror", "onexc", "use_onexc")
+
+    def __init__(
+        self, ignore: bool, onerror: Callable[..., Any] | None, onexc: Callable[..., Any] | None, use_onexc: bool
+    ) -> None:
+        self.ignore = ignore
+        self.onerror = onerror
+        self.onexc = onexc
+        self.use_onexc = use_onexc
+        self.forwarded: BaseException | None = None
+
+    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], walk: Walk) -> tuple[list[Any], dict[str, Any]]:
+        """The caller's arguments with the walk's handler in place of the caller's (``onexc`` where it exists, else
+        ``onerror``, in the position the caller used; none with ``ignore_errors``)."""
+        positional, named = list(args), dict(kwargs)
+        if not self.ignore:
+            if self.use_onexc:
+                named["onexc"] = walk.onexc
+            elif len(positional) > 2:
+                positional[2] = walk.onerror
+            else:
+                named["onerror"] = walk.onerror
+        return positional, named
+
+    def forward(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
+        """Pass an error on as the standard library does: to the caller's handler, or raise it."""
+        try:
+            if self.onexc is not None:
+                self.onexc(func, path, exc)
+            elif self.onerror is not None:
+                self.onerror(func, path, exc_info or (type(exc), exc, exc.__traceback__))
+            else:
+                raise exc
+        except BaseException as raised:
+            self.forwarded = raised
+            raise
+
+
+class Found:
+    """What a walk absorbed: entries a peer removed first, directories removed again, seconds waited, the top
+    gone (``"before"`` or ``"after"`` the walk) and where a peer renamed it, the first error absorbed."""
+
+    __slots__ = ("entries_gone", "first_error", "renamed_to", "retried", "top_gone", "waited")
+
+    def __init__(self) -> None:
+        self.entries_gone: list[str] = []
+        self.retried: list[str] = []
+        self.waited = 0.0
+        self.top_gone: str | None = None
+        self.renamed_to: str | None = None
+        self.first_error: BaseException | None = None
+
+    def verdict(self, world: World) -> RmtreeVerdict | None:
+        return rule.walk_verdict(
+            self.entries_gone, self.retried, self.top_gone, self.renamed_to, self.waited, self.first_error, world
+        )
 
 
 class Walk:
@@ -364,28 +413,13 @@ class Walk:
     rmtree as ``onerror(func, path, exc_info)`` or ``onexc(func, path, exc)``. It passes the caller's errors
     on to the caller's handler (or raises them), and absorbs only what the rule says a peer did."""
 
-    def __init__(
-        self,
-        remover: Callable[..., Any],
-        top: Any,
-        rules: Rules,
-        use_onexc: bool,
-        onerror: Callable[..., Any] | None,
-        onexc: Callable[..., Any] | None,
-    ) -> None:
+    def __init__(self, position: _Position, remover: Callable[..., Any], caller: _Caller, world: World, rules: Rules):
+        self.position = position
         self.remover = remover
-        self.position = _Position(evidence.norm(top))
+        self.caller = caller
+        self.world = world
         self.rules = rules
-        self.use_onexc = use_onexc
-        self.user_onerror = onerror
-        self.user_onexc = onexc
-        self.entries_gone: list[str] = []
-        self.retried: list[str] = []
-        self.waited = 0.0
-        self.top_gone: str | None = None  # "before" or "after" the walk
-        self.renamed_to: str | None = None
-        self.first_error: BaseException | None = None
-        self.forwarded: BaseException | None = None  # what escaped _forward: the caller's, never absorbed
+        self.found = Found()
         self.wait_on_vanish = False  # stop at the first vanished entry and wait for the peer (``remove``)
 
     def plain(self, remover: Callable[..., Any]) -> None:
@@ -397,17 +431,17 @@ class Walk:
         """Run the remover on the caller's arguments, with this walk's position checked. ``wait_on_vanish``:
         stop at the first entry a peer removed (``_Vanishing``), to wait for it instead of racing it."""
         self.wait_on_vanish = wait_on_vanish
-        with self.position.active():
-            self.remover(*positional, **named)
+        self.remover(*positional, **named)
 
     def top_went(self, error: FileNotFoundError) -> bool:
         """Whether the top went while the walk ran (``error``, saying so, escaped the handler): the rule waits
         for the evidence."""
-        gone, waited = rule.escaped_gone(self.position.top, self.rules)
-        self.waited += waited
+        found = self.found
+        gone, waited = rule.escaped_gone(self.position.top, self.world, self.rules)
+        found.waited += waited
         if gone:
-            self.top_gone = "after"
-            self.first_error = self.first_error or error
+            found.top_gone = "after"
+            found.first_error = found.first_error or error
         return gone
 
     def onerror(self, func: Callable[..., Any], path: Any, exc_info: Any) -> None:
@@ -418,47 +452,51 @@ class Walk:
 
     def _handle(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
         code = getattr(exc, "errno", None)
-        top = self.position.top
-        is_top = evidence.norm(path) == top
-        if code == errno.ENOENT and self.first_error is None:
-            self.first_error = exc
+        found, top = self.found, self.position.top
+        is_top = norm(path) == top
+        if code == errno.ENOENT and found.first_error is None:
+            found.first_error = exc
         if code == errno.ENOENT:
             if not is_top and not rule.entry_gone_by_peer(self.rules):
-                self._forward(func, path, exc, exc_info)  # the standard library's error, at once
+                self.caller.forward(func, path, exc, exc_info)  # the standard library's error, at once
                 return
             if not is_top:
-                self.entries_gone.append(evidence.norm(path))
-                if self.wait_on_vanish and rule.settle_on_vanishing(len(self.entries_gone)):
+                found.entries_gone.append(norm(path))
+                if self.wait_on_vanish and rule.settle_on_vanishing(len(found.entries_gone)):
                     self.wait_on_vanish = False  # once per call: a resumed walk goes to its end
                     raise _Vanishing
                 return
             if func is os.rmdir:
-                self.top_gone = "after"
-                self.renamed_to = _find_renamed(top, self.position.identity())
+                found.top_gone = "after"
+                found.renamed_to = self.position.renamed()
                 return
-            gone, waited = rule.top_gone_before_by_peer(top, self.rules)
-            self.waited += waited
+            gone, waited = rule.top_gone_before_by_peer(top, self.world, self.rules)
+            found.waited += waited
             if gone:
-                self.top_gone = "before"
+                found.top_gone = "before"
                 return
-        elif code in (errno.ENOTEMPTY, errno.EBUSY) and func is os.rmdir and self._retry(path, sys._getframe(2)):
+        elif code in (errno.ENOTEMPTY, errno.EBUSY) and func is os.rmdir and self._retry(path, code, sys._getframe(2)):
             return
-        self._forward(func, path, exc, exc_info)
+        self.caller.forward(func, path, exc, exc_info)
 
-    def _retry(self, path: Any, frame: Any) -> bool:
+    def _retry(self, path: Any, code: int, frame: Any) -> bool:
         """Remove a directory again that is not empty at its removal, if it is still the same directory and
         everything in it now was in it when the walk listed it, or is what a removal in progress leaves (an NFS or
         FUSE client's silly-renamed ``.nfs…``/``.fuse_hidden…`` file of an unlinked open one). An entry that
-        appeared after the walk's listing (a peer publishing into the tree) is not the call's to remove: the error
-        goes where the standard rmtree sends it."""
-        where = evidence.norm(path)
+        appeared after the walk's listing (a peer publishing into the tree) is not the call's to remove, and
+        neither is a busy mount point (no peer's removal ends that): the error goes where the standard rmtree
+        sends it."""
+        where = norm(path)
         before = self._started_on(where, frame)
-        backoff = Backoff(self.rules.settle_s - self.waited, 0.02, 0.16, tries=_RETRIES, paused_only=True)
+        if code == errno.EBUSY and before is not None and not rule.busy_may_clear(where, before, self.world):
+            return False
+        found = self.found
+        backoff = Backoff(self.rules.settle_s - found.waited, 0.02, 0.16, tries=_RETRIES, paused_only=True)
         try:
             while backoff.pause():
-                now = evidence.lstat_or_none(where)
+                now = self.world.lstat(where)
                 if now is None:
-                    self.retried.append(where)
+                    found.retried.append(where)
                     return True  # a peer finished it
                 if before is None or not os.path.samestat(before, now):
                     return False  # a different directory now stands there (or no telling): not ours to remove
@@ -466,11 +504,11 @@ class Walk:
                 if done is None:
                     return False  # something was put there after the walk listed it: not ours to remove
                 if done:
-                    self.retried.append(where)
+                    found.retried.append(where)
                     return True
             return False
         finally:
-            self.waited += backoff.waited()
+            found.waited += backoff.waited()
 
     def _remove_again(self, where: str) -> bool | None:
         """Remove the directory ``where`` and what is in it, if all of that is what the walk listed there (or a
@@ -522,50 +560,33 @@ class Walk:
             st = self.position.identity()
         return st if isinstance(st, os.stat_result) else None
 
-    def _forward(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
-        """Pass an error on as the standard library does: to the caller's handler, or raise it."""
-        try:
-            if self.user_onexc is not None:
-                self.user_onexc(func, path, exc)
-            elif self.user_onerror is not None:
-                self.user_onerror(func, path, exc_info or (type(exc), exc, exc.__traceback__))
-            else:
-                raise exc
-        except BaseException as raised:
-            self.forwarded = raised
-            raise
-
     def wait_for_peer_removal(self) -> bool:
         """A peer is removing this tree: wait, at most ``FSGUARD_SETTLE_S``, for its name to leave the parent's
         fresh listing, instead of racing the peer entry by entry (N ranks' walks of one tree cost N times its
         metadata operations). True when the tree went (removed, or renamed: then where), False to walk on."""
-        top, ident = self.position.top, self.position.identity()
-        start = self.position.top_st or ident  # what the name showed when the call began (see ``check``)
+        found, world, position = self.found, self.world, self.position
+        top = position.top
+        start = position.top_st or position.identity()  # what the name showed when the call began (see ``check``)
 
         def went() -> bool | None:
-            seen = evidence.look(top)
+            seen = world.look(top)
             if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
                 if not seen.parent_exists:
                     return False
-                self.top_gone = "after"
-                self.renamed_to = _find_renamed(top, ident)
+                found.top_gone = "after"
+                found.renamed_to = position.renamed()
                 return True
-            now = evidence.lstat_or_none(top)
+            now = world.lstat(top)
             if now is not None and start is not None and not os.path.samestat(now, start):
-                self.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
+                found.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
                 return True
             return None
 
         gone, waited = wait_for(went, self.rules.settle_s, 0.005, 0.05)
-        self.waited += waited
+        found.waited += waited
         if not gone:
-            self.position.restart()  # the same tree (checked): the resumed walk's open is its top again
+            position.restart()  # the same tree (checked): the resumed walk's open is its top again
         return bool(gone)
-
-    def verdict(self) -> Removal | None:
-        return rule.walk_verdict(
-            self.entries_gone, self.retried, self.top_gone, self.renamed_to, self.waited, self.first_error
-        )
 
 
 def _removal_residue(name: str) -> bool:
@@ -609,7 +630,7 @@ def _entries_left(fd: int) -> bool:
         return False
 
 
-def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:
+def _find_renamed(top: str, orig: os.stat_result | None, held: _Held) -> str | None:
     """Where the tree went, if a peer renamed it within its parent (found by its inode).
 
     An inode number is only an identity while something holds the inode: once the tree is removed, the next
@@ -619,10 +640,10 @@ def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:
     the inode and device alone decide."""
     if orig is None:
         return None
-    held = _held_fd(orig)
-    if held is not None:
+    fd = held.fds.get((orig.st_dev, orig.st_ino))
+    if fd is not None:
         try:
-            if os.fstat(held).st_nlink == 0:
+            if os.fstat(fd).st_nlink == 0:
                 return None  # removed (a caching filesystem may still report links: the held number decides)
         except OSError:
             return None  # e.g. ESTALE: the server removed it
@@ -639,18 +660,18 @@ def _find_renamed(top: str, orig: os.stat_result | None) -> str | None:
 
 
 class _Held:
-    """The descriptors of tree tops that one guarded call holds open while it may search for them by inode
-    (``_find_renamed``); closed when the call ends. Thread-local, nested for an rmtree called by a handler."""
+    """The descriptor of the tree's top that one guarded call holds open while it may search for it by inode
+    (``_find_renamed``); closed when the call ends."""
+
+    __slots__ = ("fds",)
 
     def __init__(self) -> None:
         self.fds: dict[tuple[int, int], int] = {}
 
     def __enter__(self) -> _Held:
-        _local.__dict__.setdefault("held", []).append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _local.held.remove(self)
         for fd in self.fds.values():
             os.close(fd)
 
@@ -672,31 +693,12 @@ class _Held:
         os.close(fd)
 
 
-def _held_fd(st: os.stat_result) -> int | None:
-    """The descriptor a guarded call of this thread holds of the directory ``st`` describes, if any."""
-    stack: list[_Held] = getattr(_local, "held", [])
-    for held in reversed(stack):
-        fd = held.fds.get((st.st_dev, st.st_ino))
-        if fd is not None:
-            return fd
-    return None
-
-
 # --- the call ------------------------------------------------------------------------------------------
 
 
-def _make_walk(remover: Callable[..., Any], call: Call, rules: Rules, use_onexc: bool) -> Walk | None:
-    """fsguard's walk for one call, or None for a call the standard ``rmtree`` rejects by itself: more
-    positional arguments than it takes (adding fsguard's handler would change its message), no path at all."""
-    if call.path is None:
-        return None
-    try:
-        return Walk(remover, call.given[0], rules, use_onexc, call.onerror, call.onexc)
-    except (TypeError, ValueError):
-        return None
-
-
-def wait_for_move(top: str, budget_s: float, pending: Callable[[], bool] | None, settle_s: float) -> tuple[str, float]:
+def wait_for_move(
+    top: str, world: World, budget_s: float, pending: Callable[[], bool] | None, settle_s: float
+) -> tuple[str, float]:
     """Poll fresh listings of the parent, up to ``budget_s``, for ``top`` to disappear (a peer moved it).
 
     ``pending``: whether a peer announced a rename of ``top`` (serialized mode); while one is announced the
@@ -705,7 +707,7 @@ def wait_for_move(top: str, budget_s: float, pending: Callable[[], bool] | None,
     how = "(its name left the fresh listing)"
     extended = False
     while True:
-        seen = evidence.look(top)
+        seen = world.look(top)
         if seen.parent_exists and not seen.present:
             return how, backoff.waited()
         if not seen.parent_exists:
@@ -718,57 +720,56 @@ def wait_for_move(top: str, budget_s: float, pending: Callable[[], bool] | None,
 
 
 def run(
-    original: Callable[..., Any], request: Call, rules: Rules, use_onexc: bool, yield_s: float, serializer: Any = None
-) -> Removal | None:
-    """One guarded ``rmtree`` call; a verdict when something needs a record.
+    original: Callable[..., Any],
+    call: Call,
+    world: World,
+    rules: Rules,
+    use_onexc: bool,
+    yield_s: float,
+    serializer: Any = None,
+) -> RmtreeVerdict | None:
+    """One guarded ``rmtree`` call; a verdict when something needs a record. ``world``: what the walk asks
+    (live: ``fsguard.world.LIVE``), ``rules``: the numbers (``fsguard.failure.rules()``).
 
-    The walk gets the caller's own arguments, fsguard's handler in place of the caller's (``onexc`` where it
-    exists, else ``onerror``, in the position the caller used; none with ``ignore_errors``), so it accepts
-    or rejects the call as the standard ``rmtree`` would alone. With a serializer, the walk runs holding the
-    path's lock, after letting a rename of the same path that a peer announced go first."""
-    remover = checked(original) or original
-    walk = _make_walk(remover, request, rules, use_onexc)
-    if walk is None:
-        original(*request.args, **request.kwargs)  # the standard rmtree says what is wrong (outside any except)
+    The walk gets the caller's own arguments, fsguard's handler in place of the caller's (``_Caller``), so it
+    accepts or rejects the call as the standard ``rmtree`` would alone. With a serializer, the walk runs holding
+    the path's lock, after letting a rename of the same path that a peer announced go first."""
+    top, args, kwargs = call.path, call.args, call.kwargs  # the call's parts this module reads: here only
+    if top is None:
+        original(*args, **kwargs)  # the standard rmtree says what is wrong (outside any except)
         return None
-    ignore = request.ignore_errors
-    positional, named = list(request.args), dict(request.kwargs)
-    if not ignore:
-        if use_onexc:
-            named["onexc"] = walk.onexc
-        elif len(positional) > 2:
-            positional[2] = walk.onerror
-        else:
-            named["onerror"] = walk.onerror
+    caller = _Caller(call.ignore_errors, call.onerror, call.onexc, use_onexc)
     with _Held() as held:  # the top's descriptor: see _find_renamed
-        return _Removal(walk, positional, named, ignore, serializer).run(original, yield_s, held)
+        position = _Position(top, world, held)
+        walk = Walk(position, checked(original, position) or original, caller, world, rules)
+        positional, named = caller.arguments(args, kwargs, walk)
+        return _Course(walk, positional, named, serializer).run(original, yield_s)
 
 
-class _Removal:
-    """The course of one guarded ``rmtree``: the yield window, the walk (alone, or holding the path's lock),
-    and a failure that escaped the walk's handler, into one verdict."""
+class _Course:
+    """The course of one guarded ``rmtree``: its plan, the yield window, the walk (alone, or holding the path's
+    lock), and a failure that escaped the walk's handler, into one verdict."""
 
-    def __init__(self, walk: Walk, positional: list[Any], named: dict[str, Any], ignore: bool, serializer: Any) -> None:
+    def __init__(self, walk: Walk, positional: list[Any], named: dict[str, Any], serializer: Any) -> None:
         self.walk = walk
         self.arguments = (positional, named)  # the caller's, with fsguard's handler in place of the caller's
-        self.ignore = ignore
         self.serializer = serializer
         self.top = walk.position.top
         self.pending: Callable[[], bool] | None = None  # whether a peer announced a rename of the top (serialized)
         self.window = 0.0  # seconds waited for a peer to move the tree before (or instead of) the walk
 
-    def run(self, original: Callable[..., Any], yield_s: float, held: _Held) -> Removal | None:
-        walk, top, rules = self.walk, self.top, self.walk.rules
+    def run(self, original: Callable[..., Any], yield_s: float) -> RmtreeVerdict | None:
+        walk, top, world, rules = self.walk, self.top, self.walk.world, self.walk.rules
         position = walk.position
         tree = position.is_tree()
         if tree and position.top_st is not None:
-            held.take(top, position.top_st)
+            position.held.take(top, position.top_st)
         serializer = self.serializer
         if serializer is not None and tree:
             self.pending = lambda: bool(serializer.pending(top))
         # The cheap tests first: own memory is asked only for a directory, in a job with peers.
-        own = evidence.own_last_event(top) if tree and rules.peers else None
-        plan = rule.removal(top, own, position.top_st, rules, yield_s) if tree else "check"
+        own = own_event(world, top) if tree and rules.peers else None
+        plan: Plan = rule.plan(top, position.top_st, own, world, rules, yield_s) if tree else "check"
         if plan == "plain":  # nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
             walk.plain(original)
         if plan == "wait" or self._announced():
@@ -780,29 +781,32 @@ class _Removal:
             if yielded is not None:
                 return yielded
         except _Moved as moved:
-            return rule.moved_mid_walk(top, moved.renamed_to, position.removed_names, walk.waited + self.window)
+            removed, waited = position.removed.names, walk.found.waited + self.window
+            return rule.moved_mid_walk(top, moved.renamed_to, removed, waited)
         except FileNotFoundError as exc:
             if not self._absorbs(exc):
                 raise
-        found = walk.verdict()
-        if plan == "wait" and position.removed_count:
-            identity = by_tag(rules.whose(evidence.job_tag_of(top)))
+        found = walk.found.verdict(world)
+        if plan == "wait" and position.removed.count:
+            identity = by_tag(rules.whose(world.job_tag(top)))
             return rule.removed_peer_tree(top, self.window, found, made_here=own == "made-shared", identity=identity)
         return found
 
     def _announced(self) -> bool:
         return self.pending is not None and self.pending()
 
-    def _yield(self, budget_s: float) -> Removal | None:
+    def _yield(self, budget_s: float) -> RmtreeVerdict | None:
         """Wait up to ``budget_s`` (more while a peer's announced rename is pending) for a peer to move the
         tree away: the verdict saying where it went, or None when it stayed."""
-        how, waited = wait_for_move(self.top, budget_s, self.pending, self.walk.rules.settle_s)
+        walk = self.walk
+        how, waited = wait_for_move(self.top, walk.world, budget_s, self.pending, walk.rules.settle_s)
         self.window += waited
         if not how:
             return None
-        return rule.yielded(self.top, self.window, how, _find_renamed(self.top, self.walk.position.top_st))
+        position = walk.position
+        return rule.yielded(self.top, self.window, how, _find_renamed(self.top, position.top_st, position.held))
 
-    def _walk(self) -> Removal | None:
+    def _walk(self) -> RmtreeVerdict | None:
         """Remove the tree: alone (waiting for a peer that removes it too), or holding the path's lock (then a
         rename of it that a peer announced meanwhile goes first: its verdict)."""
         walk, (positional, named) = self.walk, self.arguments
@@ -810,7 +814,7 @@ class _Removal:
             # Only in a job with peers (a lone process has nobody to wait for); serialized, peers do not walk
             # the tree meanwhile.
             try:
-                walk.remove(positional, named, wait_on_vanish=not self.ignore and walk.rules.peers)
+                walk.remove(positional, named, wait_on_vanish=not walk.caller.ignore and walk.rules.peers)
             except _Vanishing:
                 if not walk.wait_for_peer_removal():
                     walk.remove(positional, named)  # the peer stopped (or is slow): remove what is left
@@ -836,9 +840,10 @@ class _Removal:
         """Whether a failure that escaped the handler (e.g. ``fstat`` of the top on FUSE after a peer removed it)
         is the top gone meanwhile. One the handler passed on to the caller (raised, or raised by the caller's
         handler) is the caller's, and so is any with ``ignore_errors``."""
-        if error is self.walk.forwarded or self.ignore:
+        caller = self.walk.caller
+        if error is caller.forwarded or caller.ignore:
             return False
         name = getattr(error, "filename", None)
-        if name is not None and evidence.norm(name) != self.top:
+        if name is not None and norm(name) != self.top:
             return False
         return self.walk.top_went(error)

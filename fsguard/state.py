@@ -61,7 +61,6 @@ class Caches:
         "handler_layers",
         "job_start",
         "pass_through",
-        "rmtree_checked",
         "site_dirs",
         "source_trees",
         "statx",
@@ -79,7 +78,6 @@ class Caches:
         self.handler_layers: dict[Any, Any] = {}  # (code, offset) -> the layers handling it: handlers
         self.pass_through: frozenset[Any] | None = None  # standard wrappers' code objects: handlers
         self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: handlers
-        self.rmtree_checked: tuple[Any, Any] | None = None  # (rmtree, its checked copy or None): rmwalk
         self.failed_rules: set[str] = set()  # operations whose rule failed (reported once each): patching
 
 

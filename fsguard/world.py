@@ -51,7 +51,7 @@ class Live:
     ) -> tuple[T | None, float]:
         return evidence.wait_for_seen(probe, budget_s, where)
 
-    def lookups_may_be_stale(self, path: str) -> bool:
+    def lookups_may_be_stale(self, path: str | int) -> bool:
         return mounts.lookups_may_be_stale(path)
 
     def generation_beside(self, path: str) -> str | None:

@@ -58,8 +58,9 @@ class World(Protocol):
         """``probe()`` until it answers (not None), bounded by ``budget_s`` and by ``where``'s mount (nothing to
         wait for on a coherent one). Returns (the answer or None, seconds waited)."""
 
-    def lookups_may_be_stale(self, path: str) -> bool:
-        """Whether the mount of ``path`` may answer lookups from a cache (``fsguard.mounts``)."""
+    def lookups_may_be_stale(self, path: str | int) -> bool:
+        """Whether the mount of ``path`` (or of a device number: no lookup) may answer lookups from a cache
+        (``fsguard.mounts``)."""
 
     def generation_beside(self, path: str) -> str | None:
         """A sibling directory that is another generation of the name (``checkpoint-6`` or ``checkpoint-1``
@@ -88,7 +89,7 @@ class Verdict(Value):
     ``absorb``: return as if the call had succeeded. ``decision``: the record to write (``absorbed``,
     ``hazard`` or ``conflict``), or None for a plain re-raise that needs no record. A plain (unhashable)
     value, not ``Frozen``: ``detail`` is a dict, what the record says beside the evidence (rmtree's verdicts,
-    ``fsguard.guards.rmtree.Removal``, carry what the mechanism acts on in fields of their own).
+    ``fsguard.guards.rmtree.RmtreeVerdict``, carry what the mechanism acts on in fields of their own).
     """
 
     _fields: tuple[str, ...] = ("absorb", "decision", "evidence", "waited_s", "detail")

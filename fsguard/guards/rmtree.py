@@ -6,7 +6,7 @@ wins.* So:
   * before removing a tree that changed during this job and that this process did not make, or made with
     ``makedirs(exist_ok=True)`` (peers' fresh work, such as a staging directory every rank wrote into, whoever
     made it first), the walk first waits up to ``FSGUARD_YIELD_S`` for a peer to move it away
-    (``removal``); if it goes, the rmtree is done: ``yielded``. Trees this process claimed alone
+    (``plan``); if it goes, the rmtree is done: ``yielded``. Trees this process claimed alone
     (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), trees older than the job, and old generations
     of a rotation (another generation of the name stands beside the tree: ``checkpoint-2`` beside
     ``checkpoint-6``) are removed at once, and so are trees no guarded call of a peer of this attempt made (their
@@ -26,6 +26,7 @@ Failures of the walk, as before:
     ``FSGUARD_SETTLE_S``, while it is the same directory and holds only what the walk listed there or what a
     removal in progress leaves (NFS's ``.nfs…``, FUSE's ``.fuse_hidden…`` files). An entry that appeared after
     the walk's listing (a peer publishing into the tree) is never removed: the error goes on as without fsguard.
+    ``EBUSY`` on a mount point inside the tree is never retried (``busy_may_clear``).
 Every other error goes to the caller's ``onexc``/``onerror``, or is raised, exactly as without fsguard.
 """
 
@@ -33,19 +34,19 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from typing import Any, Literal
 
 from .._values import Value
 from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, own_event
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ..evidence import Look
-
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
 
 
-class Removal(Verdict):
+Plan = Literal["wait", "check", "plain"]
+"""How to remove a tree (:func:`plan`): wait for a peer's rename first, walk checked at once, or walk plain."""
+
+
+class RmtreeVerdict(Verdict):
     """A verdict about one guarded ``rmtree`` call. ``error``: the first error the walk absorbed, the one the
     caller gets when the verdict re-raises or defers to its handler; ``top_gone``: ``"before"`` or ``"after"``
     the walk when the top path itself was gone (that error escapes the standard ``rmtree``: a caller's handler
@@ -60,27 +61,11 @@ class Removal(Verdict):
         Value.__init__(self, *fields)
 
     @classmethod
-    def of(cls, verdict: Verdict, error: BaseException | None = None, top_gone: str | None = None) -> Removal:
+    def of(cls, verdict: Verdict, error: BaseException | None = None, top_gone: str | None = None) -> RmtreeVerdict:
         return cls(*verdict._values(), error, top_gone)
 
 
-def _live(world: World | None) -> World:
-    """The world a call from the walk's own code asks (it passes none): the live one."""
-    if world is not None:
-        return world
-    from ..world import LIVE
-
-    return LIVE
-
-
-def removal(
-    path: str,
-    own: str | None,
-    top: os.stat_result | None,
-    rules: Rules,
-    yield_s: float,
-    world: World | None = None,
-) -> str:
+def plan(path: str, top: os.stat_result | None, own: str | None, world: World, rules: Rules, yield_s: float) -> Plan:
     """How to remove the tree at ``path``: ``"wait"`` (first wait up to ``yield_s`` for a peer's rename, then the
     checked walk), ``"check"`` (the checked walk at once: the tree must stay at its path while it is removed) or
     ``"plain"`` (no peer can move it meanwhile: the walk without position checks).
@@ -101,7 +86,6 @@ def removal(
         return "plain"
     if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):
         return "check"
-    world = _live(world)
     if rules.whose(world.job_tag(path)) in ("untagged", "another job"):
         return "check"  # not made by a guarded call of a peer of this attempt: a tool's tree (tar), another job's
     if world.generation_beside(path) is not None or world.is_mount_point(path, top):
@@ -109,11 +93,11 @@ def removal(
     return "wait"
 
 
-def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Removal:
+def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> RmtreeVerdict:
     """The tree left its path while this process waited to remove it: moved (found under another name by its
     inode) or removed by a peer; either way nothing is left to remove."""
     if renamed_to is None:
-        return Removal.of(
+        return RmtreeVerdict.of(
             Verdict(
                 True,
                 "absorbed",
@@ -122,7 +106,7 @@ def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Remo
                 waited_s,
             )
         )
-    return Removal.of(
+    return RmtreeVerdict.of(
         Verdict(
             True,
             "yielded",
@@ -135,8 +119,8 @@ def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Remo
 
 
 def removed_peer_tree(
-    top: str, waited_s: float, absorbed: Removal | None, made_here: bool = False, identity: str | None = None
-) -> Removal:
+    top: str, waited_s: float, absorbed: RmtreeVerdict | None, made_here: bool = False, identity: str | None = None
+) -> RmtreeVerdict:
     """A tree peers may still have meant to commit, removed after no peer moved it within the window: one they
     made during this job, or one this process made with ``makedirs(exist_ok=True)``, a name they make too.
     ``identity``: what told it a peer's (``fsguard.guards.by_tag``: its job tag, or time only)."""
@@ -161,17 +145,17 @@ def removed_peer_tree(
         detail,
     )
     if absorbed is None:
-        return Removal.of(hazard)
-    return Removal.of(hazard, absorbed.error, absorbed.top_gone)
+        return RmtreeVerdict.of(hazard)
+    return RmtreeVerdict.of(hazard, absorbed.error, absorbed.top_gone)
 
 
-def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_s: float) -> Removal:
+def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_s: float) -> RmtreeVerdict:
     """The tree was moved away while this process removed it: left alone, and said so."""
     where = renamed_to or "a name this process cannot see (another directory?)"
     shown = [os.path.relpath(p, top) if p.startswith(top + os.sep) else p for p in removed[:REMOVED_SHOWN]]
     more = f" and {len(removed) - REMOVED_SHOWN} more" if len(removed) > REMOVED_SHOWN else ""
     what = f"{len(removed)} entr{'y' if len(removed) == 1 else 'ies'} ({', '.join(shown)}{more})" if removed else "none"
-    return Removal.of(
+    return RmtreeVerdict.of(
         Verdict(
             True,
             "hazard",
@@ -183,29 +167,27 @@ def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_
     )
 
 
-def top_gone_before_by_peer(top: str, rules: Rules, world: World | None = None) -> tuple[bool, float]:
+def top_gone_before_by_peer(top: str, world: World, rules: Rules) -> tuple[bool, float]:
     """The top path was missing at the start: a peer's removal (its parent changed during this job), and not
     this process's own earlier removal or move. Returns (decision, seconds waited)."""
-    world = _live(world)
     if own_event(world, top) in ("removed", "moved-away"):
         return False, 0.0
 
-    def gone_from_listing() -> Look | None:
+    def gone_from_listing() -> bool | None:  # gone: whether its parent is there
         seen = world.look(top)
-        return seen if (not seen.parent_exists or not seen.present) else None
+        return seen.parent_exists if (not seen.parent_exists or not seen.present) else None
 
     # A stale lookup cache can say "missing" while peers are still deleting the tree: wait (bounded)
     # for the fresh listing to drop the name.
-    seen, waited = world.wait_for(gone_from_listing, rules.settle_s, top)
-    if seen is None or not seen.parent_exists:
+    parent_there, waited = world.wait_for(gone_from_listing, rules.settle_s, top)
+    if not parent_there:
         return False, waited
     st = world.lstat(os.path.dirname(top))
     return st is not None and rules.is_fresh(st.st_ctime), waited
 
 
-def escaped_gone(top: str, rules: Rules, world: World | None = None) -> tuple[bool, float]:
+def escaped_gone(top: str, world: World, rules: Rules) -> tuple[bool, float]:
     """A ``FileNotFoundError`` that bypassed the handler: absorbed if a peer removed the whole tree."""
-    world = _live(world)
     if own_event(world, top) in ("removed", "moved-away"):
         return False, 0.0
 
@@ -224,8 +206,8 @@ def walk_verdict(
     renamed_to: str | None,
     waited_s: float,
     error: BaseException | None,
-    world: World | None = None,
-) -> Removal | None:
+    world: World,
+) -> RmtreeVerdict | None:
     """What a walk that finished absorbed, or None when it absorbed nothing."""
     if not (entries_gone or top_gone or retried):
         return None
@@ -243,7 +225,7 @@ def walk_verdict(
     if top_gone == "after":
         if renamed_to:
             detail["renamed_to"] = renamed_to
-            n = _live(world).entries(renamed_to)
+            n = world.entries(renamed_to)
             left = "unknown" if n is None else f"{n} entr{'y' if n == 1 else 'ies'}"
             hazard = Verdict(
                 True,
@@ -253,9 +235,9 @@ def walk_verdict(
                 waited_s,
                 detail,
             )
-            return Removal.of(hazard, error, top_gone)
+            return RmtreeVerdict.of(hazard, error, top_gone)
         parts.append("top directory removed by a peer at the end")
-    return Removal.of(Verdict(True, "absorbed", "; ".join(parts), waited_s, detail), error, top_gone)
+    return RmtreeVerdict.of(Verdict(True, "absorbed", "; ".join(parts), waited_s, detail), error, top_gone)
 
 
 def entry_gone_by_peer(rules: Rules) -> bool:
@@ -270,6 +252,13 @@ def settle_on_vanishing(vanished: int) -> bool:
     same tree (``fsguard.rmwalk.Walk.settle``): at the first one. One vanished entry is already the evidence that
     a peer walks this tree; every further entry raced costs both ranks a metadata operation for nothing."""
     return vanished >= 1
+
+
+def busy_may_clear(path: str, st: os.stat_result, world: World) -> bool:
+    """Whether an ``EBUSY`` removal of the directory ``path`` inside the tree (``st``: what the walk found there)
+    is tried again (``fsguard.rmwalk.Walk._retry``): not for a mount point (a bind-mounted directory), which no
+    peer's removal makes free: the standard error goes on at once, as without fsguard."""
+    return not world.is_mount_point(path, st)
 
 
 # What ``fsguard scan`` says of this rule's errors in the log of a job run without fsguard (``guards.Scan``).

@@ -90,7 +90,7 @@ class FakeWorld:
             result = probe()
         return result, waited
 
-    def lookups_may_be_stale(self, path: str) -> bool:
+    def lookups_may_be_stale(self, path: str | int) -> bool:
         return self.stale
 
     def generation_beside(self, path: str) -> str | None:

@@ -116,7 +116,7 @@ def test_only_a_tree_a_peer_of_this_attempt_may_have_made_waits(tag: str | None,
     world = FakeWorld()
     if tag is not None:
         tagged(world, top, tag)
-    assert rmtree_rule.removal(str(top), None, os.lstat(top), numbers(), 1.0, world) == plan
+    assert rmtree_rule.plan(str(top), os.lstat(top), None, world, numbers(), 1.0) == plan
 
 
 def test_a_restarted_attempts_start_bounds_freshness() -> None:

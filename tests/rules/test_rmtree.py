@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from fsguard import rmwalk
+from fsguard.calls import Call
+from fsguard.evidence import Look
+from fsguard.guards import Rules
 from fsguard.guards import rmtree as rule
+from fsguard.guards.rmtree import RmtreeVerdict
 
 from .fake import BEFORE_THE_JOB, FakeWorld, rules
 
@@ -17,7 +29,7 @@ YIELD_S = 1.0
 def _plan(tmp_path: Path, own: str | None = None, world: FakeWorld | None = None, **numbers: float) -> str:
     top = tmp_path / "tmp-checkpoint-10"
     top.mkdir(exist_ok=True)
-    return rule.removal(str(top), own, os.lstat(top), rules(**numbers), YIELD_S, world or FakeWorld())
+    return rule.plan(str(top), os.lstat(top), own, world or FakeWorld(), rules(**numbers), YIELD_S)
 
 
 def test_a_fresh_tree_this_process_did_not_make_waits_for_a_peers_rename(tmp_path: Path) -> None:
@@ -36,7 +48,7 @@ def test_a_tree_this_process_claimed_alone_is_removed_at_once_without_checks(tmp
 def test_in_a_job_without_peers_the_walk_is_plain(tmp_path: Path) -> None:
     top = tmp_path / "t"
     top.mkdir()
-    assert rule.removal(str(top), None, os.lstat(top), rules(peers=False), YIELD_S, FakeWorld()) == "plain"
+    assert rule.plan(str(top), os.lstat(top), None, FakeWorld(), rules(peers=False), YIELD_S) == "plain"
 
 
 def test_a_tree_older_than_the_job_is_removed_at_once_with_checks(tmp_path: Path) -> None:
@@ -46,7 +58,7 @@ def test_a_tree_older_than_the_job_is_removed_at_once_with_checks(tmp_path: Path
 def test_with_the_window_off_the_walk_is_checked_at_once(tmp_path: Path) -> None:
     top = tmp_path / "t"
     top.mkdir()
-    assert rule.removal(str(top), None, os.lstat(top), rules(), 0.0, FakeWorld()) == "check"
+    assert rule.plan(str(top), os.lstat(top), None, FakeWorld(), rules(), 0.0) == "check"
 
 
 def test_an_old_generation_of_a_rotation_is_removed_at_once(tmp_path: Path) -> None:
@@ -56,11 +68,11 @@ def test_an_old_generation_of_a_rotation_is_removed_at_once(tmp_path: Path) -> N
     (tmp_path / "checkpoint-8").mkdir()
     (tmp_path / "checkpoint-10").mkdir()
     top = str(tmp_path / "checkpoint-8")
-    assert rule.removal(top, None, os.lstat(top), rules(), YIELD_S, FakeWorld()) == "plain"
+    assert rule.plan(top, os.lstat(top), None, FakeWorld(), rules(), YIELD_S) == "plain"
     top = str(tmp_path / "checkpoint-10")
-    assert rule.removal(top, None, os.lstat(top), rules(), YIELD_S, FakeWorld()) == "plain"
+    assert rule.plan(top, os.lstat(top), None, FakeWorld(), rules(), YIELD_S) == "plain"
     (tmp_path / "checkpoint-8").rmdir()
-    assert rule.removal(top, None, os.lstat(top), rules(), YIELD_S, FakeWorld()) == "wait"
+    assert rule.plan(top, os.lstat(top), None, FakeWorld(), rules(), YIELD_S) == "wait"
 
 
 def test_a_mount_point_is_removed_at_once(tmp_path: Path) -> None:
@@ -71,8 +83,8 @@ def test_a_mount_point_is_removed_at_once(tmp_path: Path) -> None:
 
 def test_a_top_that_is_no_directory_is_checked(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
-    assert rule.removal(str(tmp_path / "f"), None, os.lstat(tmp_path / "f"), rules(), YIELD_S, FakeWorld()) == "check"
-    assert rule.removal(str(tmp_path / "gone"), None, None, rules(), YIELD_S, FakeWorld()) == "check"
+    assert rule.plan(str(tmp_path / "f"), os.lstat(tmp_path / "f"), None, FakeWorld(), rules(), YIELD_S) == "check"
+    assert rule.plan(str(tmp_path / "gone"), None, None, FakeWorld(), rules(), YIELD_S) == "check"
 
 
 def test_a_tree_moved_away_in_the_window_is_yielded_to_the_rename() -> None:
@@ -136,19 +148,19 @@ def test_a_walk_that_absorbed_nothing_has_no_verdict() -> None:
 
 def test_a_missing_top_whose_parent_changed_during_the_job_was_a_peers_removal(tmp_path: Path) -> None:
     top = str(tmp_path / "step-1")
-    assert rule.top_gone_before_by_peer(top, rules(), FakeWorld()) == (True, 0.0)
+    assert rule.top_gone_before_by_peer(top, FakeWorld(), rules()) == (True, 0.0)
 
 
 def test_a_missing_top_this_process_removed_or_moved_itself_is_not_a_peers(tmp_path: Path) -> None:
     for kind in ("removed", "moved-away"):
         world = FakeWorld()
         world.did(str(tmp_path / "step-1"), kind)
-        assert rule.top_gone_before_by_peer(str(tmp_path / "step-1"), rules(), world) == (False, 0.0)
-        assert rule.escaped_gone(str(tmp_path / "step-1"), rules(), world) == (False, 0.0)
+        assert rule.top_gone_before_by_peer(str(tmp_path / "step-1"), world, rules()) == (False, 0.0)
+        assert rule.escaped_gone(str(tmp_path / "step-1"), world, rules()) == (False, 0.0)
 
 
 def test_a_missing_top_under_a_parent_unchanged_during_the_job_is_not_a_peers(tmp_path: Path) -> None:
-    gone, _ = rule.top_gone_before_by_peer(str(tmp_path / "step-1"), rules(**BEFORE_THE_JOB), FakeWorld())
+    gone, _ = rule.top_gone_before_by_peer(str(tmp_path / "step-1"), FakeWorld(), rules(**BEFORE_THE_JOB))
     assert not gone
 
 
@@ -158,17 +170,17 @@ def test_a_stale_lookup_of_a_top_still_listed_waits_for_the_listing(tmp_path: Pa
     top.mkdir()
     world = FakeWorld(stale=True)
     world.peers.append(top.rmdir)
-    gone, waited = rule.top_gone_before_by_peer(str(top), rules(), world)
+    gone, waited = rule.top_gone_before_by_peer(str(top), world, rules())
     assert gone and waited > 0 and world.waits == [2.0]
     top.mkdir()
-    gone, _ = rule.top_gone_before_by_peer(str(top), rules(), FakeWorld())  # still listed, nothing changes
+    gone, _ = rule.top_gone_before_by_peer(str(top), FakeWorld(), rules())  # still listed, nothing changes
     assert not gone
 
 
 def test_an_escaped_file_not_found_is_absorbed_only_when_the_tree_is_gone(tmp_path: Path) -> None:
-    assert rule.escaped_gone(str(tmp_path / "t"), rules(), FakeWorld())[0]
+    assert rule.escaped_gone(str(tmp_path / "t"), FakeWorld(), rules())[0]
     (tmp_path / "t").mkdir()
-    assert not rule.escaped_gone(str(tmp_path / "t"), rules(), FakeWorld())[0]
+    assert not rule.escaped_gone(str(tmp_path / "t"), FakeWorld(), rules())[0]
 
 
 def test_an_entry_gone_mid_walk_is_a_peers_removal_only_in_a_job_with_peers() -> None:
@@ -178,3 +190,187 @@ def test_an_entry_gone_mid_walk_is_a_peers_removal_only_in_a_job_with_peers() ->
 
 def test_the_walk_stops_to_wait_for_the_peer_at_the_first_vanished_entry() -> None:
     assert rule.settle_on_vanishing(1) and not rule.settle_on_vanishing(0)
+
+
+# --- whole walks (``fsguard.rmwalk.run``) in-process: a real tree, the world's answers faked -----------------
+# Each test runs the same walk twice, once with the world's answer flipped, to show that the world decides.
+
+
+class Meanwhile(FakeWorld):
+    """A fake world whose peers act while this process looks: each ``look`` lets the next scripted peer step
+    happen first (the walk's waits ask ``look``)."""
+
+    def look(self, path: str) -> Look:
+        if self.peers:
+            self.peers.pop(0)()
+        return super().look(path)
+
+
+def _tree(top: Path) -> Path:
+    """``top`` with two directories of three files each."""
+    for d in ("a", "b"):
+        (top / d).mkdir(parents=True)
+        for f in ("f1", "f2", "f3"):
+            (top / d / f).write_text("x")
+    return top
+
+
+def _files(top: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(top))
+
+
+def _walk(top: Path, world: FakeWorld, numbers: Rules | None = None, yield_s: float = 0.0) -> RmtreeVerdict | None:
+    """One guarded ``shutil.rmtree(top)`` as fsguard runs it, asking ``world``."""
+    call = Call("rmtree", (str(top),), {})
+    use_onexc = sys.version_info >= (3, 12)
+    return rmwalk.run(shutil.rmtree, call, world, numbers or rules(), use_onexc, yield_s)
+
+
+def _after_unlink(monkeypatch: pytest.MonkeyPatch, nth: int, peer: Callable[[], None]) -> None:
+    """A peer acts once, right after the walk's ``nth`` unlink: a real change to the real tree."""
+    real, done = os.unlink, [0]
+
+    def unlink(path: Any, *, dir_fd: int | None = None) -> None:
+        real(path, dir_fd=dir_fd)
+        done[0] += 1
+        if done[0] == nth:
+            peer()
+
+    monkeypatch.setattr(os, "unlink", unlink)
+
+
+@pytest.mark.parametrize("claimed", [False, True])
+def test_a_walk_stops_at_a_peers_rename_mid_walk_and_leaves_the_moved_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claimed: bool
+) -> None:
+    """The rename wins: the walk stops at its next step, a hazard names where the tree went and what was removed.
+    Flipped: where the world says this process claimed the tree alone (``mkdir``), the walk is plain, and the
+    standard walk goes on inside the moved tree (its descriptors): what a peer moved is emptied."""
+    top, moved = _tree(tmp_path / "tmp-checkpoint-2"), tmp_path / "checkpoint-2"
+    _after_unlink(monkeypatch, 1, lambda: os.rename(top, moved))
+    world = FakeWorld()
+    if claimed:
+        world.did(str(top), "made")
+    verdict = _walk(top, world)
+    assert verdict is not None and verdict.absorb and verdict.decision == "hazard"
+    assert verdict.detail["renamed_to"] == str(moved) and not top.exists()
+    if claimed:
+        assert _files(moved) == 0 and "may be missing entries" in verdict.evidence
+    else:
+        assert _files(moved) == 5 and verdict.detail["removed_count"] == 1
+        assert "stopped and left it there" in verdict.evidence
+
+
+def _peer_removes_the_files(top: Path) -> Callable[[], None]:
+    real_unlink = os.unlink  # not the test's own hook
+
+    def peer() -> None:
+        for where, _, files in os.walk(top):
+            for name in files:
+                real_unlink(os.path.join(where, name))
+
+    return peer
+
+
+@pytest.mark.parametrize("peer_finishes", [False, True])
+def test_an_entry_a_peer_removed_mid_walk_is_absorbed_and_the_walk_waits_for_the_peer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, peer_finishes: bool
+) -> None:
+    """At the first vanished entry the walk stops and waits for the peer removing the same tree (asking the world
+    whether the tree's name left the listing). Flipped: where the peer goes on meanwhile, the peer's removal ends
+    the call; where it does not, the walk resumes and removes the rest itself."""
+    top = _tree(tmp_path / "t")
+    _after_unlink(monkeypatch, 1, _peer_removes_the_files(top))
+    world = Meanwhile()
+    if peer_finishes:
+        world.peers.append(lambda: shutil.rmtree(top))
+    verdict = _walk(top, world, rules(settle_s=0.2))
+    assert verdict is not None and verdict.absorb and verdict.decision == "absorbed" and not top.exists()
+    assert "1 entry removed by a peer first" in verdict.evidence
+    assert isinstance(verdict.error, FileNotFoundError)
+    if peer_finishes:
+        assert verdict.top_gone == "after" and "top directory removed by a peer at the end" in verdict.evidence
+        assert verdict.waited_s < 0.2
+    else:
+        assert verdict.top_gone is None and verdict.waited_s >= 0.2
+
+
+def _busy(monkeypatch: pytest.MonkeyPatch, inner: Path) -> list[Any]:
+    """``os.rmdir`` of ``inner`` fails with ``EBUSY``, as the kernel answers for a mount point; its tries."""
+    tries: list[Any] = []
+    real_rmdir = os.rmdir
+
+    def rmdir(path: Any, *, dir_fd: int | None = None) -> None:
+        if os.fsdecode(path) in (inner.name, str(inner)):
+            tries.append(path)
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), path)
+        real_rmdir(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    return tries
+
+
+@pytest.mark.parametrize("mounted", [True, False])
+def test_a_busy_mount_point_inside_the_tree_is_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mounted: bool
+) -> None:
+    """``EBUSY`` removing a mount point inside the tree (a bind-mounted directory) is raised at once, as the standard
+    rmtree raises it: no peer's removal frees a mount point. Flipped: a busy directory that is no mount point is
+    retried (bounded by the settle budget), since a removal in progress may free it."""
+    top = _tree(tmp_path / "t")
+    inner = top / "b"
+    tries = _busy(monkeypatch, inner)
+    world = FakeWorld()
+    if mounted:
+        world.mount_points.add(str(inner))
+    with pytest.raises(OSError) as raised:
+        _walk(top, world, rules(settle_s=0.5))
+    assert raised.value.errno == errno.EBUSY and raised.value.filename in (inner.name, str(inner))
+    assert inner.is_dir() and _files(inner) == 0  # emptied, then the error (the rest of the walk stops)
+    assert len(tries) == (1 if mounted else 1 + 4)
+
+
+def test_a_top_a_peers_rmtree_removed_first_is_absorbed(tmp_path: Path) -> None:
+    """The tree is gone before the walk starts, and its parent changed during this job: a peer's rmtree finished
+    first. Flipped: where the world remembers that this process removed it itself, it is not a peer's doing, and
+    the standard error is raised."""
+    top = tmp_path / "step-1"
+    verdict = _walk(top, FakeWorld())
+    assert verdict is not None and verdict.absorb and verdict.top_gone == "before"
+    assert isinstance(verdict.error, FileNotFoundError) and "tree already removed" in verdict.evidence
+    world = FakeWorld()
+    world.did(str(top), "removed")
+    with pytest.raises(FileNotFoundError) as raised:
+        _walk(top, world)
+    assert raised.value.filename == str(top)
+
+
+def test_a_failure_no_peer_explains_is_raised_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A top missing under a parent the world shows unchanged since before the job: no peer removed it, the
+    standard rmtree's own error (type, errno, filename, message) is raised. Flipped: under a parent the world shows
+    changed during the job, the same failure is absorbed. Any other error (a permission denied) is raised too."""
+    top = tmp_path / "step-1"
+    with pytest.raises(FileNotFoundError) as plain:
+        shutil.rmtree(top)
+    parent = os.lstat(tmp_path)
+    old = time.time() - 3600
+    world = FakeWorld()
+    world.cached[str(tmp_path)] = os.stat_result(tuple(parent)[:10], {"st_ctime": old, "st_mtime": old})
+    with pytest.raises(FileNotFoundError) as guarded:
+        _walk(top, world)
+    assert (guarded.value.errno, guarded.value.filename, str(guarded.value)) == (
+        plain.value.errno,
+        plain.value.filename,
+        str(plain.value),
+    )
+    assert _walk(top, FakeWorld()) is not None  # the parent as it is: changed during this job
+
+    _tree(top)
+
+    def unlink(path: Any, *, dir_fd: int | None = None) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    with pytest.raises(PermissionError) as denied:
+        _walk(top, FakeWorld())
+    assert denied.value.errno == errno.EACCES and _files(top) == 6

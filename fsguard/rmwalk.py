@@ -12,7 +12,10 @@ since such a mount may answer a lookup of a renamed name from its cache: one bef
 between them spaced so that they take at most a tenth of the walk). Once it is not, the walk stops and leaves
 the moved tree alone; the guard's verdict names where it went and what was removed. Its ``scandir`` notes what
 each directory held when the walk listed it: an entry that appeared later is never removed by a retry.
-What to decide is ``fsguard.guards.rmtree``'s business; this module waits, walks, retries, locks.
+What to decide is ``fsguard.guards.rmtree``'s business; this module waits, walks, retries, locks, and asks the
+``World`` it is given (``fsguard.guards.World``; live: ``fsguard.world.LIVE``) what it needs to know beyond its own
+steps. Each call's walk is its own copy of the standard code, whose ``os`` reports to that walk's position: no
+state is kept between calls or per thread.
 """
 
 from __future__ import annotations
@@ -55,46 +58,22 @@ class _Vanishing(BaseException):
 
 
 class _Os:
-    """``os`` for one checked walk: ``open``, ``unlink``, ``rmdir``, ``close`` and ``scandir`` report to the walk's
-    ``_Position`` (and ask it, through ``check``, whether the tree is still at its path); every other name is
-    ``os``'s own, read live (a test or program that swaps ``os.close`` is obeyed)."""
+    """``os`` for one checked walk: ``open``, ``unlink``, ``rmdir``, ``close`` and ``scandir`` are the walk's
+    ``_Position``'s, which report each step to it (and ask it, through ``check``, whether the tree is still at its
+    path); every other name is ``os``'s own, read live (a test or program that swaps ``os.lstat`` is obeyed)."""
 
-    __slots__ = ("_position",)
+    __slots__ = ("close", "open", "rmdir", "scandir", "unlink")
 
     def __init__(self, position: _Position) -> None:
-        self._position = position
+        # Bound once: the standard walk compares them by identity (3.13+: ``func is os.rmdir``).
+        self.open = position.open
+        self.unlink = position.unlink
+        self.rmdir = position.rmdir
+        self.close = position.close
+        self.scandir = position.scandir
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
-
-    def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
-        position = self._position
-        position.check(boundary=False)  # entering a directory: the name's lstat (a listing only when one is due)
-        fd = os.open(path, flags, mode, dir_fd=dir_fd)
-        position.opened(fd, path, dir_fd)
-        return fd
-
-    def unlink(self, path: Any, *, dir_fd: int | None = None) -> None:
-        position = self._position
-        position.check(boundary=False)
-        _unguarded("unlink")(path, dir_fd=dir_fd)
-        position.note_removed(path, dir_fd)
-
-    def rmdir(self, path: Any, *, dir_fd: int | None = None) -> None:
-        position = self._position
-        position.check(boundary=dir_fd is None)  # the top itself: confirm with a fresh listing where lookups cache
-        _unguarded("rmdir")(path, dir_fd=dir_fd)
-        position.note_removed(path, dir_fd)
-
-    def close(self, fd: int) -> None:
-        self._position.closed(fd)
-        os.close(fd)
-
-    def scandir(self, path: Any = None) -> Any:
-        """``os.scandir``, its names noted for the directory the walk lists: what was there when the walk looked
-        (an entry that appears afterwards is not the call's to remove, see ``Walk._retry``)."""
-        listing = os.scandir() if path is None else os.scandir(path)
-        return _Listing(listing, self._position.listing_of(path))
 
 
 class _Listing:
@@ -134,22 +113,30 @@ def _unguarded(name: str) -> Callable[..., Any]:
 
 
 def _real(func: Any) -> Any:
-    """The function a handler is told about: ``os.open`` for the walk's ``_Os.open``, and so on."""
-    return getattr(os, func.__name__) if isinstance(getattr(func, "__self__", None), _Os) else func
+    """The function a handler is told about: ``os.open`` for the walk's ``_Position.open``, and so on."""
+    return getattr(os, func.__name__) if isinstance(getattr(func, "__self__", None), _Position) else func
 
 
 class _Globals(dict[str, Any]):
     """The globals of the checked walk: ``shutil``'s own, read live (a test or program that swaps
-    ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` is obeyed), with ``os`` replaced."""
+    ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` is obeyed), with ``os`` replaced. The standard walk
+    functions ``rmtree`` calls are copied to see these globals too, each at its first call in this walk."""
 
-    def __init__(self, module: dict[str, Any], proxy: _Os, clones: dict[Any, Any]) -> None:
+    def __init__(self, module: dict[str, Any], proxy: _Os) -> None:
         super().__init__(os=proxy, __builtins__=module.get("__builtins__", __builtins__))
         self._module = module
-        self._clones = clones  # the standard walk functions -> their copies that see these globals
+        self._clones: dict[Any, Any] = {}  # the standard walk functions -> their copies that see these globals
 
     def __missing__(self, name: str) -> Any:
         value = self._module[name]
-        return self._clones.get(value, value)
+        if not isinstance(value, types.FunctionType) or value.__name__ not in _WALKERS:
+            return value  # by its own name: 3.13 calls ``_rmtree_impl``, one of the walkers
+        if value.__globals__ is not self._module:
+            return value  # a program's own replacement: run as it is
+        clone = self._clones.get(value)
+        if clone is None:
+            clone = self._clones[value] = _clone(value, self)
+        return clone
 
 
 def checked(original: Any, position: _Position) -> Callable[..., Any] | None:
@@ -159,13 +146,7 @@ def checked(original: Any, position: _Position) -> Callable[..., Any] | None:
     module = getattr(original, "__globals__", None)
     if not (isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree"):
         return None
-    clones: dict[Any, Any] = {}
-    namespace = _Globals(module, _Os(position), clones)
-    for name in _WALKERS:
-        function = module.get(name)
-        if isinstance(function, types.FunctionType):
-            clones[function] = _clone(function, namespace)
-    return _clone(original, namespace)
+    return _clone(original, _Globals(module, _Os(position)))
 
 
 def _clone(function: types.FunctionType, namespace: dict[str, Any]) -> types.FunctionType:
@@ -226,8 +207,8 @@ class _FreshListing:
 
 class _Position:
     """Where the tree being removed is: its top's name and identity, the directories the walk holds open, and
-    what the walk removed from it. The walk's filesystem functions (``_Os``) report to it and ask it, through
-    ``check``, whether the tree is still at its path."""
+    what the walk removed from it. The walk's filesystem functions are its methods (``_Os``): they report each
+    step to it and ask it, through ``check``, whether the tree is still at its path."""
 
     def __init__(self, top: str, world: World, held: _Held) -> None:
         self.top = top  # normalised
@@ -260,6 +241,36 @@ class _Position:
     def renamed(self) -> str | None:
         """Where a peer renamed the tree within its parent, if that can be found (``_find_renamed``)."""
         return _find_renamed(self.top, self.identity(), self.held)
+
+    # --- the walk's own os functions (``_Os``): each step reported, each removal checked first --------------
+
+    def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        self.check(boundary=False)  # entering a directory: the name's lstat (a listing only when one is due)
+        fd = os.open(path, flags, mode, dir_fd=dir_fd)
+        self.opened(fd, path, dir_fd)
+        return fd
+
+    def unlink(self, path: Any, *, dir_fd: int | None = None) -> None:
+        self.check(boundary=False)
+        _unguarded("unlink")(path, dir_fd=dir_fd)
+        self.note_removed(path, dir_fd)
+
+    def rmdir(self, path: Any, *, dir_fd: int | None = None) -> None:
+        self.check(boundary=dir_fd is None)  # the top itself: confirm with a fresh listing where lookups cache
+        _unguarded("rmdir")(path, dir_fd=dir_fd)
+        self.note_removed(path, dir_fd)
+
+    def close(self, fd: int) -> None:
+        self.closed(fd)
+        os.close(fd)
+
+    def scandir(self, path: Any = None) -> Any:
+        """``os.scandir``, its names noted for the directory the walk lists: what was there when the walk looked
+        (an entry that appears afterwards is not the call's to remove, see ``Walk._retry``)."""
+        listing = os.scandir() if path is None else os.scandir(path)
+        return _Listing(listing, self.listing_of(path))
+
+    # --- what the steps report ------------------------------------------------------------------------
 
     def opened(self, fd: int, path: Any, dir_fd: int | None) -> None:
         name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)

@@ -118,25 +118,32 @@ def _real(func: Any) -> Any:
 
 
 class _Globals(dict[str, Any]):
-    """The globals of the checked walk: ``shutil``'s own, read live (a test or program that swaps
-    ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` is obeyed), with ``os`` replaced. The standard walk
-    functions ``rmtree`` calls are copied to see these globals too, each at its first call in this walk."""
+    """The globals of one checked walk: ``shutil``'s own as they are when the walk first reads each name (a test or
+    program that swaps ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` before the call is obeyed), with
+    ``os`` replaced, and the standard walk functions ``rmtree`` calls copied to see these globals too. Each name
+    is looked up once per walk, builtins included, then read from here at a plain dictionary's speed."""
 
     def __init__(self, module: dict[str, Any], proxy: _Os) -> None:
         super().__init__(os=proxy, __builtins__=module.get("__builtins__", __builtins__))
         self._module = module
-        self._clones: dict[Any, Any] = {}  # the standard walk functions -> their copies that see these globals
 
     def __missing__(self, name: str) -> Any:
-        value = self._module[name]
-        if not isinstance(value, types.FunctionType) or value.__name__ not in _WALKERS:
-            return value  # by its own name: 3.13 calls ``_rmtree_impl``, one of the walkers
-        if value.__globals__ is not self._module:
-            return value  # a program's own replacement: run as it is
-        clone = self._clones.get(value)
-        if clone is None:
-            clone = self._clones[value] = _clone(value, self)
-        return clone
+        module = self._module
+        if name in module:
+            value = module[name]
+            # A walker by its own name (3.13 calls ``_rmtree_impl``); a program's own replacement runs as it is.
+            if isinstance(value, types.FunctionType) and value.__name__ in _WALKERS and value.__globals__ is module:
+                value = _clone(value, self)
+        else:
+            value = _builtin(self["__builtins__"], name)
+        self[name] = value
+        return value
+
+
+def _builtin(builtins: Any, name: str) -> Any:
+    """A builtin by name (``__builtins__`` is a module or its dict); ``KeyError`` (Python's ``NameError``) if none."""
+    found = builtins if isinstance(builtins, dict) else vars(builtins)
+    return found[name]
 
 
 def checked(original: Any, position: _Position) -> Callable[..., Any] | None:
@@ -424,19 +431,23 @@ class Walk:
     rmtree as ``onerror(func, path, exc_info)`` or ``onexc(func, path, exc)``. It passes the caller's errors
     on to the caller's handler (or raises them), and absorbs only what the rule says a peer did."""
 
-    def __init__(self, position: _Position, remover: Callable[..., Any], caller: _Caller, world: World, rules: Rules):
+    def __init__(self, position: _Position, original: Callable[..., Any], caller: _Caller, world: World, rules: Rules):
         self.position = position
-        self.remover = remover
+        self.remover = original  # the caller's rmtree; ``checked`` makes it the checked walk
         self.caller = caller
         self.world = world
         self.rules = rules
         self.found = Found()
         self.wait_on_vanish = False  # stop at the first vanished entry and wait for the peer (``remove``)
 
-    def plain(self, remover: Callable[..., Any]) -> None:
-        """Remove a tree no peer can move meanwhile with ``remover`` (the standard rmtree), without checks."""
-        self.remover = remover
-        self.position.checking = False
+    def set_checking(self, checking: bool) -> None:
+        """Remove the tree with the position checked (the standard walk's copy for this walk, where the caller's
+        ``rmtree`` is the standard one), or, for a tree no peer can move meanwhile, with the caller's ``rmtree``
+        as it is: no checks, and no copy made."""
+        position = self.position
+        position.checking = checking
+        if checking:
+            self.remover = checked(self.remover, position) or self.remover
 
     def remove(self, positional: list[Any], named: dict[str, Any], wait_on_vanish: bool = False) -> None:
         """Run the remover on the caller's arguments, with this walk's position checked. ``wait_on_vanish``:
@@ -752,9 +763,9 @@ def run(
     caller = _Caller(call.ignore_errors, call.onerror, call.onexc, use_onexc)
     with _Held() as held:  # the top's descriptor: see _find_renamed
         position = _Position(top, world, held)
-        walk = Walk(position, checked(original, position) or original, caller, world, rules)
+        walk = Walk(position, original, caller, world, rules)
         positional, named = caller.arguments(args, kwargs, walk)
-        return _Course(walk, positional, named, serializer).run(original, yield_s)
+        return _Course(walk, positional, named, serializer).run(yield_s)
 
 
 class _Course:
@@ -769,7 +780,7 @@ class _Course:
         self.pending: Callable[[], bool] | None = None  # whether a peer announced a rename of the top (serialized)
         self.window = 0.0  # seconds waited for a peer to move the tree before (or instead of) the walk
 
-    def run(self, original: Callable[..., Any], yield_s: float) -> RmtreeVerdict | None:
+    def run(self, yield_s: float) -> RmtreeVerdict | None:
         walk, top, world, rules = self.walk, self.top, self.walk.world, self.walk.rules
         position = walk.position
         tree = position.is_tree()
@@ -781,8 +792,8 @@ class _Course:
         # The cheap tests first: own memory is asked only for a directory, in a job with peers.
         own = own_event(world, top) if tree and rules.peers else None
         plan: Plan = rule.plan(top, position.top_st, own, world, rules, yield_s) if tree else "check"
-        if plan == "plain":  # nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
-            walk.plain(original)
+        # "plain": nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
+        walk.set_checking(plan != "plain")
         if plan == "wait" or self._announced():
             yielded = self._yield(yield_s)
             if yielded is not None:

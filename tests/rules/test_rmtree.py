@@ -193,7 +193,7 @@ def test_the_walk_stops_to_wait_for_the_peer_at_the_first_vanished_entry() -> No
 
 
 # --- whole walks (``fsguard.rmwalk.run``) in-process: a real tree, the world's answers faked -----------------
-# Each test runs the same walk twice, once with the world's answer flipped, to show that the world decides.
+# Each test runs the walk with a world answer and with it flipped (a parameter, or two calls): the world decides.
 
 
 class Meanwhile(FakeWorld):
@@ -327,7 +327,7 @@ def test_a_busy_mount_point_inside_the_tree_is_not_retried(
         _walk(top, world, rules(settle_s=0.5))
     assert raised.value.errno == errno.EBUSY and raised.value.filename in (inner.name, str(inner))
     assert inner.is_dir() and _files(inner) == 0  # emptied, then the error (the rest of the walk stops)
-    assert len(tries) == (1 if mounted else 1 + 4)
+    assert len(tries) == (1 if mounted else 1 + rmwalk._RETRIES)
 
 
 def test_a_top_a_peers_rmtree_removed_first_is_absorbed(tmp_path: Path) -> None:

@@ -144,11 +144,11 @@ def test_a_hand_off_wakes_the_next_ticket_only_and_passes_over_one_that_gave_up(
         threads.append(threading.Thread(target=wait, args=(i,)))
         threads[-1].start()
         deadline = time.monotonic() + 10
-        while holder._add_raw(holder.prefix + "q/n", 0) < 3 + i:
+        while holder.requests.add(holder.prefix + "q/n", 0) < 3 + i:
             assert time.monotonic() < deadline, "no ticket taken"
-    counted = [_Counted(w._store) for w in waiters]
+    counted = [_Counted(w.requests.store) for w in waiters]
     for backend, client in zip(waiters, counted, strict=True):
-        backend._store = client
+        backend.requests.store = client
     # A waiter may still be between taking its ticket and blocking (a loaded machine): wait until the last one
     # sends nothing more for half a second, then count what the hand-off makes it send.
     before, quiet_since, deadline = -1, time.monotonic(), time.monotonic() + 10
@@ -174,7 +174,7 @@ def test_a_ticket_that_never_claims_its_turn_is_passed_over_after_a_lease(store_
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port), "TORCHELASTIC_RESTART_COUNT": f"d{os.getpid()}"}
     holder, waiter = StoreBackend(1.5, env), StoreBackend(1.5, env)
     first = holder.acquire("d", 1.0, "holder")
-    assert holder._add_raw(holder.prefix + "d/n", 1) == 2  # the ghost's ticket
+    assert holder.requests.add(holder.prefix + "d/n", 1) == 2  # the ghost's ticket
     got: list[Any] = []
     # Given back first: the turn is then ticket 2's, whatever the holder's renewals do on a loaded machine.
     holder.release(first)

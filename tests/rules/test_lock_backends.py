@@ -112,6 +112,65 @@ def test_a_flight_is_shared_or_declined(pair: tuple[Backend, Backend]) -> None:
     assert one.flight_done("f1", held, b"ok") == 0
 
 
+def _in_a_forked_child(check: Callable[[], bool]) -> bool:
+    """``check()`` run in a forked child of this process (its answer as the child's exit code)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if check() else 1
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def test_a_forked_child_starts_each_backend_afresh(pair: tuple[Backend, Backend]) -> None:
+    """A rank that forks while it holds a lock (a DataLoader worker, an async checkpoint): the child shares none
+    of its parent's store connections and keeps none of its lock descriptors, and giving back its copy of the
+    parent's lock leaves the lock with the parent."""
+    one, two = pair
+    held = one.acquire("k6", 1.0, "one")
+
+    def fresh() -> bool:
+        if isinstance(one, StoreBackend):
+            parts_fresh = one.requests.store is None and one.wakes.waiter is None
+        else:
+            parts_fresh = isinstance(one, FileBackend) and not one._open
+        one.release(held)  # the parent's lease: not the child's to give back
+        return parts_fresh
+
+    assert _in_a_forked_child(fresh), "a forked child kept its parent's connection or lock descriptors"
+    with pytest.raises(LockTimeout):
+        two.acquire("k6", 0.2, "two")  # still the parent's
+    one.release(held)
+
+
+def test_a_forkable_object_is_reset_in_a_forked_child_and_held_weakly() -> None:
+    """``state.forkable``: what the lock backends and the serializer register to be made afresh in a forked
+    child, without being kept alive by it."""
+    import gc
+    import weakref
+
+    from fsguard import state
+
+    class Resettable:
+        def __init__(self) -> None:
+            self.reset = False
+
+        def after_fork_in_child(self) -> None:
+            self.reset = True
+
+    kept, dropped = Resettable(), Resettable()
+    state.forkable(kept)
+    state.forkable(dropped)
+    gone = weakref.ref(dropped)
+    del dropped
+    gc.collect()
+    assert gone() is None, "state.forkable kept an object alive"
+    assert _in_a_forked_child(lambda: kept.reset), "a forked child did not reset a forkable object"
+    assert not kept.reset  # the parent's object is left alone
+
+
 class _Counted:
     """A store client that counts the requests sent through it."""
 

@@ -757,6 +757,11 @@ class StoreBackend:
         self._reset()
         forkable(self)
 
+    @property
+    def address(self) -> str | None:
+        """Where requests go (``host:port``, and whose client), once connected."""
+        return self.requests.address
+
     def after_fork_in_child(self) -> None:
         self._reset()
 

@@ -21,7 +21,7 @@ off its critical path (``prepare``: by a background thread once the program has 
 and a call that comes first opens one connection at most on its own path: the one for waits is opened by a
 background thread, and until it is open the call's waits poll (with ``waiting.Backoff``'s steps, up to 50 ms).
 
-Forks: opening a connection (``_open``, ``_open_waiter``, and the connect-ahead thread's whole ``prepare``)
+Forks: opening a connection (``_Requests._open``, ``_Wakes.open``, and the connect-ahead thread's whole ``prepare``)
 imports modules (the idna codec, for ``socket.create_connection``) and makes name lookups inside c10d and the C
 library; a child forked meanwhile would wait forever for a lock that thread held (measured: a rank forking 500
 children right after importing ``torch.distributed`` left 1 to 12 of them hung in their first ``getaddrinfo``,
@@ -65,6 +65,11 @@ Lease length: a third of ``FSGUARD_LOCK_TIMEOUT``, between 0.5 s and 10 s (10 s 
 peer of a killed holder is then served *serialized* after at most one lease, well inside its own bound;
 renewal keeps a long ``rmtree`` of a live holder safe however long it takes (its waiters time out and go
 on unserialized, with a record, rather than "taking over" from a live process).
+
+Parts, one class each (a forked child makes them all afresh): ``_Requests``, the connection requests go
+through; ``_Wakes``, the connection for waits, the waiters' alarms and the keys that wake them; ``_Renewer``,
+the thread that renews what this process holds; ``_Tickets``, the lock's ticket queue; ``_Flights``,
+singleflight. ``StoreBackend`` is the ``Backend`` the serializer calls, made of them.
 """
 
 from __future__ import annotations
@@ -94,6 +99,8 @@ def lease_for(lock_timeout: float) -> float:
 
 @dataclass
 class _Lease:
+    """One lock or flight this process holds, and its value in the store: renewing it rewrites the value."""
+
     key: str
     token: bytes
     what: bytes

@@ -61,9 +61,9 @@ def rank(store_mod: Any, port: int, gate: float, hold_s: float, trial: int, out:
     backend = store_mod.StoreBackend(60.0, env)
     backend.prepare()
     counts: dict[str, int] = {}
-    for name in ("_store", "_waiter"):
-        if getattr(backend, name, None) is not None:
-            setattr(backend, name, Counting(getattr(backend, name), counts))
+    for part, name in ((backend.requests, "store"), (backend.wakes, "waiter")):
+        if getattr(part, name, None) is not None:
+            setattr(part, name, Counting(getattr(part, name), counts))
     while time.monotonic() < gate:
         time.sleep(max(0.0, min(gate - time.monotonic(), 0.01)))  # never negative: the gate may pass meanwhile
     held = backend.acquire("convoy", 60.0, f"rank pid {os.getpid()}")

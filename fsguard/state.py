@@ -13,8 +13,9 @@ Forks: ranks fork while another thread may be inside fsguard (DataLoader workers
 checkpoints). A fork copies only the forking thread, so a lock another thread held at that moment would stay
 held in the child forever, and a descriptor it held is shared with the child. ``os.register_at_fork`` is
 called once, here: in the child, ``STATE``'s lock is made anew and each module that keeps locks or
-descriptors (memory, records, the lock backends) runs the reset it registered with ``at_fork``. Registered
-resets are module functions, never bound methods: a backend object is reached through a weak set.
+descriptors (memory, records) runs the reset it registered with ``at_fork``. Registered resets are module
+functions, never bound methods: an object with a reset of its own (a lock backend) registers with ``forkable``
+and is reached through a weak set.
 
 Some of fsguard's own work cannot be made safe by a reset in the child: opening a store connection imports
 modules (each import holds a per-module lock a child that imports the same module would wait on forever) and
@@ -41,7 +42,12 @@ TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see 
 if TYPE_CHECKING:
     from collections import deque
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, Protocol
+    from weakref import WeakSet
+
+    class Forkable(Protocol):
+        def after_fork_in_child(self) -> None: ...
+
 else:
     from _collections import deque
 
@@ -201,6 +207,32 @@ def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
     """Run ``reset`` in every forked child (a module function: it stays alive as long as the process)."""
     _child_resets.append(reset)
     return reset
+
+
+# Objects whose ``after_fork_in_child`` runs in every forked child while they are alive (the lock backends and their
+# serializer), weakly held in one ``WeakSet`` under ``"all"``, made at the first (``weakref`` is not imported at
+# startup); ``setdefault``, so that two threads making the first two backends at once share one set.
+_forkables: dict[str, WeakSet[Forkable]] = {}
+
+
+def forkable(obj: Forkable) -> None:
+    """Run ``obj.after_fork_in_child()`` in every forked child while ``obj`` is alive (weakly held: an object
+    nobody uses any more is not kept alive by this)."""
+    forkables = _forkables.get("all")
+    if forkables is None:
+        from weakref import WeakSet
+
+        forkables = _forkables.setdefault("all", WeakSet())
+    forkables.add(obj)
+
+
+@at_fork
+def _forkables_after_fork() -> None:
+    for obj in list(_forkables.get("all", ())):
+        try:
+            obj.after_fork_in_child()
+        except Exception:  # noqa: BLE001 - one object's failure must not leave the others held
+            pass
 
 
 # A section that has not ended after this long (a name lookup waiting out its DNS timeouts: 5 s a try, two tries

@@ -277,7 +277,7 @@ def test_the_outcome_rides_on_the_seal_of_the_waiter_count(store_port: int) -> N
             return getattr(self.inner, name)
 
     performer.prepare()
-    performer._store = Counted(performer._store)
+    performer.requests.store = Counted(performer.requests.store)
 
     claimed = performer.flight_claim("alone", "rank 0")
     assert claimed is not None and claimed[0]
@@ -293,7 +293,7 @@ def test_the_outcome_rides_on_the_seal_of_the_waiter_count(store_port: int) -> N
     token = joined[1].partition(b" ")[0].partition(b"#")[0].decode()
     count = f"{performer.prefix}flight/shared/n/{token}"
     deadline = time.monotonic() + 20
-    while performer._store.inner.add(count, 0) < 1 and time.monotonic() < deadline:
+    while performer.requests.store.inner.add(count, 0) < 1 and time.monotonic() < deadline:
         time.sleep(0.01)  # until the waiter has joined: it is then counted, and told at the end
     assert performer.flight_done("shared", claimed[1], b"err") == 1
     in_time.join(20)

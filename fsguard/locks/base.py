@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from typing import Any, Protocol
 
 from .. import state
@@ -106,25 +105,3 @@ def holder_text(rank: int | None, host: str, what: str) -> str:
 def process_nonce() -> str:
     """Random per process (renewed after fork), so tokens of two processes never compare equal."""
     return f"{state.STATE.nonce}.{os.getpid()}"
-
-
-class Forkable(Protocol):
-    def after_fork_in_child(self) -> None: ...
-
-
-_BACKENDS: weakref.WeakSet[Forkable] = weakref.WeakSet()
-
-
-def forkable(backend: Forkable) -> None:
-    """Have ``backend.after_fork_in_child()`` run in every forked child while the backend is alive (weakly
-    held: a backend nobody uses any more is not kept alive by this)."""
-    _BACKENDS.add(backend)
-
-
-@state.at_fork
-def _after_fork_in_child() -> None:
-    for backend in list(_BACKENDS):
-        try:
-            backend.after_fork_in_child()
-        except Exception:  # noqa: BLE001 - one backend's failure must not leave the others held
-            pass

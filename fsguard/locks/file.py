@@ -31,8 +31,9 @@ import stat
 import threading
 from typing import Any
 
+from ..state import forkable
 from ..waiting import Backoff
-from .base import Held, LockTimeout, Unreachable, forkable
+from .base import Held, LockTimeout, Unreachable
 
 CANDIDATES = ("/dev/shm", "/tmp")
 HOLDER_BYTES = 512  # holder text written at the start of the lock file, padded, so no truncate is needed

@@ -24,10 +24,10 @@ from typing import Any
 from .. import runtime
 from ..calls import Call
 from ..runtime import busy
-from ..state import Unforkable, report_late_forks
+from ..state import Unforkable, forkable, report_late_forks
 from ..waiting import wait_for
 from . import flight
-from .base import Backend, Held, LockTimeout, Unreachable, forkable, holder_text
+from .base import Backend, Held, LockTimeout, Unreachable, holder_text
 
 STRIPES_HEX = 3  # 16**3 = 4096 stripes
 WAIT_RECORD_S = 1.0  # a wait at least this long becomes part of the operation's record

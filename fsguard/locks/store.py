@@ -21,7 +21,7 @@ off its critical path (``prepare``: by a background thread once the program has 
 and a call that comes first opens one connection at most on its own path: the one for waits is opened by a
 background thread, and until it is open the call's waits poll (with ``waiting.Backoff``'s steps, up to 50 ms).
 
-Forks: opening a connection (``_open``, ``_open_waiter``, and the connect-ahead thread's whole ``prepare``)
+Forks: opening a connection (``_Requests._open``, ``_Wakes.open``, and the connect-ahead thread's whole ``prepare``)
 imports modules (the idna codec, for ``socket.create_connection``) and makes name lookups inside c10d and the C
 library; a child forked meanwhile would wait forever for a lock that thread held (measured: a rank forking 500
 children right after importing ``torch.distributed`` left 1 to 12 of them hung in their first ``getaddrinfo``,
@@ -65,6 +65,11 @@ Lease length: a third of ``FSGUARD_LOCK_TIMEOUT``, between 0.5 s and 10 s (10 s 
 peer of a killed holder is then served *serialized* after at most one lease, well inside its own bound;
 renewal keeps a long ``rmtree`` of a live holder safe however long it takes (its waiters time out and go
 on unserialized, with a record, rather than "taking over" from a live process).
+
+Parts, one class each (a forked child makes them all afresh): ``_Requests``, the connection requests go
+through; ``_Wakes``, the connection for waits, the waiters' alarms and the keys that wake them; ``_Renewer``,
+the thread that renews what this process holds; ``_Tickets``, the lock's ticket queue; ``_Flights``,
+singleflight. ``StoreBackend`` is the ``Backend`` the serializer calls, made of them.
 """
 
 from __future__ import annotations
@@ -78,9 +83,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..state import Unforkable
+from ..state import Unforkable, forkable
 from ..waiting import Backoff
-from .base import Held, LockTimeout, Unreachable, forkable, process_nonce
+from .base import Held, LockTimeout, Unreachable, process_nonce
 
 SEAL = 1 << 40  # added to a flight's waiter count by its performer when it ends: once for "ok", twice for "err"
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
@@ -94,6 +99,8 @@ def lease_for(lock_timeout: float) -> float:
 
 @dataclass
 class _Lease:
+    """One lock or flight this process holds, and its value in the store: renewing it rewrites the value."""
+
     key: str
     token: bytes
     what: bytes
@@ -136,6 +143,16 @@ def _go_key(name: str, ticket: int) -> str:
     return f"{name}/go/{ticket}"
 
 
+def _running(thread: threading.Thread | None, target: Callable[[], None], name: str) -> threading.Thread:
+    """``thread`` while it runs, otherwise a new daemon thread running ``target`` (started once a lock or an alarm
+    needs it, and again in a forked child, which has none of its parent's threads)."""
+    if thread is not None and thread.is_alive():
+        return thread
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 class _Alarms:
     """A waiter's own bound on a blocking ``wait``: at the deadline, this thread sets the key waited for (through
     the other connection), so that a wait ends by a key being set, never by its socket timing out. c10d reports
@@ -159,9 +176,7 @@ class _Alarms:
         with self._cond:
             ident = next(self._ids)
             self._due[ident] = (when, name)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="fsguard-alarm", daemon=True)
-                self._thread.start()
+            self._thread = _running(self._thread, self._run, "fsguard-alarm")
             self._cond.notify()
         return ident
 
@@ -196,97 +211,50 @@ def holder_of(value: bytes) -> str | None:
     return value.partition(b" ")[2].decode("utf-8", "replace") or value.decode("utf-8", "replace")
 
 
-class StoreBackend:
-    """Lease locks in the job's key-value store; see the module docstring."""
+def _next_key(key: str, value: bytes) -> str:
+    """The key a flight's waiters that saw ``value`` block on: set when the value changes (``_Wakes.post``)."""
+    return key + "/next/" + value.partition(b" ")[0].decode("ascii", "replace")
 
-    name = "store"
-    scope = "job"
 
-    def __init__(self, lock_timeout: float, env: Mapping[str, str]) -> None:
-        self.lease_s = lease_for(lock_timeout)
-        self._op_timeout = min(max(lock_timeout, 1.0), 30.0)
+class _Requests:
+    """The connection every request goes through: the process group's own client where one talks to the same
+    server, otherwise one of fsguard's own. One class opens it (at most once per ``RETRY_S`` after a failure),
+    joins a group that appears later, and forgets a connection that broke, so that the lock, the flights and the
+    lease renewals share one client and one lock around its requests."""
+
+    def __init__(self, lock_timeout: float, env: Mapping[str, str], opened: Callable[[], None]) -> None:
+        self.op_timeout = min(max(lock_timeout, 1.0), 30.0)
         self._address = (env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
-        self.prefix = f"/fsguard/lock/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-        self._reset()
-        forkable(self)
-
-    def after_fork_in_child(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:
-        """Fresh state (also in a forked child: the parent's connection and renewal thread are not ours)."""
-        self._store: Any = None
+        self._opened = opened  # a TCP server was found: open the connection for waits (off this path)
+        self.store: Any = None
         self.address: str | None = None
         self._failure: tuple[float, str, bool] | None = None  # (when, why, process group was up)
-        self._connect_lock = threading.Lock()
-        self._io = threading.Lock()
-        self._cond = threading.Condition()
-        self._held: dict[int, Held] = {}
-        self._tcp: tuple[str, int] | None = None  # where a second connection for waits can be opened
+        self._lock = threading.Lock()  # held while connecting
+        self.io = threading.Lock()  # around each request: a c10d client serves one at a time
+        self.tcp: tuple[str, int] | None = None  # where a second connection for waits can be opened
         self._may_join = False  # requests on our own connection until a process group on the same server exists
-        self._waiter: Any = None
-        self._wait_io = threading.Lock()
-        self._waiter_lock = threading.Lock()  # held while the connection for waits is being opened
-        self._posted: deque[tuple[float, str]] = deque()  # hand-off keys set for waiters, deleted a lease later
-        self._renewer: threading.Thread | None = None
-        self._tokens = itertools.count()
-        self._alarms = _Alarms(self._ring)
 
-    # --- connection ------------------------------------------------------------------------------------
-
-    def prepare(self) -> None:
-        """Connect now, ahead of the first serialized call (a background thread's job), the connection for waits
-        too. Never raises."""
-        try:
-            self._connect()
-        except Exception:  # noqa: BLE001 - the first call tries again (after RETRY_S) and records why
-            return
-        self._open_waiter()
-
-    def _open_waiter(self) -> None:
-        """Open the connection for waits, if none is open or being opened (another thread). Never raises: until
-        it exists, waits poll (``_wait_key``)."""
-        if self._waiter is not None or self._tcp is None or not self._waiter_lock.acquire(blocking=False):
-            return
-        try:
-            if self._waiter is None:
-                import torch.distributed as dist
-
-                with Unforkable():  # c10d's name lookups: no fork may split them (``_open``)
-                    self._waiter = self._tcp_client(getattr(dist, "TCPStore"), *self._tcp)  # noqa: B009
-        except Exception:  # noqa: BLE001 - waits keep polling; the next wait tries again
-            pass
-        finally:
-            self._waiter_lock.release()
-
-    def _open_waiter_soon(self) -> None:
-        """The connection for waits, opened off the calling thread: each new c10d connection reverse-resolves
-        the store's address, which costs seconds where a DNS server drops a burst of queries (many ranks at
-        once), so only one connection is ever opened on a call's path."""
-        if self._waiter is None and self._tcp is not None and not self._waiter_lock.locked():
-            threading.Thread(target=self._open_waiter, name="fsguard-wait-connect", daemon=True).start()
-
-    def _connect(self) -> Any:
-        store = self._store
+    def connect(self) -> Any:
+        store = self.store
         if store is not None and not (self._may_join and _group_initialized()):
             return store
-        with self._connect_lock:
-            if self._store is not None:
+        with self._lock:
+            if self.store is not None:
                 if self._may_join and _group_initialized():
                     self._join_group()
-                return self._store
+                return self.store
             if self._failure is not None:
                 when, why, had_group = self._failure
                 if time.monotonic() - when < RETRY_S and (had_group or not _group_initialized()):
                     raise Unreachable(why)
             try:
-                self._store = self._open()
+                self.store = self._open()
             except Exception as error:
                 why = str(error) if isinstance(error, Unreachable) else f"{type(error).__name__}: {error}"
                 self._failure = (time.monotonic(), why, _group_initialized())
                 raise Unreachable(why) from error
             self._failure = None
-            return self._store
+            return self.store
 
     @staticmethod
     def _group_store() -> Any:
@@ -306,11 +274,11 @@ class StoreBackend:
         self._may_join = False  # asked once
         try:
             root = self._group_store()
-            if (str(root.host), int(root.port)) != self._tcp:
+            if (str(root.host), int(root.port)) != self.tcp:
                 return
         except Exception:  # noqa: BLE001 - not a TCPStore, or no group after all: keep our connection
             return
-        self._store = root
+        self.store = root
         self.address = f"{root.host}:{root.port} (the process group's client)"
 
     def _open(self) -> Any:
@@ -339,193 +307,191 @@ class StoreBackend:
         # A plain connect first: "nothing listens there" then fails in microseconds, without the retry
         # loop and the C++ stack traces that a TCPStore client prints for the same answer.
         try:
-            socket.create_connection((host, int(port)), timeout=min(self._op_timeout, 5.0)).close()
+            socket.create_connection((host, int(port)), timeout=min(self.op_timeout, 5.0)).close()
         except (OSError, ValueError) as error:
             raise Unreachable(f"the job's store at {host}:{port} does not answer ({error})") from error
-        self._tcp = (str(host), int(port))
+        self.tcp = (str(host), int(port))
         if group is not None:  # requests through the group's client (c10d serializes its requests and ours)
             self.address = f"{host}:{port} (the process group's client)"
             store = group
         else:
-            store = self._tcp_client(tcp_store, host, int(port))
+            store = self.client(tcp_store, host, int(port))
             self.address = f"{host}:{port}"
             self._may_join = True
-        self._open_waiter_soon()  # the second connection, off this path (``prepare`` opens it itself)
+        self._opened()  # the second connection, off this path (``prepare`` opens it itself)
         return store
 
-    def _tcp_client(self, tcp_store: Any, host: str, port: int) -> Any:
+    def client(self, tcp_store: Any, host: str, port: int) -> Any:
+        """A new client connection to the store's server."""
         from datetime import timedelta
 
         return tcp_store(
-            host, port, is_master=False, timeout=timedelta(seconds=self._op_timeout), wait_for_workers=False
+            host, port, is_master=False, timeout=timedelta(seconds=self.op_timeout), wait_for_workers=False
         )
 
-    def _cas(self, key: str, expected: bytes, desired: bytes) -> bytes:
-        store = self._connect()
-        with self._io:
+    def cas(self, key: str, expected: bytes, desired: bytes) -> bytes:
+        store = self.connect()
+        with self.io:
             result = store.compare_set(key, expected, desired)
         return bytes(result)
 
-    def _broken(self, error: BaseException) -> Unreachable:
+    def add(self, name: str, amount: int) -> int:
+        store = self.connect()
+        with self.io:
+            return int(store.add(name, amount))
+
+    def delete(self, name: str) -> None:
+        store = self.connect()
+        with self.io:
+            store.delete_key(name)
+
+    def broken(self, error: BaseException) -> Unreachable:
         """Forget a connection that failed mid-use; the next call reconnects (after ``RETRY_S``)."""
         why = f"the job's store failed ({type(error).__name__}: {error})"
-        with self._connect_lock:
-            self._store = None
+        with self._lock:
+            self.store = None
             self._failure = (time.monotonic(), why, _group_initialized())
         return Unreachable(why)
 
-    # --- the lock: a ticket queue ------------------------------------------------------------------------
 
-    def acquire(self, key: str, timeout: float, what: str) -> Held:
-        self._connect()
-        name = self.prefix + key
-        started = time.monotonic()
-        holder: str | None = None
+class _Wakes:
+    """How a waiter blocks without polling: on a connection of its own (a c10d client serves one request at a
+    time, so a wait on the requests' connection would hold up the job's own requests and this process's lease
+    renewals), bounded by its own alarm rather than a socket timeout, on keys that are deleted a lease after they
+    were set (``post``), when every waiter has seen them."""
+
+    def __init__(self, requests: _Requests, lease_s: float) -> None:
+        self._requests = requests
+        self._lease_s = lease_s
+        self.waiter: Any = None  # the connection for waits
+        self._io = threading.Lock()  # one wait at a time on it
+        self._opening = threading.Lock()  # held while the connection for waits is being opened
+        self._posted: deque[tuple[float, str]] = deque()  # keys set for waiters, deleted a lease later
+        self._alarms = _Alarms(self._ring)
+
+    def open(self) -> None:
+        """Open the connection for waits, if none is open or being opened (another thread). Never raises: until
+        it exists, waits poll (``wait``)."""
+        tcp = self._requests.tcp
+        if self.waiter is not None or tcp is None or not self._opening.acquire(blocking=False):
+            return
         try:
-            while True:  # a second ticket only when this one's turn was passed on while this thread stalled
-                lease = _Lease(
-                    name,
-                    b"%s.%d" % (process_nonce().encode(), next(self._tokens)),
-                    what.encode("utf-8", "replace"),
-                    ticket=self._add_raw(name + "/n", 1),
-                )
-                held, holder = self._queue(key, lease, started, timeout, holder)
-                if held is not None:
-                    return self._hold(held)
-        except (LockTimeout, Unreachable):
-            raise
-        except Exception as error:
-            raise self._broken(error) from error
+            if self.waiter is None:
+                import torch.distributed as dist
 
-    def _queue(
-        self, key: str, lease: _Lease, started: float, timeout: float, holder: str | None
-    ) -> tuple[Held | None, str | None]:
-        """Wait for ``lease``'s ticket to be served: (the lock, who held it), or (None, ...) when its turn came and
-        was passed on while this thread could not claim it (it then takes a new ticket)."""
-        name, ticket, mine = lease.key, lease.ticket, lease.value()
-        go = _go_key(name, ticket)
-        seen, since = b"", started
-        woken = False  # go key set (by a hand-off or this waiter's alarm): deleted before waiting on it again
-        backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only a store that cannot wait
-        while True:
-            current = self._cas(name, _reserved(ticket), mine)
-            if current == mine:
-                return Held(key, lease, time.monotonic() - started, holder), holder
-            now = time.monotonic()
-            at = _ticket_of(current)
-            if at > ticket:
-                return None, holder
-            holder = holder_of(current) or holder
-            if woken:
-                self._delete(go)  # then look again: a hand-off between the look above and here is in the value
-                woken = False
-                continue
-            successor = at + 1 == ticket
-            if current != seen:
-                seen, since = current, now
-            elif now - since >= self.lease_s * (1 if successor else 2):
-                # The holder of ticket ``at`` stopped renewing (killed or frozen), or ticket ``at`` has not
-                # claimed its turn for a lease: its successor takes the lock over; the others pass it on a lease
-                # later (the successor may be gone as well).
-                claimed = self._skip(name, current, at, mine if at + 1 == ticket else None)
-                if claimed:
-                    held = Held(key, lease, time.monotonic() - started, holder, took_over=_holds(current))
-                    held.note = (
-                        f"; took over its lease, not renewed for {now - since:.1f} s (holder killed or frozen)"
-                        if _holds(current)
-                        else f"; ticket {at} did not claim its turn for {now - since:.1f} s: passed over"
-                    )
-                    return held, holder
-                seen, since = b"", now
-                continue
-            if backoff.left() <= 0:
-                self._depart(name, ticket)
-                raise LockTimeout(holder, backoff.waited())
-            # The next ticket looks at the value every eighth of a lease (a killed holder is then taken over about
-            # a lease after its last renewal), the others once a lease (and act on two).
-            due = since + 2 * self.lease_s - now + 0.01
-            bound = min(backoff.left(), self.lease_s / 8 if successor else min(due, self.lease_s))
-            woke = self._wait_key(go, bound)
-            if woke is None:  # a store that cannot wait (not a TCPStore): poll
-                backoff.pause(bound)
-            else:
-                woken = True
+                with Unforkable():  # c10d's name lookups: no fork may split them (``_Requests._open``)
+                    self.waiter = self._requests.client(getattr(dist, "TCPStore"), *tcp)  # noqa: B009
+        except Exception:  # noqa: BLE001 - waits keep polling; the next wait tries again
+            pass
+        finally:
+            self._opening.release()
 
-    def _skip(self, name: str, stale: bytes, at: int, mine: bytes | None) -> bool:
-        """Pass the turn of ticket ``at`` (lock value ``stale``) on to the next ticket; with ``mine``, that ticket
-        is this waiter's: take the lock itself. True when it did."""
-        if mine is not None:
-            if self._cas(name, stale, mine) != mine:
+    def open_soon(self) -> None:
+        """The connection for waits, opened off the calling thread: each new c10d connection reverse-resolves
+        the store's address, which costs seconds where a DNS server drops a burst of queries (many ranks at
+        once), so only one connection is ever opened on a call's path."""
+        if self.waiter is None and self._requests.tcp is not None and not self._opening.locked():
+            threading.Thread(target=self.open, name="fsguard-wait-connect", daemon=True).start()
+
+    def wait(self, name: str, timeout: float) -> bool | None:
+        """Block until key ``name`` exists, at most ``timeout``: True when someone set it, False when this
+        waiter's own bound did (``_Alarms``: a timeout without c10d's warnings), None when this store cannot
+        wait (not a TCPStore) or its connection for waits is not open yet (being opened in the background): the
+        caller polls."""
+        if self._requests.tcp is None or timeout <= 0:
+            return None
+        if self.waiter is None:
+            self.open_soon()
+            return None
+        from datetime import timedelta
+
+        # One wait at a time on the connection: another thread's wait is bounded too (by its own bound here,
+        # answered as an alarm: the caller looks again).
+        if not self._io.acquire(timeout=timeout):
+            return False
+        try:
+            waiter = self.waiter
+            if waiter is None:  # dropped by another thread's failed wait: poll until it is open again
+                self.open_soon()
+                return None
+            alarm = self._alarms.at(time.monotonic() + timeout, name)
+            try:
+                waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
+            except Exception as error:
+                self._alarms.cancel(alarm)
+                if "timeout" not in str(error).lower():
+                    self.waiter = None
+                    raise
                 return False
-        elif self._cas(name, stale, _reserved(at + 1)) == _reserved(at + 1):
-            self._hand(name, at + 1)
-        if at > 1:
-            self._delete(_go_key(name, at))
-        return mine is not None
+            return not self._alarms.cancel(alarm)
+        finally:
+            self._io.release()
 
-    def _hand(self, name: str, ticket: int) -> None:
-        """The lock is now reserved for ``ticket``: wake its waiter (only that one). A ticket whose waiter gave
-        up (``DEPART`` in its counter) is passed on at once."""
-        while self._add_raw(_go_key(name, ticket), 1) >= DEPART:
-            self._delete(_go_key(name, ticket))
-            if self._cas(name, _reserved(ticket), _reserved(ticket + 1)) != _reserved(ticket + 1):
-                return
-            ticket += 1
+    def wait_for_change(self, key: str, value: bytes, timeout: float) -> bool | None:
+        """Block until the holder of ``value`` renews or gives the lock back, at most ``timeout`` (see
+        ``wait``)."""
+        return self.wait(_next_key(key, value), timeout)
 
-    def _depart(self, name: str, ticket: int) -> None:
-        """This waiter gives up: its ticket must not stall the queue. Marked first (a hand-off that comes later
-        passes the turn on), then passed on here if the turn came already. Never raises."""
+    def post(self, key: str, value: bytes) -> None:
+        """Wake the waiters that saw ``value``: it is no longer the lock's value. Never raises."""
         try:
-            self._add_raw(_go_key(name, ticket), DEPART)
-            if self._cas(name, _reserved(ticket), _reserved(ticket + 1)) == _reserved(ticket + 1):
-                self._delete(_go_key(name, ticket))
-                self._hand(name, ticket + 1)
-        except Exception:  # noqa: BLE001 - the next waiter then passes the turn on a lease later
+            store = self._requests.connect()
+            name = _next_key(key, value)
+            now = time.monotonic()
+            with self._requests.io:
+                store.set(name, b"1")
+                while self._posted and now - self._posted[0][0] > self._lease_s:
+                    store.delete_key(self._posted.popleft()[1])
+            self._posted.append((now, name))
+        except Exception:  # noqa: BLE001 - waiters then wake at the end of their bounded wait
             pass
 
-    def release(self, held: Held) -> None:
-        if held.forked():
-            return  # a forked child's copy: the lease is the parent's, renewed and given back by it
-        lease: _Lease = held.token
-        with self._cond:
-            self._held.pop(id(held), None)
-        with held.lock:
-            lease.released = True
-            if held.lost:
-                return
-            try:
-                after = self._cas(lease.key, lease.value(), _reserved(lease.ticket + 1))
-                if after != _reserved(lease.ticket + 1):
-                    held.lost = f"taken over by {holder_of(after) or 'a later ticket'}"
-                else:
-                    self._hand(lease.key, lease.ticket + 1)
-                if lease.ticket > 1:
-                    self._delete(_go_key(lease.key, lease.ticket))
-            except Exception as error:
-                raise self._broken(error) from error
+    def expire(self, name: str) -> None:
+        """Delete key ``name`` a lease from now (with the next ``post``)."""
+        self._posted.append((time.monotonic(), name))
 
-    def _delete(self, name: str) -> None:
-        store = self._connect()
-        with self._io:
-            store.delete_key(name)
+    def _ring(self, name: str) -> None:
+        """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""
+        try:
+            store = self._requests.connect()
+            with self._requests.io:
+                store.add(name, 0)  # a go key is a counter (``_Tickets._hand``); a flight's next key only has to exist
+            if "/go/" not in name:  # a go key is deleted by its waiter
+                self.expire(name)
+        except Exception:  # noqa: BLE001 - the wait then ends at its backstop, and c10d says why
+            pass
 
-    # --- renewal ---------------------------------------------------------------------------------------
 
-    def _hold(self, held: Held) -> Held:
+class _Renewer:
+    """The holder's side of a lease: one daemon thread rewrites the value of every lock and flight this process
+    holds every quarter lease, so that a waiter can tell a live holder (however long its call takes) from one
+    that was killed or froze, without comparing clocks."""
+
+    def __init__(self, requests: _Requests, wakes: _Wakes, lease_s: float) -> None:
+        self._requests = requests
+        self._wakes = wakes
+        self._lease_s = lease_s
+        self._cond = threading.Condition()
+        self._held: dict[int, Held] = {}
+        self._thread: threading.Thread | None = None
+
+    def hold(self, held: Held) -> Held:
         with self._cond:
             self._held[id(held)] = held
-            if self._renewer is None or not self._renewer.is_alive():
-                self._renewer = threading.Thread(target=self._renew_loop, name="fsguard-lease", daemon=True)
-                self._renewer.start()
+            self._thread = _running(self._thread, self._loop, "fsguard-lease")
             self._cond.notify()
         return held
 
-    def _renew_loop(self) -> None:
+    def drop(self, held: Held) -> None:
+        with self._cond:
+            self._held.pop(id(held), None)
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._held:
                     self._cond.wait()
-            time.sleep(self.lease_s / 4)
+            time.sleep(self._lease_s / 4)
             with self._cond:
                 holds = list(self._held.values())
             for held in holds:
@@ -542,7 +508,7 @@ class StoreBackend:
             old = lease.value()
             lease.seq += 1
             try:
-                after = self._cas(lease.key, old, lease.value())
+                after = self._requests.cas(lease.key, old, lease.value())
             except BaseException:
                 lease.seq -= 1
                 raise
@@ -551,78 +517,285 @@ class StoreBackend:
                 # compare_set answers the expected value itself when the key has gone
                 held.lost = "cleared by someone else" if after in (old, b"") else f"taken over by {holder_of(after)}"
                 return
-        if not lease.ticket:
-            self._post(lease.key, old)  # a flight's waiters wait for its value to change; a lock's, for their turn
+        if not lease.ticket:  # a flight's waiters wait for its value to change; a lock's, for their turn
+            self._wakes.post(lease.key, old)
 
-    # --- a flight's waiters block on a key its performer sets when its value changes (deleted a lease later) -
+
+class _Tickets:
+    """The lock itself: a ticket queue per key (see the module docstring). Each hand-off wakes the next ticket
+    only, a ticket that gave up or never came is passed over, and a holder whose lease stopped being renewed is
+    taken over by exactly one waiter."""
+
+    def __init__(self, requests: _Requests, wakes: _Wakes, renewer: _Renewer, prefix: str, lease_s: float) -> None:
+        self._requests = requests
+        self._wakes = wakes
+        self._renewer = renewer
+        self._prefix = prefix
+        self._lease_s = lease_s
+        self._tokens = itertools.count()
+
+    def acquire(self, key: str, timeout: float, what: str) -> Held:
+        self._requests.connect()
+        name = self._prefix + key
+        started = time.monotonic()
+        holder: str | None = None
+        try:
+            while True:  # a second ticket only when this one's turn was passed on while this thread stalled
+                lease = _Lease(
+                    name,
+                    b"%s.%d" % (process_nonce().encode(), next(self._tokens)),
+                    what.encode("utf-8", "replace"),
+                    ticket=self._requests.add(name + "/n", 1),
+                )
+                held, holder = self._queue(key, lease, started, timeout, holder)
+                if held is not None:
+                    return self._renewer.hold(held)
+        except (LockTimeout, Unreachable):
+            raise
+        except Exception as error:
+            raise self._requests.broken(error) from error
+
+    def _queue(
+        self, key: str, lease: _Lease, started: float, timeout: float, holder: str | None
+    ) -> tuple[Held | None, str | None]:
+        """Wait for ``lease``'s ticket to be served: (the lock, who held it), or (None, ...) when its turn came and
+        was passed on while this thread could not claim it (it then takes a new ticket)."""
+        name, ticket, mine = lease.key, lease.ticket, lease.value()
+        go = _go_key(name, ticket)
+        seen, since = b"", started
+        woken = False  # go key set (by a hand-off or this waiter's alarm): deleted before waiting on it again
+        backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only a store that cannot wait
+        while True:
+            current = self._requests.cas(name, _reserved(ticket), mine)
+            if current == mine:
+                return Held(key, lease, time.monotonic() - started, holder), holder
+            now = time.monotonic()
+            at = _ticket_of(current)
+            if at > ticket:
+                return None, holder
+            holder = holder_of(current) or holder
+            if woken:
+                # then look again: a hand-off between the look above and here is in the value
+                self._requests.delete(go)
+                woken = False
+                continue
+            successor = at + 1 == ticket
+            if current != seen:
+                seen, since = current, now
+            elif now - since >= self._lease_s * (1 if successor else 2):
+                # The holder of ticket ``at`` stopped renewing (killed or frozen), or ticket ``at`` has not
+                # claimed its turn for a lease: its successor takes the lock over; the others pass it on a lease
+                # later (the successor may be gone as well).
+                if self._skip(name, current, at, mine if successor else None):
+                    return self._taken_over(key, lease, started, holder, current, now - since), holder
+                seen, since = b"", now
+                continue
+            if backoff.left() <= 0:
+                self._depart(name, ticket)
+                raise LockTimeout(holder, backoff.waited())
+            # The next ticket looks at the value every eighth of a lease (a killed holder is then taken over about
+            # a lease after its last renewal), the others once a lease (and act on two).
+            due = since + 2 * self._lease_s - now + 0.01
+            bound = min(backoff.left(), self._lease_s / 8 if successor else min(due, self._lease_s))
+            woke = self._wakes.wait(go, bound)
+            if woke is None:  # a store that cannot wait (not a TCPStore): poll
+                backoff.pause(bound)
+            else:
+                woken = True
 
     @staticmethod
-    def _next_key(key: str, value: bytes) -> str:
-        return key + "/next/" + value.partition(b" ")[0].decode("ascii", "replace")
+    def _taken_over(key: str, lease: _Lease, started: float, holder: str | None, stale: bytes, for_s: float) -> Held:
+        """The lock, claimed from ticket ``stale``'s holder that stopped renewing, or from a ticket that did not
+        claim its turn."""
+        held = Held(key, lease, time.monotonic() - started, holder, took_over=_holds(stale))
+        held.note = (
+            f"; took over its lease, not renewed for {for_s:.1f} s (holder killed or frozen)"
+            if _holds(stale)
+            else f"; ticket {_ticket_of(stale)} did not claim its turn for {for_s:.1f} s: passed over"
+        )
+        return held
 
-    def _post(self, key: str, value: bytes) -> None:
-        """Wake the waiters that saw ``value``: it is no longer the lock's value. Never raises."""
-        try:
-            store = self._connect()
-            name = self._next_key(key, value)
-            now = time.monotonic()
-            with self._io:
-                store.set(name, b"1")
-                while self._posted and now - self._posted[0][0] > self.lease_s:
-                    store.delete_key(self._posted.popleft()[1])
-            self._posted.append((now, name))
-        except Exception:  # noqa: BLE001 - waiters then wake at the end of their bounded wait
-            pass
-
-    def _wait_for_change(self, key: str, value: bytes, timeout: float) -> bool | None:
-        """Block until the holder of ``value`` renews or gives the lock back, at most ``timeout`` (see
-        ``_wait_key``)."""
-        return self._wait_key(self._next_key(key, value), timeout)
-
-    def _wait_key(self, name: str, timeout: float) -> bool | None:
-        """Block until key ``name`` exists, at most ``timeout``: True when someone set it, False when this
-        waiter's own bound did (``_Alarms``: a timeout without c10d's warnings), None when this store cannot
-        wait (not a TCPStore) or its connection for waits is not open yet (being opened in the background): the
-        caller polls."""
-        if self._tcp is None or timeout <= 0:
-            return None
-        if self._waiter is None:
-            self._open_waiter_soon()
-            return None
-        from datetime import timedelta
-
-        # One wait at a time on the connection: another thread's wait is bounded too (by its own bound here,
-        # answered as an alarm: the caller looks again).
-        if not self._wait_io.acquire(timeout=timeout):
-            return False
-        try:
-            waiter = self._waiter
-            if waiter is None:  # dropped by another thread's failed wait: poll until it is open again
-                self._open_waiter_soon()
-                return None
-            alarm = self._alarms.at(time.monotonic() + timeout, name)
-            try:
-                waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
-            except Exception as error:
-                self._alarms.cancel(alarm)
-                if "timeout" not in str(error).lower():
-                    self._waiter = None
-                    raise
+    def _skip(self, name: str, stale: bytes, at: int, mine: bytes | None) -> bool:
+        """Pass the turn of ticket ``at`` (lock value ``stale``) on to the next ticket; with ``mine``, that ticket
+        is this waiter's: take the lock itself. True when it did."""
+        if mine is not None:
+            if self._requests.cas(name, stale, mine) != mine:
                 return False
-            return not self._alarms.cancel(alarm)
-        finally:
-            self._wait_io.release()
+        elif self._requests.cas(name, stale, _reserved(at + 1)) == _reserved(at + 1):
+            self._hand(name, at + 1)
+        if at > 1:
+            self._requests.delete(_go_key(name, at))
+        return mine is not None
 
-    def _ring(self, name: str) -> None:
-        """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""
+    def _hand(self, name: str, ticket: int) -> None:
+        """The lock is now reserved for ``ticket``: wake its waiter (only that one). A ticket whose waiter gave
+        up (``DEPART`` in its counter) is passed on at once."""
+        while self._requests.add(_go_key(name, ticket), 1) >= DEPART:
+            self._requests.delete(_go_key(name, ticket))
+            if self._requests.cas(name, _reserved(ticket), _reserved(ticket + 1)) != _reserved(ticket + 1):
+                return
+            ticket += 1
+
+    def _depart(self, name: str, ticket: int) -> None:
+        """This waiter gives up: its ticket must not stall the queue. Marked first (a hand-off that comes later
+        passes the turn on), then passed on here if the turn came already. Never raises."""
         try:
-            store = self._connect()
-            with self._io:
-                store.add(name, 0)  # a go key is a counter (``_hand``); a flight's next key only has to exist
-            if "/go/" not in name:  # a go key is deleted by its waiter
-                self._posted.append((time.monotonic(), name))
-        except Exception:  # noqa: BLE001 - the wait then ends at its backstop, and c10d says why
+            self._requests.add(_go_key(name, ticket), DEPART)
+            if self._requests.cas(name, _reserved(ticket), _reserved(ticket + 1)) == _reserved(ticket + 1):
+                self._requests.delete(_go_key(name, ticket))
+                self._hand(name, ticket + 1)
+        except Exception:  # noqa: BLE001 - the next waiter then passes the turn on a lease later
             pass
+
+    def release(self, held: Held) -> None:
+        if held.forked():
+            return  # a forked child's copy: the lease is the parent's, renewed and given back by it
+        lease: _Lease = held.token
+        self._renewer.drop(held)
+        with held.lock:
+            lease.released = True
+            if held.lost:
+                return
+            try:
+                after = self._requests.cas(lease.key, lease.value(), _reserved(lease.ticket + 1))
+                if after != _reserved(lease.ticket + 1):
+                    held.lost = f"taken over by {holder_of(after) or 'a later ticket'}"
+                else:
+                    self._hand(lease.key, lease.ticket + 1)
+                if lease.ticket > 1:
+                    self._requests.delete(_go_key(lease.key, lease.ticket))
+            except Exception as error:
+                raise self._requests.broken(error) from error
+
+
+class _Flights:
+    """Singleflight (``fsguard.locks.flight``): one rank performs a call, the others wait for its outcome. A
+    flight is a lease like a lock (renewed while it is performed, so its waiters can tell a killed performer),
+    and its outcome rides on the seal added to its waiter count."""
+
+    def __init__(self, requests: _Requests, wakes: _Wakes, renewer: _Renewer, prefix: str, lease_s: float) -> None:
+        self._requests = requests
+        self._wakes = wakes
+        self._renewer = renewer
+        self._prefix = prefix + "flight/"
+        self._lease_s = lease_s
+        self._tokens = itertools.count()
+
+    def claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
+        """See ``StoreBackend.flight_claim``."""
+        self._requests.connect()
+        if self._requests.tcp is None:
+            return None
+        lease = _Lease(
+            self._prefix + flight,
+            b"%s.f%d" % (process_nonce().encode(), next(self._tokens)),
+            what.encode("utf-8", "replace"),
+        )
+        current = self._requests.cas(lease.key, b"", lease.value())
+        if current != lease.value():
+            return False, current
+        return True, self._renewer.hold(Held(flight, lease))
+
+    def wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
+        """See ``StoreBackend.flight_wait``."""
+        key = self._prefix + flight
+        token = value.partition(b" ")[0].partition(b"#")[0]
+        joined = self._requests.add(key + "/n/" + token.decode("ascii", "replace"), 1)
+        if joined > SEAL:
+            return _sealed(joined), True, "gone"
+        started = since = time.monotonic()
+        seen, stale = value, None
+        backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only where no blocking wait can
+        while True:
+            current = self._requests.cas(key, b"\0", b"\0")  # a peek: the value ("" or b"\0" when ended)
+            now = time.monotonic()
+            if not current.startswith(token + b"#"):
+                return self._outcome(key, token), False, "gone"
+            if current != seen:
+                seen, since = current, now
+            elif now - since >= self._lease_s:
+                self._requests.cas(key, current, b"")  # close the dead flight: later callers make their own calls
+                return None, False, "dead"
+            remaining = backoff.left()
+            if remaining <= 0:
+                return None, False, "timeout"
+            due = since + self._lease_s - now + 0.01
+            woke = None if current == stale else self._wakes.wait_for_change(key, current, min(remaining, due))
+            if woke is None:
+                backoff.pause(due)
+            elif woke:
+                stale = current
+
+    def _outcome(self, key: str, token: bytes) -> bytes | None:
+        """The outcome a closed flight's sealed count carries; None: closed without one (its performer was
+        found dead)."""
+        return _sealed(self._requests.add(key + "/n/" + token.decode("ascii", "replace"), 0))
+
+    def done(self, held: Held, outcome: bytes) -> int:
+        """See ``StoreBackend.flight_done``."""
+        lease: _Lease = held.token
+        count_key = lease.key + "/n/" + lease.token.decode("ascii", "replace")
+        self._renewer.drop(held)
+        with held.lock:
+            lease.released = True
+            seal = SEAL if outcome == b"ok" else 2 * SEAL
+            shared = self._requests.add(count_key, seal) - seal
+            ended = lease.value()
+            self._requests.cas(lease.key, ended, b"")
+        if shared:
+            self._wakes.post(lease.key, ended)  # wake them (a later joiner has the outcome without waiting)
+        self._wakes.expire(count_key)
+        return shared
+
+
+class StoreBackend:
+    """Lease locks in the job's key-value store (see the module docstring): the ``Backend`` the serializer
+    calls, made of its parts (the connection for requests, the waits, the lease renewer, the ticket queue, the
+    flights), which a forked child makes afresh."""
+
+    name = "store"
+    scope = "job"
+
+    def __init__(self, lock_timeout: float, env: Mapping[str, str]) -> None:
+        self.lease_s = lease_for(lock_timeout)
+        self.prefix = f"/fsguard/lock/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self._lock_timeout = lock_timeout
+        self._env = env
+        self._reset()
+        forkable(self)
+
+    @property
+    def address(self) -> str | None:
+        """Where requests go (``host:port``, and whose client), once connected."""
+        return self.requests.address
+
+    def after_fork_in_child(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh parts (also in a forked child: the parent's connections and threads are not ours)."""
+        self.requests = _Requests(self._lock_timeout, self._env, lambda: self.wakes.open_soon())
+        self.wakes = _Wakes(self.requests, self.lease_s)
+        renewer = _Renewer(self.requests, self.wakes, self.lease_s)
+        self._tickets = _Tickets(self.requests, self.wakes, renewer, self.prefix, self.lease_s)
+        self._flights = _Flights(self.requests, self.wakes, renewer, self.prefix, self.lease_s)
+
+    def prepare(self) -> None:
+        """Connect now, ahead of the first serialized call (a background thread's job), the connection for waits
+        too. Never raises."""
+        try:
+            self.requests.connect()
+        except Exception:  # noqa: BLE001 - the first call tries again (after RETRY_S) and records why
+            return
+        self.wakes.open()
+
+    # --- the lock: a ticket queue ------------------------------------------------------------------------
+
+    def acquire(self, key: str, timeout: float, what: str) -> Held:
+        return self._tickets.acquire(key, timeout, what)
+
+    def release(self, held: Held) -> None:
+        self._tickets.release(held)
 
     # --- renames announced ahead of their locks (fsguard.locks.serializer): a counter per stripe ----------
 
@@ -639,11 +812,11 @@ class StoreBackend:
 
     def _count(self, key: str, amount: int) -> int:
         try:
-            return self._add_raw(self.prefix + "rename/" + key, amount)
+            return self.requests.add(self.prefix + "rename/" + key, amount)
         except Unreachable:
             raise
         except Exception as error:
-            raise self._broken(error) from error
+            raise self.requests.broken(error) from error
 
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
@@ -651,18 +824,7 @@ class StoreBackend:
         """(True, the flight's ``Held``) for the performer, (False, the flight's current value) for a waiter;
         None when this store cannot wait on keys (no singleflight). A flight is a lease like a lock: renewed by
         the holder's renewal thread while it is performed, so that its waiters can tell a killed performer."""
-        self._connect()
-        if self._tcp is None:
-            return None
-        lease = _Lease(
-            self.prefix + "flight/" + flight,
-            b"%s.f%d" % (process_nonce().encode(), next(self._tokens)),
-            what.encode("utf-8", "replace"),
-        )
-        current = self._cas(lease.key, b"", lease.value())
-        if current != lease.value():
-            return False, current
-        return True, self._hold(Held(flight, lease))
+        return self._flights.claim(flight, what)
 
     def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
         """(outcome, late, why): the outcome the performer of flight ``value`` published (``ok`` or ``err``),
@@ -672,64 +834,15 @@ class StoreBackend:
         take-over serves it), or because the performer ended without an outcome to share (``"gone"``).
 
         No polling: the waiter blocks on the flight's hand-off key, which the performer sets at each renewal
-        and when it ends (``_post``), and its own alarm at the end of the lease."""
-        key = self.prefix + "flight/" + flight
-        token = value.partition(b" ")[0].partition(b"#")[0]
-        joined = self._add_raw(key + "/n/" + token.decode("ascii", "replace"), 1)
-        if joined > SEAL:
-            return _sealed(joined), True, "gone"
-        started = since = time.monotonic()
-        seen, stale = value, None
-        backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only where no blocking wait can
-        while True:
-            current = self._cas(key, b"\0", b"\0")  # a peek: the value ("" or b"\0" when ended)
-            now = time.monotonic()
-            if not current.startswith(token + b"#"):
-                return self._outcome(key, token), False, "gone"
-            if current != seen:
-                seen, since = current, now
-            elif now - since >= self.lease_s:
-                self._cas(key, current, b"")  # close the dead flight: later callers make their own calls
-                return None, False, "dead"
-            remaining = backoff.left()
-            if remaining <= 0:
-                return None, False, "timeout"
-            due = since + self.lease_s - now + 0.01
-            woke = None if current == stale else self._wait_for_change(key, current, min(remaining, due))
-            if woke is None:
-                backoff.pause(due)
-            elif woke:
-                stale = current
-
-    def _outcome(self, key: str, token: bytes) -> bytes | None:
-        """The outcome a closed flight's sealed count carries; None: closed without one (its performer was
-        found dead)."""
-        return _sealed(self._add_raw(key + "/n/" + token.decode("ascii", "replace"), 0))
+        and when it ends (``_Wakes.post``), and its own alarm at the end of the lease."""
+        return self._flights.wait(flight, value, timeout)
 
     def flight_done(self, flight: str, held: Held, outcome: bytes) -> int:
         """Publish the outcome, close the flight, wake its waiters; how many ranks waited for it. One request
         publishes and counts: the outcome is the seal added to the waiter count (``_sealed``), so a rank that
         joins later knows it was not counted and has the outcome in the answer to its joining. An uncontended
         flight costs three requests: the claim, the seal, the close."""
-        lease: _Lease = held.token
-        count_key = lease.key + "/n/" + lease.token.decode("ascii", "replace")
-        with self._cond:
-            self._held.pop(id(held), None)
-        with held.lock:
-            lease.released = True
-            seal = SEAL if outcome == b"ok" else 2 * SEAL
-            shared = self._add_raw(count_key, seal) - seal
-            ended = lease.value()
-            self._cas(lease.key, ended, b"")
-        if shared:
-            self._post(lease.key, ended)  # wake them (a later joiner has the outcome without waiting)
-        self._posted.append((time.monotonic(), count_key))
-        return shared
-
-    def _add_raw(self, name: str, amount: int) -> int:
-        store = self._connect()
-        with self._io:
-            return int(store.add(name, amount))
+        return self._flights.done(held, outcome)
 
 
 def _group_initialized() -> bool:

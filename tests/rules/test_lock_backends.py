@@ -112,6 +112,65 @@ def test_a_flight_is_shared_or_declined(pair: tuple[Backend, Backend]) -> None:
     assert one.flight_done("f1", held, b"ok") == 0
 
 
+def _in_a_forked_child(check: Callable[[], bool]) -> bool:
+    """``check()`` run in a forked child of this process (its answer as the child's exit code)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if check() else 1
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def test_a_forked_child_starts_each_backend_afresh(pair: tuple[Backend, Backend]) -> None:
+    """A rank that forks while it holds a lock (a DataLoader worker, an async checkpoint): the child shares none
+    of its parent's store connections and keeps none of its lock descriptors, and giving back its copy of the
+    parent's lock leaves the lock with the parent."""
+    one, two = pair
+    held = one.acquire("k6", 1.0, "one")
+
+    def fresh() -> bool:
+        if isinstance(one, StoreBackend):
+            parts_fresh = one.requests.store is None and one.wakes.waiter is None
+        else:
+            parts_fresh = isinstance(one, FileBackend) and not one._open
+        one.release(held)  # the parent's lease: not the child's to give back
+        return parts_fresh
+
+    assert _in_a_forked_child(fresh), "a forked child kept its parent's connection or lock descriptors"
+    with pytest.raises(LockTimeout):
+        two.acquire("k6", 0.2, "two")  # still the parent's
+    one.release(held)
+
+
+def test_a_forkable_object_is_reset_in_a_forked_child_and_held_weakly() -> None:
+    """``state.forkable``: what the lock backends and the serializer register to be made afresh in a forked
+    child, without being kept alive by it."""
+    import gc
+    import weakref
+
+    from fsguard import state
+
+    class Resettable:
+        def __init__(self) -> None:
+            self.reset = False
+
+        def after_fork_in_child(self) -> None:
+            self.reset = True
+
+    kept, dropped = Resettable(), Resettable()
+    state.forkable(kept)
+    state.forkable(dropped)
+    gone = weakref.ref(dropped)
+    del dropped
+    gc.collect()
+    assert gone() is None, "state.forkable kept an object alive"
+    assert _in_a_forked_child(lambda: kept.reset), "a forked child did not reset a forkable object"
+    assert not kept.reset  # the parent's object is left alone
+
+
 class _Counted:
     """A store client that counts the requests sent through it."""
 
@@ -144,11 +203,11 @@ def test_a_hand_off_wakes_the_next_ticket_only_and_passes_over_one_that_gave_up(
         threads.append(threading.Thread(target=wait, args=(i,)))
         threads[-1].start()
         deadline = time.monotonic() + 10
-        while holder._add_raw(holder.prefix + "q/n", 0) < 3 + i:
+        while holder.requests.add(holder.prefix + "q/n", 0) < 3 + i:
             assert time.monotonic() < deadline, "no ticket taken"
-    counted = [_Counted(w._store) for w in waiters]
+    counted = [_Counted(w.requests.store) for w in waiters]
     for backend, client in zip(waiters, counted, strict=True):
-        backend._store = client
+        backend.requests.store = client
     # A waiter may still be between taking its ticket and blocking (a loaded machine): wait until the last one
     # sends nothing more for half a second, then count what the hand-off makes it send.
     before, quiet_since, deadline = -1, time.monotonic(), time.monotonic() + 10
@@ -174,7 +233,7 @@ def test_a_ticket_that_never_claims_its_turn_is_passed_over_after_a_lease(store_
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port), "TORCHELASTIC_RESTART_COUNT": f"d{os.getpid()}"}
     holder, waiter = StoreBackend(1.5, env), StoreBackend(1.5, env)
     first = holder.acquire("d", 1.0, "holder")
-    assert holder._add_raw(holder.prefix + "d/n", 1) == 2  # the ghost's ticket
+    assert holder.requests.add(holder.prefix + "d/n", 1) == 2  # the ghost's ticket
     got: list[Any] = []
     # Given back first: the turn is then ticket 2's, whatever the holder's renewals do on a loaded machine.
     holder.release(first)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TORCHRUN_ENV, clean_env, run_python
+from tests.workers.fork_worker import CHILD_LIFE_S
 
 WORKER = Path(__file__).resolve().parent / "workers" / "fork_worker.py"
 
@@ -76,8 +77,11 @@ def test_long_lived_forked_children_keep_no_lock(
     forked = json.loads(out.strip().splitlines()[-1])
     assert forked["children"] == 20 and forked["statuses"] == [0] * 20 and forked["replaces"] > 0, forked
     waited = json.loads(peer.stdout.strip().splitlines()[-1])
-    # Each call holds the lock for one replace (microseconds); a lock kept by the children lasted seconds.
-    assert waited["calls"] > 0 and waited["worst_s"] < 1.0, waited
+    # Each call holds the lock for one replace (microseconds); a lock kept by the children lasts until they exit,
+    # CHILD_LIFE_S after their fork. A loaded machine holds it for longer now and then: the forker's thread holds
+    # it while it waits for the CPU, or for the GIL while the main thread forks (at load 14-17 on 2 cores: up to
+    # 1.0 s with no child forked, up to 2.0 s with 20, 16 runs each; over 1.0 s in 9 of 45 runs).
+    assert waited["calls"] > 0 and waited["worst_s"] < CHILD_LIFE_S / 2, waited
 
 
 RANKS = 6  # the hazard lies in the first milliseconds after the import: each rank is one more chance (3 in 8 on main)

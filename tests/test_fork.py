@@ -293,7 +293,7 @@ def test_a_fork_waits_for_a_section_that_logs_not_for_its_bound(fsguard_python: 
 
 
 FIRST_FAILURES = """
-import os, posix, shutil, sys, threading
+import os, posix, sys, threading
 from _thread import get_ident
 from fsguard import state
 
@@ -333,6 +333,8 @@ def replace(name):
 
 
 def rmtree(name):
+    import shutil  # the program's first: fsguard's handlers have imported it already, if they needed it
+
     shutil.rmtree(os.path.join(base, name))  # a peer removed it first
 
 

@@ -362,3 +362,46 @@ def test_a_first_failure_imports_nothing_outside_its_section(fsguard_python: Pat
     assert result.returncode == 0, result.stderr[-2000:]
     assert "absorbed makedirs" in result.stderr and "deferred makedirs" in result.stderr, result.stderr[-2000:]
     assert result.stdout.strip() == "[]", result.stdout
+
+
+GATE_BEING_MADE = """
+import os, threading, time
+from fsguard import state
+
+holding, done = threading.Event(), threading.Event()
+
+
+def making():  # another thread making the gate at its first section (``state._hook_gate``) when the fork comes
+    with state._gate_making:
+        holding.set()
+        done.wait()
+
+
+thread = threading.Thread(target=making)
+thread.start()
+holding.wait()
+pid = os.fork()
+if pid == 0:
+    with state.Unforkable():  # the child's own first section makes its gate
+        pass
+    os._exit(0)
+done.set()
+thread.join()
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    exited, status = os.waitpid(pid, os.WNOHANG)
+    if exited:
+        print(os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.01)
+else:
+    os.kill(pid, 9)
+    print("hung")
+"""
+
+
+def test_a_child_forked_while_the_gate_was_being_made_makes_its_own(fsguard_python: Path) -> None:
+    """The lock around making the gate is made anew in a forked child: a fork while another thread was making it
+    left the child's copy held, and the child's first section waited for it forever."""
+    result = run_python(fsguard_python, GATE_BEING_MADE, timeout=60)
+    assert (result.returncode, result.stdout.strip()) == (0, "0"), result.stderr[-2000:]

@@ -76,12 +76,23 @@ def load_policy() -> None:
     rules()
 
 
+# The standard library's modules that the failure path imports where it first needs them (evidence's statx,
+# handlers' pass-through wrappers and its bytecode and source readers): imported with the rest, so that each
+# first import runs inside the section too. A child forked while another thread was outside it, importing one
+# of them, waited forever for that module's lock at its own first failure.
+_STANDARD_LIBRARY = ("ast", "ctypes", "dis", "inspect", "linecache", "pathlib")
+
+
 def _import_failure_path() -> None:
     """The modules a failure needs, imported together at the first failure (or by ``load_policy``)."""
     for rule in DECIDE.values():
         if isinstance(rule, _Rule):
             rule.load()
     from . import handlers, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
+
+    for name in _STANDARD_LIBRARY:
+        __import__(name)
+    runtime.site_dirs()  # a record's call site: ``sysconfig``, and the data module it imports at its first use
 
 
 def shutting_down() -> bool:

@@ -27,6 +27,7 @@ a hook registered here at the first section waits for the sections of other thre
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 # The C types that ``threading`` and ``collections`` hand out (``threading.RLock()`` is ``_thread.RLock``,
@@ -298,7 +299,8 @@ def _hook_gate() -> _Gate:
     """Make the gate, and register its side of the at-fork hook, at the first section, not at startup: hooks
     run newest first before a fork, so a fork then waits for the sections before it takes the locks of hooks
     registered earlier (``logging``'s, which torch imports, and ``fsguard.records``' when a record was written
-    already); a section that logs then never waits for the fork that waits for it. Either order is bounded."""
+    already); a section that logs then never waits for the fork that waits for it. ``logging`` imported for the
+    first time inside a section registers its hook after the gate's: ``_lend_logging_lock``."""
     global _gate
     with _gate_making:
         if _gate is None:
@@ -321,16 +323,37 @@ def _before_fork() -> None:
     started = time.monotonic()
     gate.late = None
     gate.held = gate.cond.acquire(timeout=FORK_WAIT_S)
-    if not gate.held:
-        return
     me = get_ident()
-    while _holding_back(gate, me):
-        left = started + FORK_WAIT_S - time.monotonic()
-        if left <= 0:
-            gate.late = (time.monotonic() - started, _holding_back(gate, me))
-            gate.passed = gate.sections  # one fork waits out the bound; the next ones go on at once
-            return
-        gate.cond.wait(left)
+    if not gate.held or not _holding_back(gate, me):
+        return
+    lent = _lend_logging_lock()
+    try:
+        while _holding_back(gate, me):
+            left = started + FORK_WAIT_S - time.monotonic()
+            if left <= 0:
+                gate.late = (time.monotonic() - started, _holding_back(gate, me))
+                gate.passed = gate.sections  # one fork waits out the bound; the next ones go on at once
+                return
+            gate.cond.wait(left)
+    finally:
+        for _ in range(lent[1]):
+            if not lent[0].acquire(timeout=FORK_WAIT_S):
+                break  # logging's own hook then finds it not held: a line on stderr, and the fork goes on
+
+
+def _lend_logging_lock() -> tuple[Any, int]:
+    """Release ``logging``'s lock while this thread waits for sections, if it holds it for the fork: (the lock,
+    how many times). ``logging`` first imported inside a section (the first failure's imports) registers its
+    at-fork hook after the gate's, so a fork took logging's lock before it waited, and the section's import
+    then waited for that lock in logging's own module body: the fork waited out ``FORK_WAIT_S`` for a section
+    that could not end before it did, split it, and the child had half an import."""
+    lock: Any = getattr(sys.modules.get("logging"), "_lock", None)
+    owned = getattr(lock, "_is_owned", None)
+    times = 0
+    while owned is not None and owned():
+        lock.release()
+        times += 1
+    return lock, times
 
 
 def _after_fork_in_parent() -> None:
@@ -341,9 +364,17 @@ def _after_fork_in_parent() -> None:
         gate.held = False
         gate.cond.release()
     if gate.late is not None:
-        waited, idents = gate.late
-        gate.late = None
-        _forked_late(waited, idents)
+        late, gate.late = gate.late, None
+        # Not written here: the hooks registered after this one still hold their locks until the fork returns
+        # (``logging``'s), and the thread still inside its section may hold what writing a record takes (the
+        # import lock of ``fsguard.records`` and ``logging``, while it imports them): waiting for either here
+        # would hang the parent for good. A thread of its own writes it once they are given back.
+        try:
+            import threading
+
+            threading.Thread(target=_forked_late, args=late, name="fsguard-fork-record", daemon=True).start()
+        except RuntimeError:  # no new threads at interpreter shutdown: nobody would read it then
+            pass
 
 
 _late_fork_reporters: list[Callable[[float, list[str]], None]] = []
@@ -368,7 +399,8 @@ def _forked_late(waited: float, idents: list[int]) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _gate
+    global _gate, _gate_making
+    _gate_making = allocate_lock()  # another thread may have been making the gate
     if _gate is not None:
         _gate = _Gate()  # the threads inside a section (and a cond lock held for the fork) are the parent's
     STATE.lock = RLock()

@@ -13,7 +13,7 @@ import time
 
 from . import _later, _wrapt, config, failure, launcher
 from .calls import FAMILY, Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
-from .state import STATE, busy, found_leaf
+from .state import STATE, busy
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def _wrapper(
         try:
             if shared is not None:
                 # exist_ok=True: made by this call, or found there (the standard makedirs cannot say which)
-                found = not _makedirs_exist_ok(wrapped, args, kwargs, *shared)
+                found = not _makedirs_exist_ok(wrapper, wrapped, args, kwargs, *shared)
                 result = None
             else:
                 result = wrapped(*args, **kwargs)
@@ -159,12 +159,8 @@ def _wrapper(
 
 def _leaf_found(std_makedirs: Any, error: OSError, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call (the wrapper's caller), which
-    settles it itself (exist_ok, or its decided re-raise): then the makedirs(exist_ok=True) around it learns
-    that its leaf was found there (``state.found_leaf``), and the error goes straight back to it."""
-    if std_makedirs is None or error.__class__ is not FileExistsError or sys._getframe(2).f_code is not std_makedirs:
-        return False
-    found_leaf.name = first_path(op, args, kwargs)
-    return True
+    settles it itself (exist_ok, or its decided re-raise): then the error goes straight back to it."""
+    return std_makedirs is not None and error.__class__ is FileExistsError and sys._getframe(2).f_code is std_makedirs
 
 
 def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
@@ -254,7 +250,12 @@ def _depth() -> int:
 
 
 def _makedirs_exist_ok(
-    makedirs: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: Any, mode: Any
+    wrapper: Callable[..., Any],
+    makedirs: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    name: Any,
+    mode: Any,
 ) -> bool:
     """``makedirs(..., exist_ok=True)``; True when this call created the directory (False: it was there).
     Remembered as ``makedirs-shared`` (made here: a name others make too, that a peer may have written into and
@@ -264,29 +265,50 @@ def _makedirs_exist_ok(
     ``mkdir`` (the unpatched one) is tried first, the call the standard makedirs would make. Made: done.
     ``FileExistsError`` with a directory there: done, as the standard makedirs ends (its ``mkdir`` fails, its
     ``isdir`` says yes; a name that exists has a parent that does), one ``stat`` fewer than it. Anything else:
-    the standard makedirs runs, parents, errors and all, as without fsguard.
+    the standard makedirs' own steps, in its order: its missing parent (its recursion, made level by level as
+    ``_parents_in_turn`` makes it), then the leaf's ``mkdir`` again, its error raised unless a directory is there.
     """
     if name is None:
         makedirs(*args, **kwargs)  # the standard makedirs says what is missing
         return False
+    made = _leaf(name, mode)
+    if made is not None:
+        return made
+    head, tail = os.path.split(name)  # as the standard makedirs, line by line (its errors, its order)
+    if not tail:
+        head, tail = os.path.split(head)
+    if head and tail and not os.path.exists(head):
+        try:
+            _parents_in_turn(wrapper, makedirs, (head,), {"exist_ok": True})
+        except FileExistsError:
+            pass
+        if tail == (os.curdir.encode() if isinstance(tail, bytes) else os.curdir):
+            return False
+    try:
+        return _leaf(name, mode, raises=True) is True
+    except OSError:
+        if not os.path.isdir(name):
+            raise
+    return False
+
+
+def _leaf(name: Any, mode: Any, raises: bool = False) -> bool | None:
+    """The leaf ``mkdir`` of a ``makedirs(exist_ok=True)``, unpatched, and the job tag on what it made: True,
+    made; False, a directory was there; None, anything else (``raises``: its error)."""
     try:
         STATE.originals.get("mkdir", os.mkdir)(name, mode)
-        tag = _job_tag()
-        if tag is not None:
-            _tag(name, tag)
-        return True
     except FileExistsError:
-        existed = True
+        if raises:
+            raise
+        return False if os.path.isdir(name) else None  # (a name that exists has a parent that does)
     except (OSError, TypeError, ValueError):  # a missing parent, or anything the standard makedirs must report
-        existed = False
-    if existed and os.path.isdir(name):
-        return False
-    if type(os.mkdir) is GuardedFunction:  # its leaf mkdir (guarded) says whether it found the directory there
-        found_leaf.name = None
-        makedirs(*args, **kwargs)  # outside the except clauses: its errors carry no __context__ of fsguard's
-        return found_leaf.name is not name
-    makedirs(*args, **kwargs)
-    return not existed
+        if raises:
+            raise
+        return None
+    tag = _job_tag()
+    if tag is not None:
+        _tag(name, tag)
+    return True
 
 
 def _takes_onexc(function: Any) -> bool:

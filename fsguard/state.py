@@ -161,9 +161,6 @@ class State:
 STATE = State()
 
 _local = local()
-# The leaf a guarded mkdir, called by the standard makedirs, found already there (per thread): read by the
-# makedirs(exist_ok=True) around it (fsguard.patching), which sets it to None before the call.
-found_leaf = local()
 
 
 def busy() -> bool:

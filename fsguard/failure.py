@@ -63,7 +63,6 @@ _PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method 
 # would only delay its handler (an ``os.rename(lock, mine)`` lock's every failed try), so the rule decides
 # without it.
 _WAIT_FOR_EVIDENCE = frozenset({"rename", "replace"})
-_NOT_ASKED: Any = object()
 # Where a makedirs calls itself for a missing parent: the standard makedirs, and patching's level taken in turn
 _IN_TURN = ("fsguard.patching", "_parents_in_turn")
 
@@ -118,32 +117,50 @@ def rules() -> Rules:
 def absorbs(call: Call, error: OSError) -> bool:
     """The pipeline: True to absorb ``error``, the failure of ``call``. Called by the guarded function's wrapper
     itself (the frame questions below count from it). Any failure inside fsguard's own decision means: re-raise
-    the original."""
+    the original. Each stage is asked once, in turn: what no evidence can absorb, fsguard's own call and the
+    standard library's own business; the caller's context; the rule; defer or absorb; the record."""
     op = call.op
     if _stays_raised(call, error):
         return False
     if busy() or shutting_down() or (op == "makedirs" and _inside_makedirs()) or (op in FAMILY and left_to_caller()):
         return False
+    # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
+    # absorbing keeps the meaning a handler waits for ("exists and is not a directory"); it is never deferred.
+    settles = not (op == "makedirs" and call.exist_ok)
     try:
         with Busy():
             numbers = rules()
-            handler = _NOT_ASKED
-            if op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError) and numbers.settle_s > 0:
+            context = _caller_handler(error) if settles else None
+            if context is not None and op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError):
                 # The caller will get the error anyway: decide from what the listings show now, no waiting.
-                handler = _caller_handler(error)
-                if handler is not None:
-                    numbers = numbers.without_waits()
+                numbers = numbers.without_waits()
             from .world import LIVE
 
             verdict = DECIDE[op](call, error, LIVE, numbers)
     except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
         rule_failed(op, failure)
         return False
-    # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
-    # absorbing keeps the meaning a handler waits for ("exists and is not a directory").
-    if verdict.absorb and not (op == "makedirs" and call.exist_ok):
-        verdict = defer_to_caller(verdict, error, handler)
+    if verdict.absorb and settles:
+        verdict = defer_to_caller(verdict, context)
     return settle(verdict, call, error)
+
+
+def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: float, serializer: Any) -> OSError | None:
+    """One guarded ``rmtree``, down the pipeline once: the rules, the walk (``fsguard.rmwalk``, which asks the
+    rmtree rule at each step), its verdict deferred and recorded as a failure's. Returns the error the caller
+    gets (None: removed, or absorbed); the walk raises what it does not decide."""
+    try:
+        from . import rmwalk
+
+        numbers = rules()
+    except Exception as broken:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
+        rule_failed("rmtree", broken)
+        wrapped(*call.args, **call.kwargs)
+        return None
+    verdict = rmwalk.run(wrapped, call, numbers, use_onexc, yield_s, serializer)
+    if verdict is not None and not walked(verdict, call) and isinstance(verdict.error, OSError):
+        return verdict.error
+    return None
 
 
 def walked(verdict: Removal, call: Call) -> bool:
@@ -151,7 +168,9 @@ def walked(verdict: Removal, call: Call) -> bool:
     error = verdict.error
     settled: Verdict = verdict
     if verdict.absorb and verdict.top_gone and isinstance(error, OSError):
-        settled = defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
+        with Busy():
+            context = _caller_handler(error)  # the error the standard rmtree lets escape
+        settled = defer_to_caller(verdict, context)
     return settle(settled, call, error)
 
 
@@ -243,10 +262,11 @@ def left_to_caller(depth: int = 2) -> bool:
 
 
 def _caller_handler(error: BaseException) -> dict[str, Any] | None:
+    """The caller's context (``fsguard.handlers``): what the calling code does with ``error``; None: a would-be
+    crash. Asked inside ``Busy`` (fsguard's own frames are passed over)."""
     from . import handlers  # the failure path only
 
-    with Busy():
-        return handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
+    return handlers.caller_handles(error, sys._getframe(1))
 
 
 def rule_failed(op: str, failure: Exception) -> None:
@@ -264,15 +284,13 @@ def rule_failed(op: str, failure: Exception) -> None:
         )
 
 
-def defer_to_caller(verdict: Verdict, error: BaseException, found: dict[str, Any] | None = _NOT_ASKED) -> Verdict:
-    """The same verdict where ``error`` would crash its thread or process (fsguard absorbs only a would-be
-    crash); otherwise a ``deferred`` one: re-raised to the program's own handling (or left to the program where
-    fsguard cannot read it), recorded with the evidence that would have absorbed it and what decides instead
-    (fsguard.handlers). ``found``: the handler already looked for, if it was."""
+def defer_to_caller(verdict: Verdict, found: dict[str, Any] | None) -> Verdict:
+    """The same verdict where the error would crash its thread or process (``found`` None: fsguard absorbs only a
+    would-be crash); otherwise a ``deferred`` one: re-raised to the program's own handling (or left to the program
+    where fsguard cannot read it), recorded with the evidence that would have absorbed it and what decides instead
+    (``found``, the caller's context from fsguard.handlers)."""
     from .guards import Verdict
 
-    if found is _NOT_ASKED:
-        found = _caller_handler(error)
     if found is None:
         return verdict
     if verdict.decision != "absorbed":  # a hazard stays visible in the audit

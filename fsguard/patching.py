@@ -342,25 +342,16 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
             wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)))
             return None
-        try:
-            from . import rmwalk
-
-            rules = failure.rules()
-        except Exception as broken:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
-            failure.rule_failed("rmtree", broken)
-            result = wrapped(*args, **kwargs)
-            remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
-            return result
         # A peer can only move a tree away in a job that has peers: alone, no window at all.
         launch = state.launch
         yield_s = state.settings.yield_s if launch is not None and launch.distributed else 0.0
         serializer = state.serializer
 
         def perform() -> None:
-            verdict = rmwalk.run(wrapped, call, rules, use_onexc, yield_s, serializer)
+            error = failure.walk(wrapped, call, use_onexc, yield_s, serializer)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
-            if verdict is not None and not failure.walked(verdict, call) and isinstance(verdict.error, OSError):
-                raise verdict.error
+            if error is not None:
+                raise error
 
         if serializer is None:
             perform()

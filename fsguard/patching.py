@@ -113,7 +113,7 @@ def _wrapper(
             try:
                 result = wrapped(*args)
             except OSError as error:
-                if _leaf_found(std_makedirs, error, op, args, kwargs) or not absorbs(Call(op, args, kwargs), error):
+                if _leaf_found(std_makedirs, error) or not absorbs(Call(op, args, kwargs), error):
                     raise
                 result = None
             else:
@@ -141,7 +141,7 @@ def _wrapper(
                 if tag is not None and kwargs.get("dir_fd") is None:
                     _tag(first_path(op, args, kwargs), tag)
         except OSError as error:
-            if _leaf_found(std_makedirs, error, op, args, kwargs) or not absorbs(Call(op, args, kwargs), error):
+            if _leaf_found(std_makedirs, error) or not absorbs(Call(op, args, kwargs), error):
                 raise
             result = None
         if shared is not None:  # found there (or a peer's, absorbed), or made here: a name others make too
@@ -157,7 +157,7 @@ def _wrapper(
     return wrapper
 
 
-def _leaf_found(std_makedirs: Any, error: OSError, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _leaf_found(std_makedirs: Any, error: OSError) -> bool:
     """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call (the wrapper's caller), which
     settles it itself (exist_ok, or its decided re-raise): then the error goes straight back to it."""
     return std_makedirs is not None and error.__class__ is FileExistsError and sys._getframe(2).f_code is std_makedirs
@@ -271,9 +271,19 @@ def _makedirs_exist_ok(
     if name is None:
         makedirs(*args, **kwargs)  # the standard makedirs says what is missing
         return False
-    made = _leaf(name, mode)
-    if made is not None:
-        return made
+    mkdir = STATE.originals.get("mkdir", os.mkdir)
+    try:
+        mkdir(name, mode)
+        tag = _job_tag()
+        if tag is not None:
+            _tag(name, tag)
+        return True
+    except FileExistsError:
+        existed = True
+    except (OSError, TypeError, ValueError):  # a missing parent, or anything the standard makedirs must report
+        existed = False
+    if existed and os.path.isdir(name):
+        return False
     head, tail = os.path.split(name)  # as the standard makedirs, line by line (its errors, its order)
     if not tail:
         head, tail = os.path.split(head)
@@ -285,26 +295,11 @@ def _makedirs_exist_ok(
         if tail == (os.curdir.encode() if isinstance(tail, bytes) else os.curdir):
             return False
     try:
-        return _leaf(name, mode, raises=True) is True
+        mkdir(name, mode)
     except OSError:
         if not os.path.isdir(name):
             raise
-    return False
-
-
-def _leaf(name: Any, mode: Any, raises: bool = False) -> bool | None:
-    """The leaf ``mkdir`` of a ``makedirs(exist_ok=True)``, unpatched, and the job tag on what it made: True,
-    made; False, a directory was there; None, anything else (``raises``: its error)."""
-    try:
-        STATE.originals.get("mkdir", os.mkdir)(name, mode)
-    except FileExistsError:
-        if raises:
-            raise
-        return False if os.path.isdir(name) else None  # (a name that exists has a parent that does)
-    except (OSError, TypeError, ValueError):  # a missing parent, or anything the standard makedirs must report
-        if raises:
-            raise
-        return None
+        return False
     tag = _job_tag()
     if tag is not None:
         _tag(name, tag)

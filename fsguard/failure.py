@@ -1,10 +1,13 @@
 """The one failure pipeline: a guarded call failed; absorb its error, or leave it to the program unchanged.
 
 ``fsguard.patching`` builds one :class:`~fsguard.calls.Call` for the failing call and hands ``(call, error)`` to
-:func:`absorbs`, which goes down once: what no evidence can absorb (one ``lstat``), fsguard's own or a finalizing
-interpreter's call, the standard library's own business (frames) -> the rule, ``guards.<op>.decide(call, error,
-world, rules)`` -> the caller's context (``fsguard.handlers``: deferred where the calling code handles the error)
--> the record. The rules and the evidence are imported at the first failure, not at startup.
+:func:`absorbs`, which goes down once, asking each stage in turn: what no evidence can absorb (one ``lstat``),
+fsguard's own or a finalizing interpreter's call, the standard library's own business (``fsguard.handlers``'
+frame questions) -> the caller's context (``fsguard.handlers``: what the calling code does with the error) -> the
+rule, ``guards.<op>.decide(call, error, world, rules)`` -> defer (where the calling code handles the error) or
+absorb -> the record. A guarded ``rmtree`` goes down the same way (:func:`walk`): the rules, the walk
+(``fsguard.rmwalk``, which asks its rule at each step), the context of the error it let escape, the record.
+The rules, the caller's context and the evidence are imported at the first failure, not at startup.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import stat
 import sys
 
 from .calls import FAMILY, Call
-from .state import STATE, Busy, Unforkable, busy
+from .state import STATE, Busy, Unforkable, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's (see bench/startup.py)
 if TYPE_CHECKING:
@@ -56,15 +59,11 @@ DECIDE: dict[str, Callable[[Call, OSError, World, Rules], Verdict]] = {
     "symlink": _rule("symlink"),
     "link": _rule("link"),
 }
-_STDLIB_CALLERS = frozenset(("os", "shutil", "tempfile"))
-_PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method -> its "that is fine" flag
 # Operations whose rule may wait up to FSGUARD_SETTLE_S for evidence that never comes (a rename whose source
 # never existed waits for a destination nobody makes): when the calling code handles the error, that wait
 # would only delay its handler (an ``os.rename(lock, mine)`` lock's every failed try), so the rule decides
 # without it.
 _WAIT_FOR_EVIDENCE = frozenset({"rename", "replace"})
-# Where a makedirs calls itself for a missing parent: the standard makedirs, and patching's level taken in turn
-_IN_TURN = ("fsguard.patching", "_parents_in_turn")
 
 
 def load_policy() -> None:
@@ -81,14 +80,6 @@ def _import_failure_path() -> None:
         if isinstance(rule, _Rule):
             rule.load()
     from . import handlers, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
-
-
-def shutting_down() -> bool:
-    """Whether the interpreter is finalizing (``__del__`` of module globals, late finalizers): imports fail then
-    (``sys.meta_path`` is None) and records could not be written, so a guarded call is the unpatched call.
-    Asked only where fsguard would import or record: a failure's decision, a serialized call (every rmtree
-    asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
-    return sys.meta_path is None or sys.is_finalizing()
 
 
 def rules() -> Rules:
@@ -122,7 +113,15 @@ def absorbs(call: Call, error: OSError) -> bool:
     op = call.op
     if _stays_raised(call, error):
         return False
-    if busy() or shutting_down() or (op == "makedirs" and _inside_makedirs()) or (op in FAMILY and left_to_caller()):
+    if busy() or shutting_down():
+        return False
+    try:
+        handlers = _handlers()
+    except ImportError as broken:  # (site-packages no longer readable, and no load_policy: no rule either)
+        rule_failed(op, broken)
+        return False
+    wrapper = sys._getframe(1)
+    if (op == "makedirs" and handlers.inside_makedirs(wrapper)) or (op in FAMILY and handlers.left_to_caller(wrapper)):
         return False
     # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
     # absorbing keeps the meaning a handler waits for ("exists and is not a directory"); it is never deferred.
@@ -220,53 +219,23 @@ def _stands_before(name: Any) -> bool:
     return numbers.before_job(st.st_ctime)
 
 
-def _inside_makedirs() -> bool:
-    """Whether this failing makedirs is the standard makedirs' own call for a missing parent.
+def _handlers() -> Any:
+    """``fsguard.handlers`` (the caller's context), imported at the first failure as the rules are: no fork
+    splits the import (``state.Unforkable``), and fsguard's own calls inside it are not guarded."""
+    found = sys.modules.get("fsguard.handlers")
+    if found is None:
+        with Busy(), Unforkable():
+            from . import handlers
 
-    The standard makedirs calls ``makedirs(head, exist_ok=exist_ok)`` through the module attribute, so that
-    call is guarded too; its ``FileExistsError`` is caught by the outer standard makedirs, which goes on.
-    Deciding (and recording) it here would only add a record for a failure nobody sees.
-    """
-    code = getattr(STATE.originals.get("makedirs"), "__code__", None)
-    frame: Any = sys._getframe(2)  # callers of absorbs: the wrapper (and a serializer)
-    for _ in range(6):
-        if frame is None:
-            return False
-        if frame.f_code is code or (frame.f_globals.get("__name__"), frame.f_code.co_name) == _IN_TURN:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def left_to_caller(depth: int = 2) -> bool:
-    """Whether a failing remove/mkdir/symlink/link is the standard library's own business (the first frame
-    outside fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and is decided itself (one decision, not two),
-    shutil's tree walks hand errors to their own handlers, ``tempfile`` claims names by ``mkdir`` and
-    ``FileExistsError`` means "try another"; ``Path.mkdir(exist_ok=True)`` and ``Path.unlink(missing_ok=True)``
-    settle the very error themselves (a decision there would only add a record). Such calls are not serialized
-    either: ``os.makedirs`` already holds the lock on its path, and would wait for itself."""
-    frame: Any = sys._getframe(depth)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if not (module == "wrapt" or module.startswith(("wrapt.", "fsguard."))) or module.startswith(
-            ("fsguard.demo", "fsguard.cli")
-        ):
-            if module == "pathlib" or module.startswith("pathlib."):  # 3.13: pathlib._local
-                return (
-                    frame.f_code.co_name in _PATHLIB_OPTIONS
-                    and frame.f_locals.get(_PATHLIB_OPTIONS[frame.f_code.co_name]) is True
-                )
-            return module in _STDLIB_CALLERS
-        frame = frame.f_back
-    return False
+        found = handlers
+    return found
 
 
 def _caller_handler(error: BaseException) -> dict[str, Any] | None:
     """The caller's context (``fsguard.handlers``): what the calling code does with ``error``; None: a would-be
     crash. Asked inside ``Busy`` (fsguard's own frames are passed over)."""
-    from . import handlers  # the failure path only
-
-    return handlers.caller_handles(error, sys._getframe(1))
+    found: dict[str, Any] | None = _handlers().caller_handles(error, sys._getframe(1))
+    return found
 
 
 def rule_failed(op: str, failure: Exception) -> None:

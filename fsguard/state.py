@@ -26,6 +26,7 @@ a hook registered here at the first section waits for the sections of other thre
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 # The C types that ``threading`` and ``collections`` hand out (``threading.RLock()`` is ``_thread.RLock``,
@@ -166,6 +167,14 @@ _local = local()
 def busy() -> bool:
     """True while this thread is inside fsguard's own decision or logging (guarded calls then pass through)."""
     return getattr(_local, "busy", False)
+
+
+def shutting_down() -> bool:
+    """Whether the interpreter is finalizing (``__del__`` of module globals, late finalizers): imports fail then
+    (``sys.meta_path`` is None) and records could not be written, so a guarded call is the unpatched call.
+    Asked only where fsguard would import or record: a failure's decision, a serialized call (every rmtree
+    asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
+    return sys.meta_path is None or sys.is_finalizing()
 
 
 class Busy:

@@ -60,7 +60,7 @@ def stage_of(module: str) -> str | None:
 @dataclass
 class Visit:
     stage: str
-    asked: list[Visit] = field(default_factory=list)  # the visits it made, in order
+    asked: list[Visit] = field(default_factory=list)  # the visits it made, in order (A, A merged: one turn)
 
     def course(self, depth: int = 0) -> list[str]:
         return ["  " * depth + self.stage, *(line for visit in self.asked for line in visit.course(depth + 1))]
@@ -83,17 +83,20 @@ def follow(events: list[list[str]]) -> tuple[Visit, list[str]]:
         if stage is None or (caller is not None and caller.stage == stage):
             frames.append(None)  # an answer, or the same stage going on: no new visit
             continue
-        visit = Visit(stage)
         if caller is None:
             assert root is None, f"a second top-level visit: {stage}.{function}"
-            root = visit
+            visit = root = Visit(stage)
         else:
             if any(v.stage == stage for v in open_visits):
                 bounces.append(f"{caller.stage} called back up into {stage}.{function}")
             stages = [v.stage for v in caller.asked]
-            if stage in stages and stages[-1] != stage:
-                bounces.append(f"{caller.stage} asked {stage}.{function} again after {stages[-1]}")
-            caller.asked.append(visit)
+            if stages and stages[-1] == stage:
+                visit = caller.asked[-1]  # the same stage asked again at once: one turn (A, A)
+            else:
+                if stage in stages:
+                    bounces.append(f"{caller.stage} asked {stage}.{function} again after {stages[-1]}")
+                visit = Visit(stage)
+                caller.asked.append(visit)
         frames.append(visit)
         open_visits.append(visit)
     assert root is not None and not frames, "the followed call did not start and end in fsguard"
@@ -140,3 +143,45 @@ def test_a_failing_call_goes_down_once(
     assert bounces == [], f"{bounces}\n{course}"
     assert visit.stage == "fsguard.patching" and [v.stage for v in visit.asked] == ["fsguard.failure"], course
     assert [v.stage for v in visit.asked[0].asked] == pipeline, course
+
+
+def _events(*course: str) -> list[list[str]]:
+    """``call``/``return`` events from a course written as ``"+module"`` (a frame starts) and ``"-"`` (the newest
+    frame returns)."""
+    stack: list[str] = []
+    events: list[list[str]] = []
+    for step in course:
+        if step == "-":
+            events.append(["return", stack.pop(), "f"])
+        else:
+            stack.append("fsguard." + step[1:])
+            events.append(["call", stack[-1], "f"])
+    return events
+
+
+def test_the_metric_tells_a_pipeline_from_a_bounce() -> None:
+    """The pipeline asking each stage in turn does not bounce; what the issue names does: patching entered
+    again in the middle, a lower module calling back up, a stage asked again after the pipeline moved on."""
+    pipeline = _events(
+        *("+patching", "+calls", "-", "+failure", "+handlers", "+runtime", "-", "-", "+state", "-", "+handlers", "-"),
+        *("+guards.makedirs", "+world", "+evidence", "+guards.makedirs", "-", "-", "-", "-"),
+        *("+runtime", "+records", "-", "-", "-", "-"),
+    )
+    visit, bounces = follow(pipeline)
+    assert bounces == [] and visit.course() == [
+        "fsguard.patching",
+        "  fsguard.failure",
+        "    fsguard.handlers",
+        "      fsguard.runtime",
+        "    fsguard.guards.makedirs",
+        "    fsguard.runtime",
+    ], visit.course()
+    # handlers asked again after the rule (above, asked twice with only an answer, state, between: one turn)
+    again = _events("+patching", "+failure", "+handlers", "-", "+guards.rename", "-", "+handlers", "-", "-", "-")
+    assert follow(again)[1] == ["fsguard.failure asked fsguard.handlers.f again after fsguard.guards.rename"]
+    # the mechanism asking the pipeline before and after another stage
+    around = _events("+patching", "+failure", "-", "+rmwalk", "-", "+failure", "-", "-")
+    assert follow(around)[1] == ["fsguard.patching asked fsguard.failure.f again after fsguard.rmwalk"]
+    # a serializer calling the wrapper back: patching entered again in the middle
+    back = _events("+patching", "+locks.serializer", "+patching", "+failure", "-", "-", "-", "-")
+    assert follow(back)[1] == ["fsguard.locks.serializer called back up into fsguard.patching.f"]

@@ -1,10 +1,13 @@
 """The one failure pipeline: a guarded call failed; absorb its error, or leave it to the program unchanged.
 
 ``fsguard.patching`` builds one :class:`~fsguard.calls.Call` for the failing call and hands ``(call, error)`` to
-:func:`absorbs`, which goes down once: what no evidence can absorb (one ``lstat``), fsguard's own or a finalizing
-interpreter's call, the standard library's own business (frames) -> the rule, ``guards.<op>.decide(call, error,
-world, rules)`` -> the caller's context (``fsguard.handlers``: deferred where the calling code handles the error)
--> the record. The rules and the evidence are imported at the first failure, not at startup.
+:func:`absorbs`, which goes down once, asking each stage in turn: what no evidence can absorb (one ``lstat``),
+fsguard's own or a finalizing interpreter's call, the standard library's own business (``fsguard.handlers``'
+frame questions) -> the caller's context (``fsguard.handlers``: what the calling code does with the error) -> the
+rule, ``guards.<op>.decide(call, error, world, rules)`` -> defer (where the calling code handles the error) or
+absorb -> the record. A guarded ``rmtree`` goes down the same way (:func:`walk`): the rules, the walk
+(``fsguard.rmwalk``, which asks its rule at each step), the context of the error it let escape, the record.
+The rules, the caller's context and the evidence are imported at the first failure, not at startup.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import stat
 import sys
 
 from .calls import FAMILY, Call
-from .state import STATE, Busy, Unforkable, busy
+from .state import STATE, Busy, Unforkable, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's (see bench/startup.py)
 if TYPE_CHECKING:
@@ -56,16 +59,11 @@ DECIDE: dict[str, Callable[[Call, OSError, World, Rules], Verdict]] = {
     "symlink": _rule("symlink"),
     "link": _rule("link"),
 }
-_STDLIB_CALLERS = frozenset(("os", "shutil", "tempfile"))
-_PATHLIB_OPTIONS = {"mkdir": "exist_ok", "unlink": "missing_ok"}  # Path method -> its "that is fine" flag
 # Operations whose rule may wait up to FSGUARD_SETTLE_S for evidence that never comes (a rename whose source
 # never existed waits for a destination nobody makes): when the calling code handles the error, that wait
 # would only delay its handler (an ``os.rename(lock, mine)`` lock's every failed try), so the rule decides
 # without it.
 _WAIT_FOR_EVIDENCE = frozenset({"rename", "replace"})
-_NOT_ASKED: Any = object()
-# Where a makedirs calls itself for a missing parent: the standard makedirs, and patching's level taken in turn
-_IN_TURN = ("fsguard.patching", "_parents_in_turn")
 
 
 def load_policy() -> None:
@@ -95,14 +93,6 @@ def _import_failure_path() -> None:
     runtime.site_dirs()  # a record's call site: ``sysconfig``, and the data module it imports at its first use
 
 
-def shutting_down() -> bool:
-    """Whether the interpreter is finalizing (``__del__`` of module globals, late finalizers): imports fail then
-    (``sys.meta_path`` is None) and records could not be written, so a guarded call is the unpatched call.
-    Asked only where fsguard would import or record: a failure's decision, a serialized call (every rmtree
-    asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
-    return sys.meta_path is None or sys.is_finalizing()
-
-
 def rules() -> Rules:
     """The rules' numbers, made once per settings object (every guarded rmtree asks, not only failures)."""
     settings = STATE.settings
@@ -129,32 +119,59 @@ def rules() -> Rules:
 def absorbs(call: Call, error: OSError) -> bool:
     """The pipeline: True to absorb ``error``, the failure of ``call``. Called by the guarded function's wrapper
     itself (the frame questions below count from it). Any failure inside fsguard's own decision means: re-raise
-    the original."""
+    the original. Each stage is asked once, in turn: what no evidence can absorb, fsguard's own call and the
+    standard library's own business; the caller's context; the rule; defer or absorb; the record."""
     op = call.op
     if _stays_raised(call, error):
         return False
-    if busy() or shutting_down() or (op == "makedirs" and _inside_makedirs()) or (op in FAMILY and left_to_caller()):
+    if busy() or shutting_down():
         return False
+    try:
+        handlers = _handlers()
+    except ImportError as broken:  # (site-packages no longer readable, and no load_policy: no rule either)
+        rule_failed(op, broken)
+        return False
+    wrapper = sys._getframe(1)
+    if (op == "makedirs" and handlers.inside_makedirs(wrapper)) or (op in FAMILY and handlers.left_to_caller(wrapper)):
+        return False
+    # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
+    # absorbing keeps the meaning a handler waits for ("exists and is not a directory"); it is never deferred.
+    settles = not (op == "makedirs" and call.exist_ok)
     try:
         with Busy():
             numbers = rules()
-            handler = _NOT_ASKED
-            if op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError) and numbers.settle_s > 0:
+            context = _caller_handler(error) if settles else None
+            if context is not None and op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError):
                 # The caller will get the error anyway: decide from what the listings show now, no waiting.
-                handler = _caller_handler(error)
-                if handler is not None:
-                    numbers = numbers.without_waits()
+                numbers = numbers.without_waits()
             from .world import LIVE
 
             verdict = DECIDE[op](call, error, LIVE, numbers)
     except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
         rule_failed(op, failure)
         return False
-    # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
-    # absorbing keeps the meaning a handler waits for ("exists and is not a directory").
-    if verdict.absorb and not (op == "makedirs" and call.exist_ok):
-        verdict = defer_to_caller(verdict, error, handler)
+    if verdict.absorb and settles:
+        verdict = defer_to_caller(verdict, context)
     return settle(verdict, call, error)
+
+
+def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: float, serializer: Any) -> OSError | None:
+    """One guarded ``rmtree``, down the pipeline once: the rules, the walk (``fsguard.rmwalk``, which asks the
+    rmtree rule at each step), its verdict deferred and recorded as a failure's. Returns the error the caller
+    gets (None: removed, or absorbed); the walk raises what it does not decide."""
+    try:
+        from . import rmwalk
+        from .world import LIVE
+
+        numbers = rules()
+    except Exception as broken:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
+        rule_failed("rmtree", broken)
+        wrapped(*call.args, **call.kwargs)
+        return None
+    verdict = rmwalk.run(wrapped, call, LIVE, numbers, use_onexc, yield_s, serializer)
+    if verdict is not None and not walked(verdict, call) and isinstance(verdict.error, OSError):
+        return verdict.error
+    return None
 
 
 def walked(verdict: RmtreeVerdict, call: Call) -> bool:
@@ -162,7 +179,9 @@ def walked(verdict: RmtreeVerdict, call: Call) -> bool:
     error = verdict.error
     settled: Verdict = verdict
     if verdict.absorb and verdict.top_gone and isinstance(error, OSError):
-        settled = defer_to_caller(verdict, error)  # the error the standard rmtree lets escape
+        with Busy():
+            context = _caller_handler(error)  # the error the standard rmtree lets escape
+        settled = defer_to_caller(verdict, context)
     return settle(settled, call, error)
 
 
@@ -212,52 +231,23 @@ def _stands_before(name: Any) -> bool:
     return numbers.before_job(st.st_ctime)
 
 
-def _inside_makedirs() -> bool:
-    """Whether this failing makedirs is the standard makedirs' own call for a missing parent.
+def _handlers() -> Any:
+    """``fsguard.handlers`` (the caller's context), imported at the first failure as the rules are: no fork
+    splits the import (``state.Unforkable``), and fsguard's own calls inside it are not guarded."""
+    found = sys.modules.get("fsguard.handlers")
+    if found is None:
+        with Busy(), Unforkable():
+            from . import handlers
 
-    The standard makedirs calls ``makedirs(head, exist_ok=exist_ok)`` through the module attribute, so that
-    call is guarded too; its ``FileExistsError`` is caught by the outer standard makedirs, which goes on.
-    Deciding (and recording) it here would only add a record for a failure nobody sees.
-    """
-    code = getattr(STATE.originals.get("makedirs"), "__code__", None)
-    frame: Any = sys._getframe(2)  # callers of absorbs: the wrapper (and a serializer)
-    for _ in range(6):
-        if frame is None:
-            return False
-        if frame.f_code is code or (frame.f_globals.get("__name__"), frame.f_code.co_name) == _IN_TURN:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def left_to_caller(depth: int = 2) -> bool:
-    """Whether a failing remove/mkdir/symlink/link is the standard library's own business (the first frame
-    outside fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and is decided itself (one decision, not two),
-    shutil's tree walks hand errors to their own handlers, ``tempfile`` claims names by ``mkdir`` and
-    ``FileExistsError`` means "try another"; ``Path.mkdir(exist_ok=True)`` and ``Path.unlink(missing_ok=True)``
-    settle the very error themselves (a decision there would only add a record). Such calls are not serialized
-    either: ``os.makedirs`` already holds the lock on its path, and would wait for itself."""
-    frame: Any = sys._getframe(depth)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if not (module == "wrapt" or module.startswith(("wrapt.", "fsguard."))) or module.startswith(
-            ("fsguard.demo", "fsguard.cli")
-        ):
-            if module == "pathlib" or module.startswith("pathlib."):  # 3.13: pathlib._local
-                return (
-                    frame.f_code.co_name in _PATHLIB_OPTIONS
-                    and frame.f_locals.get(_PATHLIB_OPTIONS[frame.f_code.co_name]) is True
-                )
-            return module in _STDLIB_CALLERS
-        frame = frame.f_back
-    return False
+        found = handlers
+    return found
 
 
 def _caller_handler(error: BaseException) -> dict[str, Any] | None:
-    from . import handlers  # the failure path only
-
-    with Busy():
-        return handlers.caller_handles(error, sys._getframe(1))  # fsguard's own frames are passed over
+    """The caller's context (``fsguard.handlers``): what the calling code does with ``error``; None: a would-be
+    crash. Asked inside ``Busy`` (fsguard's own frames are passed over)."""
+    found: dict[str, Any] | None = _handlers().caller_handles(error, sys._getframe(1))
+    return found
 
 
 def rule_failed(op: str, failure: Exception) -> None:
@@ -275,15 +265,13 @@ def rule_failed(op: str, failure: Exception) -> None:
         )
 
 
-def defer_to_caller(verdict: Verdict, error: BaseException, found: dict[str, Any] | None = _NOT_ASKED) -> Verdict:
-    """The same verdict where ``error`` would crash its thread or process (fsguard absorbs only a would-be
-    crash); otherwise a ``deferred`` one: re-raised to the program's own handling (or left to the program where
-    fsguard cannot read it), recorded with the evidence that would have absorbed it and what decides instead
-    (fsguard.handlers). ``found``: the handler already looked for, if it was."""
+def defer_to_caller(verdict: Verdict, found: dict[str, Any] | None) -> Verdict:
+    """The same verdict where the error would crash its thread or process (``found`` None: fsguard absorbs only a
+    would-be crash); otherwise a ``deferred`` one: re-raised to the program's own handling (or left to the program
+    where fsguard cannot read it), recorded with the evidence that would have absorbed it and what decides instead
+    (``found``, the caller's context from fsguard.handlers)."""
     from .guards import Verdict
 
-    if found is _NOT_ASKED:
-        found = _caller_handler(error)
     if found is None:
         return verdict
     if verdict.decision != "absorbed":  # a hazard stays visible in the audit

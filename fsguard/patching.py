@@ -13,7 +13,7 @@ import time
 
 from . import _later, _wrapt, config, failure, launcher
 from .calls import FAMILY, Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
-from .state import STATE, busy, found_leaf
+from .state import STATE, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def _wrapper(
             try:
                 result = wrapped(*args)
             except OSError as error:
-                if _leaf_found(std_makedirs, error, op, args, kwargs) or not absorbs(Call(op, args, kwargs), error):
+                if _leaf_found(std_makedirs, error) or not absorbs(Call(op, args, kwargs), error):
                     raise
                 result = None
             else:
@@ -134,14 +134,14 @@ def _wrapper(
         try:
             if shared is not None:
                 # exist_ok=True: made by this call, or found there (the standard makedirs cannot say which)
-                found = not _makedirs_exist_ok(wrapped, args, kwargs, *shared)
+                found = not _makedirs_exist_ok(wrapper, wrapped, args, kwargs, *shared)
                 result = None
             else:
                 result = wrapped(*args, **kwargs)
                 if tag is not None and kwargs.get("dir_fd") is None:
                     _tag(first_path(op, args, kwargs), tag)
         except OSError as error:
-            if _leaf_found(std_makedirs, error, op, args, kwargs) or not absorbs(Call(op, args, kwargs), error):
+            if _leaf_found(std_makedirs, error) or not absorbs(Call(op, args, kwargs), error):
                 raise
             result = None
         if shared is not None:  # found there (or a peer's, absorbed), or made here: a name others make too
@@ -157,24 +157,22 @@ def _wrapper(
     return wrapper
 
 
-def _leaf_found(std_makedirs: Any, error: OSError, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _leaf_found(std_makedirs: Any, error: OSError) -> bool:
     """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call (the wrapper's caller), which
-    settles it itself (exist_ok, or its decided re-raise): then the makedirs(exist_ok=True) around it learns
-    that its leaf was found there (``state.found_leaf``), and the error goes straight back to it."""
-    if std_makedirs is None or error.__class__ is not FileExistsError or sys._getframe(2).f_code is not std_makedirs:
-        return False
-    found_leaf.name = first_path(op, args, kwargs)
-    return True
+    settles it itself (exist_ok, or its decided re-raise): then the error goes straight back to it."""
+    return std_makedirs is not None and error.__class__ is FileExistsError and sys._getframe(2).f_code is std_makedirs
 
 
 def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
     """Whether the wrapper (the caller) hands its call to the serializer: not fsguard's own call, not the
-    standard library's own business (``failure.left_to_caller``), not while the interpreter finalizes."""
-    return (
-        not busy()
-        and not (passes_fds and (sys._getframe(2).f_code is std_makedirs or failure.left_to_caller(2)))
-        and not failure.shutting_down()
-    )
+    standard library's own business (``handlers.left_to_caller``), not while the interpreter finalizes."""
+    if busy() or shutting_down():
+        return False
+    if not passes_fds:
+        return True
+    from . import handlers  # (imported with the serializer, _enable_serializer)
+
+    return not (sys._getframe(2).f_code is std_makedirs or handlers.left_to_caller(sys._getframe(1)))
 
 
 def _job_tag() -> bytes | None:
@@ -254,7 +252,12 @@ def _depth() -> int:
 
 
 def _makedirs_exist_ok(
-    makedirs: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], name: Any, mode: Any
+    wrapper: Callable[..., Any],
+    makedirs: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    name: Any,
+    mode: Any,
 ) -> bool:
     """``makedirs(..., exist_ok=True)``; True when this call created the directory (False: it was there).
     Remembered as ``makedirs-shared`` (made here: a name others make too, that a peer may have written into and
@@ -264,13 +267,15 @@ def _makedirs_exist_ok(
     ``mkdir`` (the unpatched one) is tried first, the call the standard makedirs would make. Made: done.
     ``FileExistsError`` with a directory there: done, as the standard makedirs ends (its ``mkdir`` fails, its
     ``isdir`` says yes; a name that exists has a parent that does), one ``stat`` fewer than it. Anything else:
-    the standard makedirs runs, parents, errors and all, as without fsguard.
+    the standard makedirs' own steps, in its order: its missing parent (its recursion, made level by level as
+    ``_parents_in_turn`` makes it), then the leaf's ``mkdir`` again, its error raised unless a directory is there.
     """
     if name is None:
         makedirs(*args, **kwargs)  # the standard makedirs says what is missing
         return False
+    mkdir = STATE.originals.get("mkdir", os.mkdir)
     try:
-        STATE.originals.get("mkdir", os.mkdir)(name, mode)
+        mkdir(name, mode)
         tag = _job_tag()
         if tag is not None:
             _tag(name, tag)
@@ -281,12 +286,26 @@ def _makedirs_exist_ok(
         existed = False
     if existed and os.path.isdir(name):
         return False
-    if type(os.mkdir) is GuardedFunction:  # its leaf mkdir (guarded) says whether it found the directory there
-        found_leaf.name = None
-        makedirs(*args, **kwargs)  # outside the except clauses: its errors carry no __context__ of fsguard's
-        return found_leaf.name is not name
-    makedirs(*args, **kwargs)
-    return not existed
+    head, tail = os.path.split(name)  # as the standard makedirs, line by line (its errors, its order)
+    if not tail:
+        head, tail = os.path.split(head)
+    if head and tail and not os.path.exists(head):
+        try:
+            _parents_in_turn(wrapper, makedirs, (head,), {"exist_ok": True})
+        except FileExistsError:
+            pass
+        if tail == (os.curdir.encode() if isinstance(tail, bytes) else os.curdir):
+            return False
+    try:
+        mkdir(name, mode)
+    except OSError:
+        if not os.path.isdir(name):
+            raise
+        return False
+    tag = _job_tag()
+    if tag is not None:
+        _tag(name, tag)
+    return True
 
 
 def _takes_onexc(function: Any) -> bool:
@@ -320,26 +339,16 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
             wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)))
             return None
-        try:
-            from . import rmwalk
-            from .world import LIVE
-
-            rules = failure.rules()
-        except Exception as broken:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
-            failure.rule_failed("rmtree", broken)
-            result = wrapped(*args, **kwargs)
-            remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
-            return result
         # A peer can only move a tree away in a job that has peers: alone, no window at all.
         launch = state.launch
         yield_s = state.settings.yield_s if launch is not None and launch.distributed else 0.0
         serializer = state.serializer
 
         def perform() -> None:
-            verdict = rmwalk.run(wrapped, call, LIVE, rules, use_onexc, yield_s, serializer)
+            error = failure.walk(wrapped, call, use_onexc, yield_s, serializer)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
-            if verdict is not None and not failure.walked(verdict, call) and isinstance(verdict.error, OSError):
-                raise verdict.error
+            if error is not None:
+                raise error
 
         if serializer is None:
             perform()
@@ -439,7 +448,7 @@ def original(op: str) -> Any:
 
 def _enable_serializer() -> None:
     try:
-        from . import locks
+        from . import handlers, locks  # noqa: F401 - handlers: asked by each serialized call (_serializes)
     except ImportError:
         return
     STATE.serializer = locks.serializer(STATE.settings, STATE.launch)

@@ -166,14 +166,19 @@ class State:
 STATE = State()
 
 _local = local()
-# The leaf a guarded mkdir, called by the standard makedirs, found already there (per thread): read by the
-# makedirs(exist_ok=True) around it (fsguard.patching), which sets it to None before the call.
-found_leaf = local()
 
 
 def busy() -> bool:
     """True while this thread is inside fsguard's own decision or logging (guarded calls then pass through)."""
     return getattr(_local, "busy", False)
+
+
+def shutting_down() -> bool:
+    """Whether the interpreter is finalizing (``__del__`` of module globals, late finalizers): imports fail then
+    (``sys.meta_path`` is None) and records could not be written, so a guarded call is the unpatched call.
+    Asked only where fsguard would import or record: a failure's decision, a serialized call (every rmtree
+    asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
+    return sys.meta_path is None or sys.is_finalizing()
 
 
 class Busy:

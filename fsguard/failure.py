@@ -16,6 +16,7 @@ import os
 import stat
 import sys
 
+from . import callers
 from .calls import FAMILY, Call
 from .state import STATE, Busy, Unforkable, busy, shutting_down
 
@@ -122,31 +123,31 @@ def absorbs(call: Call, error: OSError) -> bool:
     the original. Each stage is asked once, in turn: what no evidence can absorb, fsguard's own call and the
     standard library's own business; the caller's context; the rule; defer or absorb; the record."""
     op = call.op
-    if _stays_raised(call, error):
-        return False
-    if busy() or shutting_down():
-        return False
-    try:
-        handlers = _handlers()
-    except ImportError as broken:  # (site-packages no longer readable, and no load_policy: no rule either)
-        rule_failed(op, broken)
+    if busy() or shutting_down() or _stays_raised(call, error):
         return False
     wrapper = sys._getframe(1)
-    if (op == "makedirs" and handlers.inside_makedirs(wrapper)) or (op in FAMILY and handlers.left_to_caller(wrapper)):
+    if (op == "makedirs" and callers.inside_makedirs(wrapper)) or (op in FAMILY and callers.left_to_caller(wrapper)):
         return False
     # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
     # absorbing keeps the meaning a handler waits for ("exists and is not a directory"); it is never deferred.
     settles = not (op == "makedirs" and call.exist_ok)
+    context: dict[str, Any] | None = None
+    asked = False
     try:
         with Busy():
             numbers = rules()
-            context = _caller_handler(error) if settles else None
-            if context is not None and op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError):
-                # The caller will get the error anyway: decide from what the listings show now, no waiting.
-                numbers = numbers.without_waits()
+            if settles and op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError) and numbers.settle_s:
+                # The rule may wait for evidence: where the caller gets the error anyway, decide from what the
+                # listings show now, no waiting (the context is asked first, and only here).
+                context, asked = _caller_handler(error), True
+                if context is not None:
+                    numbers = numbers.without_waits()
             from .world import LIVE
 
             verdict = DECIDE[op](call, error, LIVE, numbers)
+            if verdict.absorb and settles and not asked:
+                # The context costs only a failure the evidence would absorb (handler analysis reads code).
+                context = _caller_handler(error)
     except Exception as failure:  # noqa: BLE001 - a broken rule must not change what the caller sees
         rule_failed(op, failure)
         return False

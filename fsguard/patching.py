@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from . import _later, _wrapt, config, failure, launcher
+from . import _later, _wrapt, callers, config, failure, launcher
 from .calls import FAMILY, Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
 from .state import STATE, busy, shutting_down
 
@@ -165,14 +165,12 @@ def _leaf_found(std_makedirs: Any, error: OSError) -> bool:
 
 def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
     """Whether the wrapper (the caller) hands its call to the serializer: not fsguard's own call, not the
-    standard library's own business (``handlers.left_to_caller``), not while the interpreter finalizes."""
+    standard library's own business (``callers.left_to_caller``), not while the interpreter finalizes."""
     if busy() or shutting_down():
         return False
     if not passes_fds:
         return True
-    from . import handlers  # (imported with the serializer, _enable_serializer)
-
-    return not (sys._getframe(2).f_code is std_makedirs or handlers.left_to_caller(sys._getframe(1)))
+    return not (sys._getframe(2).f_code is std_makedirs or callers.left_to_caller(sys._getframe(1)))
 
 
 def _job_tag() -> bytes | None:
@@ -448,7 +446,7 @@ def original(op: str) -> Any:
 
 def _enable_serializer() -> None:
     try:
-        from . import handlers, locks  # noqa: F401 - handlers: asked by each serialized call (_serializes)
+        from . import locks
     except ImportError:
         return
     STATE.serializer = locks.serializer(STATE.settings, STATE.launch)

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsguard.calls",),  # one call's arguments, decoded: the only module that knows the signatures
     ("fsguard.config", "fsguard.launcher", "fsguard.mounts"),  # mounts: what each filesystem honours
     ("fsguard.state",),  # the one process state and the one at-fork hook
+    ("fsguard.callers",),  # who called: the standard library's own business (frame questions, no import)
     ("fsguard.memory", "fsguard.records"),
     ("fsguard.evidence", "fsguard.runtime"),
     ("fsguard.world",),  # the live World the rules ask: evidence, memory and the clock

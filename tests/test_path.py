@@ -13,7 +13,7 @@ module it already left at most once", made precise:
   pipeline), ``handlers`` (the caller's context), a rule module ``guards.<op>`` (the decision), ``rmwalk``
   (rmtree's walk, which asks its rule at each step), ``runtime`` (the record), ``locks.*`` (the serializer). Every
   other fsguard module **answers** the stage that asked it: the call's and the process's values (``calls``,
-  ``state``, ``config``, ``launcher``, ``_values``), the types every stage passes on (``guards``: ``Rules``,
+  ``state``, ``config``, ``launcher``, ``_values``), who called (``callers``: the standard library's own call), the types every stage passes on (``guards``: ``Rules``,
   ``Verdict``), the world the rules ask (``world``, ``evidence``, ``memory``, ``mounts``), the record's format
   (``records``). An answer's frames count as the frames of the stage under it on the stack (a rule's predicate
   that ``evidence.wait_for_seen`` calls back is the rule's own frame).
@@ -124,18 +124,22 @@ CONTEXT, RECORD = "fsguard.handlers", "fsguard.runtime"
 @pytest.mark.parametrize(
     ("scenario", "outcome", "decision", "pipeline"),
     [
-        ("makedirs_absorbed", "returned", "absorbed makedirs", [CONTEXT, "fsguard.guards.makedirs", RECORD]),
+        # the rule first: the context (handler analysis) is asked only where the evidence would absorb
+        ("makedirs_absorbed", "returned", "absorbed makedirs", ["fsguard.guards.makedirs", CONTEXT, RECORD]),
+        # the context first: a rule that would wait for evidence does not wait where the caller handles it
         ("rename_missing_source", "returned", "absorbed replace", [CONTEXT, "fsguard.guards.rename", RECORD]),
         # the walk first: the error whose context is asked is the one the walk lets escape (the tree was gone)
         ("rmtree_gone", "returned", "absorbed rmtree", ["fsguard.rmwalk", CONTEXT, RECORD]),
-        ("makedirs_handled", "handled", "deferred makedirs", [CONTEXT, "fsguard.guards.makedirs", RECORD]),
+        ("makedirs_handled", "handled", "deferred makedirs", ["fsguard.guards.makedirs", CONTEXT, RECORD]),
     ],
 )
 def test_a_failing_call_goes_down_once(
     fsguard_python: Path, tmp_path: Path, scenario: str, outcome: str, decision: str, pipeline: list[str]
 ) -> None:
-    """The followed call bounces 0 times, and the pipeline asks its stages once each, in the issue's order: the
-    caller's context, the rule, the record (the walk, for rmtree, then the context of the error it let escape)."""
+    """The followed call bounces 0 times, and the pipeline asks its stages once each: the rule, the caller's
+    context (asked only where the evidence would absorb: handler analysis costs no other failure), the record; a
+    rename's missing source asks the context first (a handled error does not wait for evidence); rmtree's walk,
+    then the context of the error it let escape."""
     visit, bounces, got, records = followed(fsguard_python, scenario, tmp_path)
     course = "\n".join(visit.course())
     # the race happened and fsguard decided it (once unfollowed, once followed): the course is a failure's

@@ -316,7 +316,7 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
         call = Call("rmtree", args, kwargs)
         if not call.bound or call.given[0] is None:  # the standard rmtree says what is wrong
             return wrapped(*args, **kwargs)
-        if call.dir_fd is not None:  # passed through, but remembered as removed
+        if call.fds.dir_fd is not None:  # passed through, but remembered as removed
             wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)))
             return None

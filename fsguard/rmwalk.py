@@ -691,7 +691,7 @@ def _make_walk(remover: Callable[..., Any], call: Call, rules: Rules, use_onexc:
     if call.path is None:
         return None
     try:
-        return Walk(remover, call.given[0], rules, use_onexc, call.onerror, call.onexc)
+        return Walk(remover, call.given[0], rules, use_onexc, call.on_error.onerror, call.on_error.onexc)
     except (TypeError, ValueError):
         return None
 
@@ -731,7 +731,7 @@ def run(
     if walk is None:
         original(*request.args, **request.kwargs)  # the standard rmtree says what is wrong (outside any except)
         return None
-    ignore = request.ignore_errors
+    ignore = request.on_error.ignore_errors
     positional, named = list(request.args), dict(request.kwargs)
     if not ignore:
         if use_onexc:

@@ -27,9 +27,9 @@ def test_positional_and_keyword_spellings_decode_alike(
     call = Call(op, args, kwargs)
     assert call.bound and call.given == given
     if op == "makedirs":
-        assert call.exist_ok and call.mode == 0o755, call
+        assert call.options.exist_ok and call.options.mode == 0o755, call
     if op == "rmtree":
-        assert call.ignore_errors, call
+        assert call.on_error.ignore_errors, call
 
 
 def test_a_call_its_function_rejects_binds_to_nothing() -> None:

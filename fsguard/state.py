@@ -2,10 +2,11 @@
 held locks.
 
 ``STATE`` holds what an active fsguard knows about this process: the settings, the launch, the original
-functions it patched, the serializer (``FSGUARD_SERIALIZE=1``), the rules' numbers, and the memory of its own
-guarded calls (the ``deque`` the happy path appends to: ``memory``, or ``dirs`` for mkdir and makedirs) with
-its index, what fsguard finds once and keeps (``caches``), the record writer's state (``writer``) and the
-process's nonce. ``patching.install`` fills it, ``uninstall`` of the last operation empties it again (the
+functions it patched and the wraps waiting for a module's first import (``pending``), the serializer
+(``FSGUARD_SERIALIZE=1``), the rules' numbers, the memory of its own guarded calls (``memory``: the ``deque``
+the happy path appends to, ``calls``, or ``dirs`` for mkdir and makedirs, with their index), what fsguard
+finds once and keeps (``caches``, the mounts read from mountinfo among them), the record writer's state
+(``writer``) and the process's nonce. ``patching.install`` fills it, ``uninstall`` of the last operation empties it again (the
 memory and the writer stay: they describe the process, not the install). No other module keeps state of its
 own: they read and write it here.
 
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from collections import deque
     from collections.abc import Callable
     from typing import Any
+
+    from . import _later
 else:
     from _collections import deque
 
@@ -60,6 +63,7 @@ class Caches:
         "failed_rules",
         "handler_layers",
         "job_start",
+        "mounts",
         "pass_through",
         "rmtree_checked",
         "site_dirs",
@@ -81,6 +85,21 @@ class Caches:
         self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: handlers
         self.rmtree_checked: tuple[Any, Any] | None = None  # (rmtree, its checked copy or None): rmwalk
         self.failed_rules: set[str] = set()  # operations whose rule failed (reported once each): patching
+        self.mounts: dict[int, Any] = {}  # st_dev -> its mounts.Mount, read from mountinfo: mounts
+
+
+class Memory:
+    """This process's own guarded calls (``fsguard.memory``), kept across installs: they describe the process."""
+
+    __slots__ = ("calls", "dirs", "index", "index_lock")
+
+    def __init__(self) -> None:
+        # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): the happy path appends
+        self.calls: deque[tuple[Any, ...]] = deque(maxlen=MEMORY_SIZE)
+        # the same entries for mkdir and makedirs (they are not in ``calls``)
+        self.dirs: deque[tuple[Any, ...]] = deque(maxlen=DIRS_SIZE)
+        self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
+        self.index_lock = allocate_lock()  # decisions of several threads index and read together
 
 
 class Writer:
@@ -116,15 +135,13 @@ class State:
 
     __slots__ = (
         "caches",
-        "dirs",
-        "index",
-        "index_lock",
         "job",
         "launch",
         "lock",
         "memory",
         "nonce",
         "originals",
+        "pending",
         "rules_for",
         "serializer",
         "settings",
@@ -133,13 +150,10 @@ class State:
 
     def __init__(self) -> None:
         self.lock = RLock()  # install/uninstall
-        # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): see fsguard.memory
-        self.memory: deque[tuple[Any, ...]] = deque(maxlen=MEMORY_SIZE)
-        # the same entries for mkdir and makedirs (they are not in ``memory``): see fsguard.memory
-        self.dirs: deque[tuple[Any, ...]] = deque(maxlen=DIRS_SIZE)
-        self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
-        self.index_lock = allocate_lock()  # decisions of several threads index and read together
+        self.memory = Memory()
         self.originals: dict[str, Any] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
+        # operation -> the hook that wraps it at its module's first import (shutil, not yet imported): patching
+        self.pending: dict[str, _later.AfterImport] = {}
         self.nonce = os.urandom(4).hex()  # random per process, renewed at fork: fsguard.locks' tokens
         self.writer = Writer()
         self.caches = Caches()

@@ -19,9 +19,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsguard.demo",),  # standard library only, besides the leaves
     ("fsguard._later", "fsguard._wrapt"),  # start-up's import helpers: a module's first import, wrapt's extension
     ("fsguard.calls",),  # one call's arguments, decoded: the only module that knows the signatures
-    ("fsguard.config", "fsguard.launcher", "fsguard.mounts"),  # mounts: what each filesystem honours
+    ("fsguard.config", "fsguard.launcher"),
     ("fsguard.state",),  # the one process state and the one at-fork hook
-    ("fsguard.memory", "fsguard.records"),
+    ("fsguard.memory", "fsguard.mounts", "fsguard.records"),  # mounts: what each filesystem honours
     ("fsguard.evidence", "fsguard.runtime"),
     ("fsguard.world",),  # the live World the rules ask: evidence, memory and the clock
     ("fsguard.guards",),  # policy: pure decisions returning a Verdict

@@ -243,7 +243,7 @@ def test_record_schema_matches_the_record_type() -> None:
     from fsguard import records
 
     schema = json.loads(SCHEMA.read_text())
-    assert set(schema["required"]) == set(records.Record._fields) == set(schema["properties"])
+    assert set(schema["required"]) == set(records.FIELDS) == set(schema["properties"])
     assert schema["properties"]["decision"]["enum"] == list(records.DECISIONS)
     assert schema["properties"]["v"]["const"] == records.SCHEMA
 

@@ -6,9 +6,9 @@ functions it patched and the wraps waiting for a module's first import (``pendin
 (``FSGUARD_SERIALIZE=1``), the rules' numbers, the memory of its own guarded calls (``memory``: the ``deque``
 the happy path appends to, ``calls``, or ``dirs`` for mkdir and makedirs, with their index), what fsguard
 finds once and keeps (``caches``, the mounts read from mountinfo among them), the record writer's state
-(``writer``) and the process's nonce. ``patching.install`` fills it, ``uninstall`` of the last operation empties it again (the
-memory and the writer stay: they describe the process, not the install). No other module keeps state of its
-own: they read and write it here.
+(``writer``) and the process's nonce. ``patching.install`` fills it, ``uninstall`` of the last operation
+empties it again (the memory and the writer stay: they describe the process, not the install). No other
+module keeps state of its own: they read and write it here.
 
 Forks: ranks fork while another thread may be inside fsguard (DataLoader workers, compile pools, async
 checkpoints). A fork copies only the forking thread, so a lock another thread held at that moment would stay

@@ -18,99 +18,114 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class Bound:
-    """A call's arguments as its function binds them: the path arguments as given (None for one not given),
-    then every other argument by name, with the function's defaults (values as given, not made bools)."""
+class DirFds:
+    """The directory descriptors a call names its paths relative to (``dir_fd``; ``src_dir_fd`` and
+    ``dst_dir_fd`` of rename, replace and link). False when it names none."""
 
-    __slots__ = (
-        "dir_fd",
-        "dst_dir_fd",
-        "exist_ok",
-        "follow_symlinks",
-        "given",
-        "ignore_errors",
-        "mode",
-        "onerror",
-        "onexc",
-        "src_dir_fd",
-    )
+    __slots__ = ("dir_fd", "dst_dir_fd", "src_dir_fd")
 
-    def __init__(
-        self,
-        given: tuple[Any, ...],
-        *,
-        mode: Any = None,
-        exist_ok: Any = False,
-        ignore_errors: Any = False,
-        onerror: Any = None,
-        onexc: Any = None,
-        follow_symlinks: Any = True,
-        dir_fd: Any = None,
-        src_dir_fd: Any = None,
-        dst_dir_fd: Any = None,
-    ) -> None:
-        self.given = given
-        self.mode = mode
-        self.exist_ok = exist_ok
-        self.ignore_errors = ignore_errors
-        self.onerror = onerror
-        self.onexc = onexc
-        self.follow_symlinks = follow_symlinks
+    def __init__(self, dir_fd: Any = None, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
         self.dir_fd = dir_fd
         self.src_dir_fd = src_dir_fd
         self.dst_dir_fd = dst_dir_fd
 
-    def options(self) -> list[tuple[str, Any]]:
-        """Every argument but the paths, by name."""
-        return [(name, getattr(self, name)) for name in _OPTION_NAMES]
+    def __bool__(self) -> bool:
+        return self.dir_fd is not None or self.src_dir_fd is not None or self.dst_dir_fd is not None
 
 
-_OPTION_NAMES = (
-    "mode",
-    "exist_ok",
-    "ignore_errors",
-    "onerror",
-    "onexc",
-    "follow_symlinks",
-    "dir_fd",
-    "src_dir_fd",
-    "dst_dir_fd",
-)
+class Options:
+    """What a call asks for besides its paths, as given: ``mode`` (mkdir, makedirs; None for the others),
+    ``exist_ok`` (makedirs) and ``follow_symlinks`` (link). Read them for their truth, as the functions do."""
+
+    __slots__ = ("exist_ok", "follow_symlinks", "mode")
+
+    def __init__(self, mode: Any = None, exist_ok: Any = False, follow_symlinks: Any = True) -> None:
+        self.mode = mode
+        self.exist_ok = exist_ok
+        self.follow_symlinks = follow_symlinks
+
+
+class OnError:
+    """What an ``rmtree`` call does with its walk's errors, as given: ignore them (``ignore_errors``, read for
+    its truth), or hand them to the caller's ``onerror`` or ``onexc`` (None where not given)."""
+
+    __slots__ = ("ignore_errors", "onerror", "onexc")
+
+    def __init__(self, ignore_errors: Any = False, onerror: Any = None, onexc: Any = None) -> None:
+        self.ignore_errors = ignore_errors
+        self.onerror = onerror
+        self.onexc = onexc
+
+
+_NO_FDS = DirFds()
+_NO_OPTIONS = Options()
+_NO_ON_ERROR = OnError()
+
+
+def _fds(dir_fd: Any = None, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> DirFds:
+    if dir_fd is None and src_dir_fd is None and dst_dir_fd is None:
+        return _NO_FDS  # the common case, with no object made: every rmtree call builds its Call
+    return DirFds(dir_fd, src_dir_fd, dst_dir_fd)
+
+
+def _on_error(ignore_errors: Any, onerror: Any, onexc: Any) -> OnError:
+    if ignore_errors is False and onerror is None and onexc is None:
+        return _NO_ON_ERROR
+    return OnError(ignore_errors, onerror, onexc)
+
+
+class Bound:
+    """A call's arguments as its function binds them: the path arguments as given (None for one not given;
+    ``()`` for a call its function rejects), and the others in named parts, with the function's defaults."""
+
+    __slots__ = ("fds", "given", "on_error", "options")
+
+    def __init__(
+        self,
+        given: tuple[Any, ...],
+        options: Options = _NO_OPTIONS,
+        on_error: OnError = _NO_ON_ERROR,
+        fds: DirFds = _NO_FDS,
+    ) -> None:
+        self.given = given
+        self.options = options
+        self.on_error = on_error
+        self.fds = fds
 
 
 # --- the signatures (a missing path binds to None: the call itself says what is wrong) -------------------
 
 
 def _makedirs(name: Any = None, mode: Any = 0o777, exist_ok: Any = False) -> Bound:
-    return Bound((name,), mode=mode, exist_ok=exist_ok)
+    return Bound((name,), Options(mode, exist_ok))
 
 
 def _mkdir(path: Any = None, mode: Any = 0o777, *, dir_fd: Any = None) -> Bound:
-    return Bound((path,), mode=mode, dir_fd=dir_fd)
+    return Bound((path,), Options(mode), fds=_fds(dir_fd))
 
 
 def _remove(path: Any = None, *, dir_fd: Any = None) -> Bound:  # remove, unlink, rmdir
-    return Bound((path,), dir_fd=dir_fd)
+    return Bound((path,), fds=_fds(dir_fd))
 
 
 def _rename(src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> Bound:
-    return Bound((src, dst), src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    return Bound((src, dst), fds=_fds(None, src_dir_fd, dst_dir_fd))
 
 
 def _symlink(src: Any = None, dst: Any = None, target_is_directory: Any = False, *, dir_fd: Any = None) -> Bound:
-    return Bound((src, dst), dir_fd=dir_fd)
+    return Bound((src, dst), fds=_fds(dir_fd))
 
 
 def _link(
     src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None, follow_symlinks: Any = True
 ) -> Bound:
-    return Bound((src, dst), follow_symlinks=follow_symlinks, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    return Bound((src, dst), Options(follow_symlinks=follow_symlinks), fds=_fds(None, src_dir_fd, dst_dir_fd))
 
 
 def _rmtree(
     path: Any = None, ignore_errors: Any = False, onerror: Any = None, *, onexc: Any = None, dir_fd: Any = None
 ) -> Bound:
-    return Bound((path,), ignore_errors=ignore_errors, onerror=onerror, onexc=onexc, dir_fd=dir_fd)
+    return Bound((path,), on_error=_on_error(ignore_errors, onerror, onexc), fds=_fds(dir_fd))
 
 
 _SIGNATURES: dict[str, Callable[..., Bound]] = {
@@ -132,58 +147,6 @@ MAKEDIRS_OUTCOMES = {"makedirs-shared": "made-shared", "makedirs-found": "found"
 _UNBOUND = Bound(())
 
 
-def _bind(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Bound:
-    """``op``'s arguments bound by its signature; ``_UNBOUND`` for an operation not guarded or a call its
-    function rejects."""
-    try:
-        return _SIGNATURES[op](*args, **kwargs)
-    except (KeyError, TypeError):
-        return _UNBOUND
-
-
-def _truth(value: Any) -> bool:
-    return value is True or bool(value)
-
-
-class DirFds:
-    """The directory descriptors a call names its paths relative to (``dir_fd``; ``src_dir_fd`` and
-    ``dst_dir_fd`` of rename, replace and link). False when it names none."""
-
-    __slots__ = ("dir_fd", "dst_dir_fd", "src_dir_fd")
-
-    def __init__(self, bound: Bound) -> None:
-        self.dir_fd = bound.dir_fd
-        self.src_dir_fd = bound.src_dir_fd
-        self.dst_dir_fd = bound.dst_dir_fd
-
-    def __bool__(self) -> bool:
-        return self.dir_fd is not None or self.src_dir_fd is not None or self.dst_dir_fd is not None
-
-
-class Options:
-    """What a call asks for besides its paths: ``mode`` (mkdir, makedirs), ``exist_ok`` (makedirs) and
-    ``follow_symlinks`` (link), the last two as bools."""
-
-    __slots__ = ("exist_ok", "follow_symlinks", "mode")
-
-    def __init__(self, bound: Bound) -> None:
-        self.mode = bound.mode
-        self.exist_ok = _truth(bound.exist_ok)
-        self.follow_symlinks = _truth(bound.follow_symlinks)
-
-
-class OnError:
-    """What an ``rmtree`` call does with the errors of its walk: ignore them (``ignore_errors``, a bool), or
-    hand them to the caller's ``onerror`` or ``onexc`` (None where not given)."""
-
-    __slots__ = ("ignore_errors", "onerror", "onexc")
-
-    def __init__(self, bound: Bound) -> None:
-        self.ignore_errors = _truth(bound.ignore_errors)
-        self.onerror = bound.onerror
-        self.onexc = bound.onexc
-
-
 class Call:
     """One call of a guarded function, decoded, in named parts.
 
@@ -193,7 +156,7 @@ class Call:
     (``(path,)``, or ``(src, dst)`` for rename, replace, symlink and link; None for one not given; ``()`` for a
     call its function rejects), and ``path`` (one-path operations), ``src`` and ``dst`` (two-path ones): the
     same, normalised (absolute, ``..`` folded, relative to ``cwd``; None where missing or not a path). The rest:
-    ``fds`` (``DirFds``), ``options`` (``Options``) and ``on_error`` (``OnError``, rmtree's)."""
+    ``fds`` (``DirFds``), ``options`` (``Options``) and ``on_error`` (``OnError``, rmtree's), as bound."""
 
     __slots__ = (
         "args",
@@ -225,11 +188,14 @@ class Call:
         self.args = args
         self.kwargs = kwargs
         self.time = time
-        bound = _bind(op, args, kwargs)
+        try:
+            bound = _SIGNATURES[op](*args, **kwargs)
+        except (KeyError, TypeError):  # not a guarded operation, or a call its function rejects
+            bound = _UNBOUND
         self.given = given = bound.given
-        self.fds = DirFds(bound)
-        self.options = Options(bound)
-        self.on_error = OnError(bound)
+        self.options = bound.options
+        self.on_error = bound.on_error
+        self.fds = bound.fds
         if len(given) == 2:
             self.path, self.src, self.dst = None, _norm_or_none(given[0], cwd), _norm_or_none(given[1], cwd)
         else:
@@ -274,9 +240,20 @@ class Call:
         return None if self.fds else _effects(self.op, self.outcome, self.path, self.src, self.dst)[1]
 
     def arguments(self) -> list[tuple[str, Any]]:
-        """The arguments other than the paths, as bound (defaults included; the values as given, not made
-        bools): what makes two calls on the same paths the same call."""
-        return _bind(self.op, self.args, self.kwargs).options()
+        """The arguments other than the paths, by name, as bound (defaults included, values as given): what
+        makes two calls on the same paths the same call."""
+        options, on_error, fds = self.options, self.on_error, self.fds
+        return [
+            ("mode", options.mode),
+            ("exist_ok", options.exist_ok),
+            ("ignore_errors", on_error.ignore_errors),
+            ("onerror", on_error.onerror),
+            ("onexc", on_error.onexc),
+            ("follow_symlinks", options.follow_symlinks),
+            ("dir_fd", fds.dir_fd),
+            ("src_dir_fd", fds.src_dir_fd),
+            ("dst_dir_fd", fds.dst_dir_fd),
+        ]
 
 
 Effect = tuple[str, str]  # (a normalised path, what a call did there)
@@ -307,7 +284,7 @@ def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Eff
         bound = _SIGNATURES[op](*entry[1], **entry[2])
     except (KeyError, TypeError):
         return None, None, when
-    if bound.dir_fd is not None or bound.src_dir_fd is not None or bound.dst_dir_fd is not None:
+    if bound.fds:
         return None, None, when
     given = bound.given
     if len(given) == 2:

@@ -94,6 +94,7 @@ class Bound:
 
 
 # --- the signatures (a missing path binds to None: the call itself says what is wrong) -------------------
+# Each returns its Bound with every part given in order (positional: a third cheaper, and every rmtree call binds).
 
 
 def _makedirs(name: Any = None, mode: Any = 0o777, exist_ok: Any = False) -> Bound:
@@ -101,31 +102,31 @@ def _makedirs(name: Any = None, mode: Any = 0o777, exist_ok: Any = False) -> Bou
 
 
 def _mkdir(path: Any = None, mode: Any = 0o777, *, dir_fd: Any = None) -> Bound:
-    return Bound((path,), Options(mode), fds=_fds(dir_fd))
+    return Bound((path,), Options(mode), _NO_ON_ERROR, _fds(dir_fd))
 
 
 def _remove(path: Any = None, *, dir_fd: Any = None) -> Bound:  # remove, unlink, rmdir
-    return Bound((path,), fds=_fds(dir_fd))
+    return Bound((path,), _NO_OPTIONS, _NO_ON_ERROR, _fds(dir_fd))
 
 
 def _rename(src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> Bound:
-    return Bound((src, dst), fds=_fds(None, src_dir_fd, dst_dir_fd))
+    return Bound((src, dst), _NO_OPTIONS, _NO_ON_ERROR, _fds(None, src_dir_fd, dst_dir_fd))
 
 
 def _symlink(src: Any = None, dst: Any = None, target_is_directory: Any = False, *, dir_fd: Any = None) -> Bound:
-    return Bound((src, dst), fds=_fds(dir_fd))
+    return Bound((src, dst), _NO_OPTIONS, _NO_ON_ERROR, _fds(dir_fd))
 
 
 def _link(
     src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None, follow_symlinks: Any = True
 ) -> Bound:
-    return Bound((src, dst), Options(follow_symlinks=follow_symlinks), fds=_fds(None, src_dir_fd, dst_dir_fd))
+    return Bound((src, dst), Options(None, False, follow_symlinks), _NO_ON_ERROR, _fds(None, src_dir_fd, dst_dir_fd))
 
 
 def _rmtree(
     path: Any = None, ignore_errors: Any = False, onerror: Any = None, *, onexc: Any = None, dir_fd: Any = None
 ) -> Bound:
-    return Bound((path,), on_error=_on_error(ignore_errors, onerror, onexc), fds=_fds(dir_fd))
+    return Bound((path,), _NO_OPTIONS, _on_error(ignore_errors, onerror, onexc), _fds(dir_fd))
 
 
 _SIGNATURES: dict[str, Callable[..., Bound]] = {

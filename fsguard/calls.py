@@ -76,7 +76,8 @@ def _on_error(ignore_errors: Any, onerror: Any, onexc: Any) -> OnError:
 
 class Bound:
     """A call's arguments as its function binds them: the path arguments as given (None for one not given;
-    ``()`` for a call its function rejects), and the others in named parts, with the function's defaults."""
+    ``()`` for a call its function rejects), and the others in named parts, with the function's defaults.
+    Parts are read, never assigned: a call that gives none of a part's arguments shares one default part."""
 
     __slots__ = ("fds", "given", "on_error", "options")
 

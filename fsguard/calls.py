@@ -286,7 +286,7 @@ def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Eff
         bound = _SIGNATURES[op](*entry[1], **entry[2])
     except (KeyError, TypeError):
         return None, None, when
-    if bound.fds:
+    if bound.fds is not _NO_FDS:  # (``_fds`` returns it exactly when no descriptor is named)
         return None, None, when
     given = bound.given
     if len(given) == 2:

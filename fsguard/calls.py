@@ -4,7 +4,7 @@ The happy path decodes nothing: the wrapper calls through and remembers the raw 
 (``(op, args, kwargs, time)`` for the calls that record a time). A ``Call`` is built from that only when
 something asks: a failure's decision, the memory's index, the serializer keying a call, the rmtree walk.
 Arguments are bound by the signatures below, as the interpreter binds them (positional or by keyword), never
-picked out by hand; a call its function would reject binds to nothing (``bound`` False: no paths).
+picked out by hand, into a ``Bound``; a call its function would reject binds to nothing (no paths).
 """
 
 from __future__ import annotations
@@ -17,44 +17,117 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    # (paths as given, mode, exist_ok, ignore_errors, onerror, onexc, follow_symlinks, dir_fd, src_dir_fd,
-    # dst_dir_fd)
-    Bound = tuple[tuple[Any, ...], Any, Any, Any, Any, Any, Any, Any, Any, Any]
+
+class DirFds:
+    """The directory descriptors a call names its paths relative to (``dir_fd``; ``src_dir_fd`` and
+    ``dst_dir_fd`` of rename, replace and link). False when it names none."""
+
+    __slots__ = ("dir_fd", "dst_dir_fd", "src_dir_fd")
+
+    def __init__(self, dir_fd: Any = None, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+        self.dir_fd = dir_fd
+        self.src_dir_fd = src_dir_fd
+        self.dst_dir_fd = dst_dir_fd
+
+    def __bool__(self) -> bool:
+        return self.dir_fd is not None or self.src_dir_fd is not None or self.dst_dir_fd is not None
+
+
+class Options:
+    """What a call asks for besides its paths, as given: ``mode`` (mkdir, makedirs; None for the others),
+    ``exist_ok`` (makedirs) and ``follow_symlinks`` (link). Read them for their truth, as the functions do."""
+
+    __slots__ = ("exist_ok", "follow_symlinks", "mode")
+
+    def __init__(self, mode: Any = None, exist_ok: Any = False, follow_symlinks: Any = True) -> None:
+        self.mode = mode
+        self.exist_ok = exist_ok
+        self.follow_symlinks = follow_symlinks
+
+
+class OnError:
+    """What an ``rmtree`` call does with its walk's errors, as given: ignore them (``ignore_errors``, read for
+    its truth), or hand them to the caller's ``onerror`` or ``onexc`` (None where not given)."""
+
+    __slots__ = ("ignore_errors", "onerror", "onexc")
+
+    def __init__(self, ignore_errors: Any = False, onerror: Any = None, onexc: Any = None) -> None:
+        self.ignore_errors = ignore_errors
+        self.onerror = onerror
+        self.onexc = onexc
+
+
+_NO_FDS = DirFds()
+_NO_OPTIONS = Options()
+_NO_ON_ERROR = OnError()
+
+
+def _fds(dir_fd: Any = None, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> DirFds:
+    if dir_fd is None and src_dir_fd is None and dst_dir_fd is None:
+        return _NO_FDS  # the common case, with no object made: every rmtree call builds its Call
+    return DirFds(dir_fd, src_dir_fd, dst_dir_fd)
+
+
+def _on_error(ignore_errors: Any, onerror: Any, onexc: Any) -> OnError:
+    if ignore_errors is False and onerror is None and onexc is None:
+        return _NO_ON_ERROR
+    return OnError(ignore_errors, onerror, onexc)
+
+
+class Bound:
+    """A call's arguments as its function binds them: the path arguments as given (None for one not given;
+    ``()`` for a call its function rejects), and the others in named parts, with the function's defaults.
+    Parts are read, never assigned: a call that gives none of a part's arguments shares one default part."""
+
+    __slots__ = ("fds", "given", "on_error", "options")
+
+    def __init__(
+        self,
+        given: tuple[Any, ...],
+        options: Options = _NO_OPTIONS,
+        on_error: OnError = _NO_ON_ERROR,
+        fds: DirFds = _NO_FDS,
+    ) -> None:
+        self.given = given
+        self.options = options
+        self.on_error = on_error
+        self.fds = fds
 
 
 # --- the signatures (a missing path binds to None: the call itself says what is wrong) -------------------
+# Each returns its Bound with every part given in order (positional: a third cheaper, and every rmtree call binds).
 
 
 def _makedirs(name: Any = None, mode: Any = 0o777, exist_ok: Any = False) -> Bound:
-    return (name,), mode, exist_ok, False, None, None, True, None, None, None
+    return Bound((name,), Options(mode, exist_ok))
 
 
 def _mkdir(path: Any = None, mode: Any = 0o777, *, dir_fd: Any = None) -> Bound:
-    return (path,), mode, False, False, None, None, True, dir_fd, None, None
+    return Bound((path,), Options(mode), _NO_ON_ERROR, _fds(dir_fd))
 
 
 def _remove(path: Any = None, *, dir_fd: Any = None) -> Bound:  # remove, unlink, rmdir
-    return (path,), None, False, False, None, None, True, dir_fd, None, None
+    return Bound((path,), _NO_OPTIONS, _NO_ON_ERROR, _fds(dir_fd))
 
 
 def _rename(src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> Bound:
-    return (src, dst), None, False, False, None, None, True, None, src_dir_fd, dst_dir_fd
+    return Bound((src, dst), _NO_OPTIONS, _NO_ON_ERROR, _fds(None, src_dir_fd, dst_dir_fd))
 
 
 def _symlink(src: Any = None, dst: Any = None, target_is_directory: Any = False, *, dir_fd: Any = None) -> Bound:
-    return (src, dst), None, False, False, None, None, True, dir_fd, None, None
+    return Bound((src, dst), _NO_OPTIONS, _NO_ON_ERROR, _fds(dir_fd))
 
 
 def _link(
     src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None, follow_symlinks: Any = True
 ) -> Bound:
-    return (src, dst), None, False, False, None, None, follow_symlinks, None, src_dir_fd, dst_dir_fd
+    return Bound((src, dst), Options(None, False, follow_symlinks), _NO_ON_ERROR, _fds(None, src_dir_fd, dst_dir_fd))
 
 
 def _rmtree(
     path: Any = None, ignore_errors: Any = False, onerror: Any = None, *, onexc: Any = None, dir_fd: Any = None
 ) -> Bound:
-    return (path,), None, False, ignore_errors, onerror, onexc, True, dir_fd, None, None
+    return Bound((path,), _NO_OPTIONS, _on_error(ignore_errors, onerror, onexc), _fds(dir_fd))
 
 
 _SIGNATURES: dict[str, Callable[..., Bound]] = {
@@ -73,39 +146,32 @@ TWO_PATHS = frozenset(("rename", "replace", "symlink", "link"))
 # The kinds of remembered entry that are a makedirs(exist_ok=True) (fsguard.patching): it made the directory
 # (a name other processes make too), or found it there.
 MAKEDIRS_OUTCOMES = {"makedirs-shared": "made-shared", "makedirs-found": "found"}
-_UNBOUND: Bound = ((), None, False, False, None, None, True, None, None, None)
-_FD_NAMES = ("dir_fd", "src_dir_fd", "dst_dir_fd")
+_UNBOUND = Bound(())
 
 
 class Call:
-    """One call of a guarded function, decoded.
+    """One call of a guarded function, decoded, in named parts.
 
-    ``given``: the path arguments as given (``(path,)``, or ``(src, dst)`` for rename, replace, symlink and
-    link; None for one not given). ``path`` (one-path operations), ``src`` and ``dst`` (two-path ones): the same,
-    normalised (absolute, ``..`` folded, relative to ``cwd``; None where missing or not a path). ``outcome``:
-    for a remembered ``makedirs(exist_ok=True)``, ``made-shared`` (it made the directory) or ``found``.
-    ``time``: the wall-clock time after the call, where the wrapper recorded one. ``args``/``kwargs``: the call
-    as made, to make it again."""
+    The call as made: ``op``, ``args``/``kwargs`` (to make it again), ``time`` (the wall-clock time after the
+    call, where the wrapper recorded one) and ``outcome`` (for a remembered ``makedirs(exist_ok=True)``,
+    ``made-shared``: it made the directory, or ``found``). Its paths: ``given``, the path arguments as given
+    (``(path,)``, or ``(src, dst)`` for rename, replace, symlink and link; None for one not given; ``()`` for a
+    call its function rejects), and ``path`` (one-path operations), ``src`` and ``dst`` (two-path ones): the
+    same, normalised (absolute, ``..`` folded, relative to ``cwd``; None where missing or not a path). The rest:
+    ``fds`` (``DirFds``), ``options`` (``Options``) and ``on_error`` (``OnError``, rmtree's), as bound."""
 
     __slots__ = (
         "args",
-        "bound",
-        "dir_fd",
         "dst",
-        "dst_dir_fd",
-        "exist_ok",
-        "follow_symlinks",
+        "fds",
         "given",
-        "ignore_errors",
         "kwargs",
-        "mode",
-        "onerror",
-        "onexc",
+        "on_error",
         "op",
+        "options",
         "outcome",
         "path",
         "src",
-        "src_dir_fd",
         "time",
     )
 
@@ -126,25 +192,12 @@ class Call:
         self.time = time
         try:
             bound = _SIGNATURES[op](*args, **kwargs)
-            self.bound = True
         except (KeyError, TypeError):  # not a guarded operation, or a call its function rejects
-            bound, self.bound = _UNBOUND, False
-        (
-            self.given,
-            self.mode,
-            self.exist_ok,
-            self.ignore_errors,
-            self.onerror,
-            self.onexc,
-            self.follow_symlinks,
-            self.dir_fd,
-            self.src_dir_fd,
-            self.dst_dir_fd,
-        ) = bound
-        self.exist_ok = self.exist_ok is True or bool(self.exist_ok)
-        self.ignore_errors = self.ignore_errors is True or bool(self.ignore_errors)
-        self.follow_symlinks = self.follow_symlinks is True or bool(self.follow_symlinks)
-        given = self.given
+            bound = _UNBOUND
+        self.given = given = bound.given
+        self.options = bound.options
+        self.on_error = bound.on_error
+        self.fds = bound.fds
         if len(given) == 2:
             self.path, self.src, self.dst = None, _norm_or_none(given[0], cwd), _norm_or_none(given[1], cwd)
         else:
@@ -159,9 +212,9 @@ class Call:
         return f"Call({self.op!r}, {self.args!r}, {self.kwargs!r})"
 
     @property
-    def fds(self) -> bool:
-        """Whether the call names its paths relative to directory descriptors."""
-        return self.dir_fd is not None or self.src_dir_fd is not None or self.dst_dir_fd is not None
+    def bound(self) -> bool:
+        """Whether the call binds to its function's signature (a call the function rejects has no paths)."""
+        return bool(self.given)
 
     def shown(self) -> list[Any]:
         """The path arguments as given, for a record."""
@@ -188,27 +241,21 @@ class Call:
         """(the path this call took away, how: ``removed`` or ``moved-away``), if any."""
         return None if self.fds else _effects(self.op, self.outcome, self.path, self.src, self.dst)[1]
 
-    def options(self) -> list[tuple[str, Any]]:
-        """The arguments other than the paths, as bound (defaults included; the values as given, not made
-        bools): what makes two calls on the same paths the same call."""
-        try:
-            bound = _SIGNATURES[self.op](*self.args, **self.kwargs)
-        except (KeyError, TypeError):
-            bound = _UNBOUND
-        return list(zip(_OPTION_NAMES, bound[1:], strict=True))
-
-
-_OPTION_NAMES = (
-    "mode",
-    "exist_ok",
-    "ignore_errors",
-    "onerror",
-    "onexc",
-    "follow_symlinks",
-    "dir_fd",
-    "src_dir_fd",
-    "dst_dir_fd",
-)
+    def arguments(self) -> list[tuple[str, Any]]:
+        """The arguments other than the paths, by name, as bound (defaults included, values as given): what
+        makes two calls on the same paths the same call."""
+        options, on_error, fds = self.options, self.on_error, self.fds
+        return [
+            ("mode", options.mode),
+            ("exist_ok", options.exist_ok),
+            ("ignore_errors", on_error.ignore_errors),
+            ("onerror", on_error.onerror),
+            ("onexc", on_error.onexc),
+            ("follow_symlinks", options.follow_symlinks),
+            ("dir_fd", fds.dir_fd),
+            ("src_dir_fd", fds.src_dir_fd),
+            ("dst_dir_fd", fds.dst_dir_fd),
+        ]
 
 
 Effect = tuple[str, str]  # (a normalised path, what a call did there)
@@ -236,11 +283,12 @@ def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Eff
         op = "makedirs"
     when = entry[3] if len(entry) > 3 else None
     try:
-        given, _, _, _, _, _, _, dir_fd, src_dir_fd, dst_dir_fd = _SIGNATURES[op](*entry[1], **entry[2])
+        bound = _SIGNATURES[op](*entry[1], **entry[2])
     except (KeyError, TypeError):
         return None, None, when
-    if dir_fd is not None or src_dir_fd is not None or dst_dir_fd is not None:
+    if bound.fds is not _NO_FDS:  # (``_fds`` returns it exactly when no descriptor is named)
         return None, None, when
+    given = bound.given
     if len(given) == 2:
         moved = op == "rename" or op == "replace"
         src = _norm_or_none(given[0], cwd) if moved else None
@@ -366,7 +414,8 @@ def resolve_fds(entry: tuple[Any, ...]) -> tuple[Any, ...]:
         return entry
     paths = list(call.given)
     try:
-        for position, fd in enumerate((call.src_dir_fd, call.dst_dir_fd) if len(paths) == 2 else (call.dir_fd,)):
+        fds = call.fds
+        for position, fd in enumerate((fds.src_dir_fd, fds.dst_dir_fd) if len(paths) == 2 else (fds.dir_fd,)):
             if fd is not None:
                 value: str | bytes = os.fspath(paths[position])
                 text = os.fsdecode(value) if isinstance(value, bytes) else value
@@ -381,6 +430,6 @@ def first_path(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if args and not kwargs:  # every signature here takes its first path first: no binding needed
         return args[0]
     try:
-        return _SIGNATURES[op](*args, **kwargs)[0][0]
+        return _SIGNATURES[op](*args, **kwargs).given[0]
     except (KeyError, TypeError):
         return None

@@ -130,7 +130,7 @@ def absorbs(call: Call, error: OSError) -> bool:
         return False
     # makedirs(exist_ok=True) absorbs only a stale lookup's FileExistsError for a directory that is there:
     # absorbing keeps the meaning a handler waits for ("exists and is not a directory"); it is never deferred.
-    settles = not (op == "makedirs" and call.exist_ok)
+    settles = not (op == "makedirs" and call.options.exist_ok)
     context: dict[str, Any] | None = None
     asked = False
     try:
@@ -202,7 +202,7 @@ def _stays_raised(call: Call, error: OSError) -> bool:
     if error.__class__ is not FileExistsError or call.op not in ("mkdir", "makedirs"):
         return False
     name = call.given[0] if call.bound else None
-    return not call.exist_ok and name is not None and call.dir_fd is None and _stands_before(name)
+    return not call.options.exist_ok and name is not None and call.fds.dir_fd is None and _stands_before(name)
 
 
 def _stands_before(name: Any) -> bool:

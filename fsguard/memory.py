@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     Entry = tuple[Any, ...]
 
 MEMORY_SIZE = state.MEMORY_SIZE
-MEMORY = state.STATE.memory  # the happy path appends here (fsguard.patching)
-DIRS = state.STATE.dirs  # mkdir and makedirs append here instead
+MEMORY = state.STATE.memory.calls  # the happy path appends here (fsguard.patching)
+DIRS = state.STATE.memory.dirs  # mkdir and makedirs append here instead
 DIRS_SIZE = state.DIRS_SIZE
 
 
@@ -274,18 +274,20 @@ def _is_dir(path: str) -> bool:
 
 
 def _index() -> _Index:
-    """The index of this process's remembered calls (``STATE.index``, made at the first decision that asks)."""
-    index = state.STATE.index
+    """The index of this process's remembered calls (``STATE.memory.index``, made at the first decision that asks)."""
+    index = state.STATE.memory.index
     if index is None:
-        index = state.STATE.index = _Index()
+        index = state.STATE.memory.index = _Index()
     return index  # type: ignore[no-any-return]
 
 
 @state.at_fork
 def _after_fork_in_child() -> None:
-    if state.STATE.index_lock.locked():  # another thread was bringing it up to date: start again from the deques
+    if state.STATE.memory.index_lock.locked():  # another thread was bringing it up to date: start again from the deques
         _index().forget()
-    state.STATE.index_lock = threading.Lock()  # a fork while another thread decided must not leave it held forever
+    state.STATE.memory.index_lock = (
+        threading.Lock()
+    )  # a fork while another thread decided must not leave it held forever
 
 
 def own_last(path: str, *, within: bool = False) -> Event | None:
@@ -297,7 +299,7 @@ def own_last(path: str, *, within: bool = False) -> Event | None:
     found it there. ``moved-away``/``removed``: it, or a directory above it, was renamed away / removed by
     rmtree, remove, unlink or rmdir.
     """
-    with state.STATE.index_lock:  # the happy path never takes this lock
+    with state.STATE.memory.index_lock:  # the happy path never takes this lock
         index = _index()
         index.update()
         return index.last_event(path.rstrip(os.sep) or os.sep, within)

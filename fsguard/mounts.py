@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 
+from .state import STATE
+
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -98,7 +100,6 @@ class Mount:
         return f"up to {budget:g} s (FSGUARD_SETTLE_S: the mount's cache time is not visible)"
 
 
-_by_dev: dict[int, Mount] = {}
 _UNKNOWN = Mount("", "", "", {}, stale=True, shared=False)
 
 
@@ -146,7 +147,7 @@ def wait_budget_for(found: Mount, settle_s: float) -> float:
 
 def forget() -> None:
     """Drop the cache (a test that mounts and unmounts, or a long process whose mounts changed)."""
-    _by_dev.clear()
+    STATE.caches.mounts.clear()
 
 
 # --- reading mountinfo -----------------------------------------------------------------------------------
@@ -169,7 +170,8 @@ def _device(path: str) -> tuple[int | None, str | None]:
 
 
 def _mount_of_dev(dev: int, where: str | None) -> Mount:
-    known = _by_dev.get(dev)
+    by_dev: dict[int, Mount] = STATE.caches.mounts
+    known = by_dev.get(dev)
     if known is not None:
         return known
     table = _read_table()
@@ -183,7 +185,7 @@ def _mount_of_dev(dev: int, where: str | None) -> Mount:
     if found is None:
         return _UNKNOWN  # not cached: the table may gain it (a mount made after this process started)
     result = conclude(found, table)
-    _by_dev[dev] = result
+    by_dev[dev] = result
     return result
 
 

@@ -37,8 +37,6 @@ TARGETS: dict[str, tuple[str, str, str]] = {
     "symlink": ("os", "symlink", "os:symlink"),
     "link": ("os", "link", "os:link"),
 }
-# target -> the hook that wraps it when its module is first imported (shutil, where the program has not yet)
-_PENDING: dict[str, _later.AfterImport] = {}
 _ALSO = {"remove": ("unlink",)}  # operation -> further attributes guarded under its name
 
 
@@ -80,7 +78,7 @@ _SERIALIZED = object()  # passed as ``instance``: this call already holds the se
 def _path_wrapper(op: str) -> Callable[..., Any]:
     """The wrapper of a path operation's guarded function, with what it knows of its operation."""
     # Directories made are remembered apart, so that they stay known while they exist (fsguard.memory).
-    remember = (STATE.dirs if op in ("mkdir", "makedirs") else STATE.memory).append
+    remember = (STATE.memory.dirs if op in ("mkdir", "makedirs") else STATE.memory.calls).append
     # A move is remembered with its time: a later decision tells this process's own old move of a reused
     # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
     now = time.time if op in ("rename", "replace", "symlink", "link") else None
@@ -323,7 +321,7 @@ def _takes_onexc(function: Any) -> bool:
 
 
 def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
-    remember = STATE.memory.append
+    remember = STATE.memory.calls.append
     state = STATE
     use_onexc = _takes_onexc(rmtree)
 
@@ -333,7 +331,7 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
         call = Call("rmtree", args, kwargs)
         if not call.bound or call.given[0] is None:  # the standard rmtree says what is wrong
             return wrapped(*args, **kwargs)
-        if call.dir_fd is not None:  # passed through, but remembered as removed
+        if call.fds.dir_fd is not None:  # passed through, but remembered as removed
             wrapped(*args, **kwargs)
             remember(resolve_fds(("rmtree", args, kwargs)))
             return None
@@ -370,11 +368,11 @@ def install(ops: Iterable[str] | None = None, settings: config.Settings | None =
         wanted = list(config.ALL_OPS) if ops is None else [op for op in ops if op in config.ALL_OPS]
         for op in wanted:
             for target in (op, *_ALSO.get(op, ())):
-                if target in STATE.originals or target in _PENDING:
+                if target in STATE.originals or target in STATE.pending:
                     continue
                 hook = _later.after_import(TARGETS[target][0], _wrapping(op, target))
                 if hook is not None:
-                    _PENDING[target] = hook
+                    STATE.pending[target] = hook
         return installed()
 
 
@@ -389,7 +387,7 @@ def _wrap(op: str, target: str, module: ModuleType) -> None:
     """Replace ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function (now, or at the
     import of its module: then under the import's own module lock, before anyone else can see the module)."""
     with STATE.lock:
-        _PENDING.pop(target, None)
+        STATE.pending.pop(target, None)
         if target in STATE.originals:
             return
         _, attribute, qualified = TARGETS[target]
@@ -405,9 +403,9 @@ def uninstall(ops: Iterable[str] | None = None) -> None:
     """Put back the exact original objects of the named operations (default: all). With none left patched,
     the process state is back to "never installed" (settings, launch, serializer, rules)."""
     with STATE.lock:
-        every = [*STATE.originals, *_PENDING]
+        every = [*STATE.originals, *STATE.pending]
         for op in every if ops is None else [t for name in ops for t in (name, *_ALSO.get(name, ()))]:
-            hook = _PENDING.pop(op, None)
+            hook = STATE.pending.pop(op, None)
             if hook is not None:
                 hook.cancel()
             original = STATE.originals.pop(op, None)
@@ -416,7 +414,7 @@ def uninstall(ops: Iterable[str] | None = None) -> None:
                 module = sys.modules[module_name]
                 _swap_in_pathlib(getattr(module, attribute), original)
                 setattr(module, attribute, original)
-        if not STATE.originals and not _PENDING:
+        if not STATE.originals and not STATE.pending:
             STATE.reset()
 
 
@@ -432,7 +430,7 @@ def _swap_in_pathlib(old: Any, new: Any) -> None:
 
 def installed() -> list[str]:
     """The operations patched: wrapped, or to be wrapped at their module's first import (``shutil.rmtree``)."""
-    return [op for op in config.ALL_OPS if op in STATE.originals or op in _PENDING]
+    return [op for op in config.ALL_OPS if op in STATE.originals or op in STATE.pending]
 
 
 def original(op: str) -> Any:

@@ -33,31 +33,60 @@ _MARKER = " :: {"
 _LINE = re.compile(r"fsguard: (?P<decision>[a-z]+) ")
 
 
+class Origin(Value):
+    """Who wrote a record: which process (``host``, ``pid``) of which job (``rank``, ``local_rank``,
+    ``world_size``, ``launcher``; None outside a launcher), with which fsguard (``version``)."""
+
+    _fields = ("host", "pid", "rank", "local_rank", "world_size", "launcher", "version")
+    __slots__ = _fields
+    host: str
+    pid: int
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    launcher: str | None
+    version: str
+
+    def __init__(
+        self,
+        host: str = "",
+        pid: int = 0,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        world_size: int | None = None,
+        launcher: str | None = None,
+        version: str = "",
+    ) -> None:
+        super().__init__(host, pid, rank, local_rank, world_size, launcher, version)
+
+
+_NOWHERE = Origin()
+# The record's JSON object's fields, in order (docs/record.schema.json): a public format.
+FIELDS = (
+    "op",
+    "decision",
+    "evidence",
+    "args",
+    "error",
+    "waited_s",
+    "site",
+    "time",
+    *Origin._fields,
+    "detail",
+    "v",
+)
+
+
 class Record(Value):
-    """One decision fsguard made, with everything a person needs to audit it later.
+    """One decision fsguard made, with everything a person needs to audit it later: what was decided about
+    which call (``op``, ``decision``, ``evidence``, ``args``, ``error``, ``waited_s``, ``detail``), where and
+    when (``site``, ``time``), who wrote it (``origin``), in which version of the format (``v``). Its JSON
+    (``FIELDS``) is flat: the origin's fields stand beside the others.
 
     Not imported at startup: ``fsguard.runtime`` imports this module when it writes its first record.
     """
 
-    _fields = (
-        "op",
-        "decision",
-        "evidence",
-        "args",
-        "error",
-        "waited_s",
-        "site",
-        "time",
-        "host",
-        "pid",
-        "rank",
-        "local_rank",
-        "world_size",
-        "launcher",
-        "version",
-        "detail",
-        "v",
-    )
+    _fields = ("op", "decision", "evidence", "args", "error", "waited_s", "site", "time", "origin", "detail", "v")
     __slots__ = _fields
     op: str
     decision: str
@@ -67,13 +96,7 @@ class Record(Value):
     waited_s: float
     site: dict[str, Any] | None  # {"file", "line", "function"}
     time: float
-    host: str
-    pid: int
-    rank: int | None
-    local_rank: int | None
-    world_size: int | None
-    launcher: str | None
-    version: str
+    origin: Origin
     detail: dict[str, Any]
     v: int
 
@@ -87,13 +110,7 @@ class Record(Value):
         waited_s: float = 0.0,
         site: dict[str, Any] | None = None,
         time: float | None = None,  # None: now
-        host: str = "",
-        pid: int = 0,
-        rank: int | None = None,
-        local_rank: int | None = None,
-        world_size: int | None = None,
-        launcher: str | None = None,
-        version: str = "",
+        origin: Origin = _NOWHERE,
         detail: dict[str, Any] | None = None,
         v: int = SCHEMA,
     ) -> None:
@@ -106,20 +123,14 @@ class Record(Value):
             waited_s,
             site,
             _now() if time is None else time,
-            host,
-            pid,
-            rank,
-            local_rank,
-            world_size,
-            launcher,
-            version,
+            origin,
             {} if detail is None else detail,
             v,
         )
 
     def as_dict(self) -> dict[str, Any]:
         """The record as its JSON object (field name -> value)."""
-        return {name: getattr(self, name) for name in self._fields}
+        return {name: getattr(self.origin if name in Origin._fields else self, name) for name in FIELDS}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True, default=str)
@@ -131,10 +142,11 @@ class Record(Value):
 
     def to_line(self) -> str:
         """The one-line stderr form: human words first, the JSON after `` :: ``."""
-        world = "?" if self.world_size is None else self.world_size
-        rank = "?" if self.rank is None else self.rank
+        origin = self.origin
+        world = "?" if origin.world_size is None else origin.world_size
+        rank = "?" if origin.rank is None else origin.rank
         return (
-            f"fsguard: {self.decision} {self.op} rank={rank}/{world} host={self.host} "
+            f"fsguard: {self.decision} {self.op} rank={rank}/{world} host={origin.host} "
             f"at {self.site_text()}: {self.evidence}{_MARKER}{self.to_json()[1:]}"
         )
 
@@ -145,6 +157,7 @@ def from_dict(data: dict[str, Any]) -> Record:
     for required in ("op", "decision", "evidence", "args"):
         if required not in known:
             raise ValueError(f"record lacks {required!r}")
+    known["origin"] = Origin(**{k: data[k] for k in Origin._fields if k in data})
     return Record(**known)
 
 
@@ -269,7 +282,7 @@ def _write_jsonl(record: Record, log_dir: str) -> None:
     try:
         if state.STATE.writer.jsonl is None or state.STATE.writer.jsonl[0] != os.getpid():
             os.makedirs(log_dir, exist_ok=True)
-            path = jsonl_path(log_dir, record.host, record.rank, record.pid)
+            path = jsonl_path(log_dir, record.origin.host, record.origin.rank, record.origin.pid)
             state.STATE.writer.jsonl = (os.getpid(), open(path, "a", encoding="utf-8"))  # noqa: SIM115 - one per process
         stream = state.STATE.writer.jsonl[1]
         stream.write(record.to_json() + "\n")

@@ -760,7 +760,7 @@ def run(
     if top is None:
         original(*args, **kwargs)  # the standard rmtree says what is wrong (outside any except)
         return None
-    caller = _Caller(call.ignore_errors, call.onerror, call.onexc, use_onexc)
+    caller = _Caller(call.on_error.ignore_errors, call.on_error.onerror, call.on_error.onexc, use_onexc)
     with _Held() as held:  # the top's descriptor: see _find_renamed
         position = _Position(top, world, held)
         walk = Walk(position, original, caller, world, rules)

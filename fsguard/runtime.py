@@ -117,13 +117,15 @@ def record(
                 error=describe_error(error),
                 waited_s=round(waited_s, 4),
                 site=call_site(3),
-                host=current.host if current else launcher.hostname(os.environ),
-                pid=os.getpid(),
-                rank=current.rank if current else None,
-                local_rank=current.local_rank if current else None,
-                world_size=current.world_size if current else None,
-                launcher=current.launcher if current else None,
-                version=__version__,
+                origin=records.Origin(
+                    host=current.host if current else launcher.hostname(os.environ),
+                    pid=os.getpid(),
+                    rank=current.rank if current else None,
+                    local_rank=current.local_rank if current else None,
+                    world_size=current.world_size if current else None,
+                    launcher=current.launcher if current else None,
+                    version=__version__,
+                ),
                 detail=detail or {},
             )
             records.emit(rec, stderr=STATE.settings.stderr, log_dir=STATE.settings.log_dir)

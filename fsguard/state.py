@@ -2,12 +2,13 @@
 held locks.
 
 ``STATE`` holds what an active fsguard knows about this process: the settings, the launch, the original
-functions it patched, the serializer (``FSGUARD_SERIALIZE=1``), the rules' numbers, and the memory of its own
-guarded calls (the ``deque`` the happy path appends to: ``memory``, or ``dirs`` for mkdir and makedirs) with
-its index, what fsguard finds once and keeps (``caches``), the record writer's state (``writer``) and the
-process's nonce. ``patching.install`` fills it, ``uninstall`` of the last operation empties it again (the
-memory and the writer stay: they describe the process, not the install). No other module keeps state of its
-own: they read and write it here.
+functions it patched and the wraps waiting for a module's first import (``pending``), the serializer
+(``FSGUARD_SERIALIZE=1``), the rules' numbers, the memory of its own guarded calls (``memory``: the ``deque``
+the happy path appends to, ``calls``, or ``dirs`` for mkdir and makedirs, with their index), what fsguard
+finds once and keeps (``caches``, the mounts read from mountinfo among them), the record writer's state
+(``writer``) and the process's nonce. ``patching.install`` fills it, ``uninstall`` of the last operation
+empties it again (the memory and the writer stay: they describe the process, not the install). No other
+module keeps state of its own: they read and write it here.
 
 Forks: ranks fork while another thread may be inside fsguard (DataLoader workers, compile pools, async
 checkpoints). A fork copies only the forking thread, so a lock another thread held at that moment would stay
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     class Forkable(Protocol):
         def after_fork_in_child(self) -> None: ...
 
+    from . import _later
 else:
     from _collections import deque
 
@@ -67,6 +69,7 @@ class Caches:
         "failed_rules",
         "handler_layers",
         "job_start",
+        "mounts",
         "pass_through",
         "site_dirs",
         "source_trees",
@@ -86,6 +89,21 @@ class Caches:
         self.pass_through: frozenset[Any] | None = None  # standard wrappers' code objects: handlers
         self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: handlers
         self.failed_rules: set[str] = set()  # operations whose rule failed (reported once each): patching
+        self.mounts: dict[int, Any] = {}  # st_dev -> its mounts.Mount, read from mountinfo: mounts
+
+
+class Memory:
+    """This process's own guarded calls (``fsguard.memory``), kept across installs: they describe the process."""
+
+    __slots__ = ("calls", "dirs", "index", "index_lock")
+
+    def __init__(self) -> None:
+        # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): the happy path appends
+        self.calls: deque[tuple[Any, ...]] = deque(maxlen=MEMORY_SIZE)
+        # the same entries for mkdir and makedirs (they are not in ``calls``)
+        self.dirs: deque[tuple[Any, ...]] = deque(maxlen=DIRS_SIZE)
+        self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
+        self.index_lock = allocate_lock()  # decisions of several threads index and read together
 
 
 class Writer:
@@ -121,15 +139,13 @@ class State:
 
     __slots__ = (
         "caches",
-        "dirs",
-        "index",
-        "index_lock",
         "job",
         "launch",
         "lock",
         "memory",
         "nonce",
         "originals",
+        "pending",
         "rules_for",
         "serializer",
         "settings",
@@ -138,13 +154,10 @@ class State:
 
     def __init__(self) -> None:
         self.lock = RLock()  # install/uninstall
-        # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): see fsguard.memory
-        self.memory: deque[tuple[Any, ...]] = deque(maxlen=MEMORY_SIZE)
-        # the same entries for mkdir and makedirs (they are not in ``memory``): see fsguard.memory
-        self.dirs: deque[tuple[Any, ...]] = deque(maxlen=DIRS_SIZE)
-        self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
-        self.index_lock = allocate_lock()  # decisions of several threads index and read together
+        self.memory = Memory()
         self.originals: dict[str, Any] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
+        # operation -> the hook that wraps it at its module's first import (shutil, not yet imported): patching
+        self.pending: dict[str, _later.AfterImport] = {}
         self.nonce = os.urandom(4).hex()  # random per process, renewed at fork: fsguard.locks' tokens
         self.writer = Writer()
         self.caches = Caches()

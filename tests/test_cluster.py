@@ -53,7 +53,7 @@ def assert_absorbed_at(recs: list[Record], script: str, output: str) -> None:
     for rec in recs:
         assert rec.decision == "absorbed", rec.to_line()
         assert rec.site and str(rec.site["file"]).endswith("/" + script), rec.to_line()
-        assert rec.launcher is not None and rec.rank is not None, rec.to_line()
+        assert rec.origin.launcher is not None and rec.origin.rank is not None, rec.to_line()
 
 
 def workload_seconds(result: RunResult) -> float:
@@ -372,6 +372,6 @@ def test_mpirun_job_fails_without_fsguard_and_survives_with_it(
     assert result.ok, output[-6000:]
     recs = records(result)
     assert_absorbed_at(recs, "checkpoint_loop.py", output)
-    assert {r.launcher for r in recs} == {"openmpi"}, [r.to_line() for r in recs]
-    assert {r.world_size for r in recs} == {WORLD}
+    assert {r.origin.launcher for r in recs} == {"openmpi"}, [r.to_line() for r in recs]
+    assert {r.origin.world_size for r in recs} == {WORLD}
     check_checkpoints(made.backing, recs, WORLD, nodes=1)

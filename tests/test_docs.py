@@ -243,7 +243,7 @@ def test_record_schema_matches_the_record_type() -> None:
     from fsguard import records
 
     schema = json.loads(SCHEMA.read_text())
-    assert set(schema["required"]) == set(records.Record._fields) == set(schema["properties"])
+    assert set(schema["required"]) == set(records.FIELDS) == set(schema["properties"])
     assert schema["properties"]["decision"]["enum"] == list(records.DECISIONS)
     assert schema["properties"]["v"]["const"] == records.SCHEMA
 
@@ -427,3 +427,16 @@ def test_the_demo_command_as_shown(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "guarded run: succeeded" in done.stdout
+
+
+def test_a_record_is_one_flat_json_object_and_reads_back_the_same() -> None:
+    """``Origin`` (who wrote it) is a part of ``Record`` in Python; on disk its fields stand beside the others,
+    in ``FIELDS`` order, and the one parser puts them back."""
+    from fsguard import records
+
+    origin = records.Origin("n1", 42, 3, 1, 8, "torchrun", "1.0")
+    record = records.Record("rename", "absorbed", "why", ["/a", "/b"], None, 0.5, None, 12.5, origin, {"x": 1})
+    assert list(record.as_dict()) == list(records.FIELDS)
+    assert json.loads(record.to_json())["rank"] == 3 and "origin" not in json.loads(record.to_json())
+    assert records.parse_line(f"[rank3]: {record.to_line()}") == record
+    assert records.parse_line(record.to_json()) == record

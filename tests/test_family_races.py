@@ -119,9 +119,12 @@ def test_workload_absorbed_with_fsguard(fsguard_python: Path, tmp_path: Path) ->
         assert rec.op == OPS[marker], (rec.op, marker)
         expected_error = "FileNotFoundError" if rec.op in ("remove", "rmdir") else "FileExistsError"
         assert rec.error is not None and rec.error["type"] == expected_error
-        assert rec.rank == rank_of_pid[rec.pid] and (rec.world_size, rec.version) == (RANKS, fsguard.__version__)
+        assert rec.origin.rank == rank_of_pid[rec.origin.pid] and (rec.origin.world_size, rec.origin.version) == (
+            RANKS,
+            fsguard.__version__,
+        )
         per_site[marker] += 1
-        per_call[rec.pid, rec.site["line"], " ".join(rec.args)] += 1
+        per_call[rec.origin.pid, rec.site["line"], " ".join(rec.args)] += 1
     print(f"with fsguard: {len(records)} absorbed: {dict(per_site)}")
     assert records
     # One record per absorbed race: a call on a path of one round is absorbed at most once per rank, and a

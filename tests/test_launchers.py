@@ -97,9 +97,13 @@ def check_guarded(job: Job, launcher: str, world: int, hosts: set[str] | None = 
     assert len(absorbed["makedirs"]) == world - 1, [r.to_line() for r in job.records]
     assert len(absorbed["rename"]) == world - 1, [r.to_line() for r in job.records]
     for record in job.records:
-        rep = by_pid[record.pid]
-        assert (record.launcher, record.rank, record.world_size) == (launcher, rep["rank"], world), record.to_line()
-        assert record.host == rep["host"], record.to_line()
+        rep = by_pid[record.origin.pid]
+        assert (record.origin.launcher, record.origin.rank, record.origin.world_size) == (
+            launcher,
+            rep["rank"],
+            world,
+        ), record.to_line()
+        assert record.origin.host == rep["host"], record.to_line()
         assert record.site_text().startswith(str(JOB)), record.to_line()
     agents = [p for p in job.probes if is_agent(p["argv"])]  # type: ignore[arg-type]
     assert all(p["patched"] == [] for p in agents), agents

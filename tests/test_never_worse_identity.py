@@ -205,7 +205,7 @@ def test_in_a_restarted_attempt_a_peers_directory_is_still_a_peers(fsguard_pytho
     assert runs["without"][0] != 0 and "FileExistsError" in runs["without"][1], runs["without"][1][-3000:]
     assert runs["with"][0] == 0, runs["with"][1][-3000:]
     records = from_log_dir(tmp_path / "with" / "log" / "job")
-    assert [(r.op, r.decision, r.rank, r.detail) for r in records] == [
+    assert [(r.op, r.decision, r.origin.rank, r.detail) for r in records] == [
         ("makedirs", "absorbed", 1, {"identity": "job tag"})
     ], records
 

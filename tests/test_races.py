@@ -178,13 +178,17 @@ def check_race_absorbed(fsguard_python: Path, tmp_path: Path, race: Race) -> Non
         else:
             assert (rec.error["type"], rec.error["errno"]) == race.error
         assert rec.evidence.strip()
-        assert rec.host == hostname(clean_env())
-        assert rec.pid in rank_of_pid and rec.rank == rank_of_pid[rec.pid] == rec.local_rank
-        assert (rec.world_size, rec.launcher, rec.version) == (RANKS, "torchrun", fsguard.__version__)
+        assert rec.origin.host == hostname(clean_env())
+        assert rec.origin.pid in rank_of_pid and rec.origin.rank == rank_of_pid[rec.origin.pid] == rec.origin.local_rank
+        assert (rec.origin.world_size, rec.origin.launcher, rec.origin.version) == (
+            RANKS,
+            "torchrun",
+            fsguard.__version__,
+        )
         assert rec.site == {"file": str(WORKER), "line": line, "function": f"race_{race.op}"}
         per_iteration[iteration_of[tuple(rec.args)]] += 1
-        assert Path(jsonl_path(str(job.log_dir), rec.host, rec.rank, rec.pid)).exists()
-    assert len(set((r.pid, r.args[0]) for r in from_log if r)) == len(from_log)  # one per rank and iteration
+        assert Path(jsonl_path(str(job.log_dir), rec.origin.host, rec.origin.rank, rec.origin.pid)).exists()
+    assert len(set((r.origin.pid, r.args[0]) for r in from_log if r)) == len(from_log)  # one per rank and iteration
     fewest, most = race.records_per_iteration
     counts = [per_iteration[k] for k in range(race.iterations)]
     print(f"{race.op}: {sum(counts)} absorbed in {race.iterations} iterations: {counts}")

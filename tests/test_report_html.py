@@ -115,7 +115,7 @@ def test_timeline_memory_is_bounded_by_lanes_and_bins() -> None:
     import random
 
     from fsguard.audit import timeline
-    from fsguard.records import Record
+    from fsguard.records import Origin, Record
 
     rng = random.Random(27)
     line = timeline.Timeline()
@@ -126,7 +126,9 @@ def test_timeline_memory_is_bounded_by_lanes_and_bins() -> None:
         decision = "hazard" if i % 5000 == 7 else "waited" if i % 700 == 3 else "absorbed"
         waited = float(1 + i % 13) if decision == "waited" else 0.0
         line.add(
-            Record("rename", decision, "why", ["/a", "/b"], None, waited, None, at, f"n{rank // per_host}", 0, rank)
+            Record(
+                "rename", decision, "why", ["/a", "/b"], None, waited, None, at, Origin(f"n{rank // per_host}", 0, rank)
+            )
         )
     assert line.by_host and line.bins <= timeline.BINS
     assert len(line.cells) <= hosts * timeline.BINS
@@ -184,7 +186,7 @@ def test_in_chromium(chromium: str, fsguard_python: Path, tmp_path: Path) -> Non
         assert chrome.errors == []
         # lanes: one per rank of the demo's records, marks: every record once, hazard section on the first screen
         lanes = chrome.evaluate("[...document.querySelectorAll('#timeline-svg g.lane')].map(g => g.dataset.lane)")
-        assert lanes == [f"rank {r}" for r in sorted({r.rank for r in demo_records})]
+        assert lanes == [f"rank {r}" for r in sorted({r.origin.rank for r in demo_records})]
         marks = chrome.evaluate(MARKS)
         assert sum(m["n"] for m in marks) == len(demo_records) == 33
         risk = chrome.evaluate(

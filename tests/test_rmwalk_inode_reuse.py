@@ -37,7 +37,7 @@ WORKER = """
         # bindfs or NFS would be, so that the hook below fires at the window's first look.
         from fsguard import mounts
 
-        mounts._by_dev[os.stat(root).st_dev] = mounts.Mount(root, "fuse.simulated", "test", {}, stale=True, shared=True)
+        mounts.STATE.caches.mounts[os.stat(root).st_dev] = mounts.Mount(root, "fuse.simulated", "test", {}, stale=True, shared=True)
         posix.mkdir(top)  # a peer's fresh tree: the walk first waits for a peer to move it away
         from fsguard.launcher import JOB_TAG, job_tag  # with the tag a peer's guarded mkdir writes
 

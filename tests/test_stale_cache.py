@@ -109,7 +109,7 @@ def assert_absorbed(node: Node, op: str, args: list[Path], decision: str | tuple
     decisions = (decision,) if isinstance(decision, str) else decision
     assert (rec.op, rec.args) == (op, [str(a) for a in args]) and rec.decision in decisions, rec.to_line()
     assert rec.waited_s < SETTLE_S, f"decided only after the settle wait: {rec.to_line()}"
-    assert rec.rank == 1 and rec.launcher is not None, rec.to_line()
+    assert rec.origin.rank == 1 and rec.origin.launcher is not None, rec.to_line()
     return rec
 
 

@@ -67,10 +67,10 @@ class Group(tables.Tally):
     def add(self, record: Record) -> None:
         self.count += 1
         self.decisions[record.decision] += 1
-        if record.rank is not None:
-            self.ranks.add(record.rank)
-        if record.host:
-            self.hosts.add(record.host)
+        if record.origin.rank is not None:
+            self.ranks.add(record.origin.rank)
+        if record.origin.host:
+            self.hosts.add(record.origin.host)
         if not self.add_path(_pattern(tuple(str(a) for a in record.args))):
             self.other_paths += 1
         self.longest_wait = max(self.longest_wait, float(record.waited_s or 0.0))
@@ -147,9 +147,16 @@ class Collector:
     def add(self, record: Record, stderr: bool = False) -> bool:
         """Count ``record`` into its group; False (and nothing counted) when it was seen before."""
         identity = hash(
-            (record.host, record.pid, record.time, record.op, record.decision, tuple(str(a) for a in record.args))
+            (
+                record.origin.host,
+                record.origin.pid,
+                record.time,
+                record.op,
+                record.decision,
+                tuple(str(a) for a in record.args),
+            )
         )
-        process = (record.host, record.pid, record.op, record.decision, record.site_text())
+        process = (record.origin.host, record.origin.pid, record.op, record.decision, record.site_text())
         tally = self._shown.setdefault(process, [0, 0])
         if stderr:
             more = record.detail.get("more") if isinstance(record.detail, dict) else None

@@ -188,19 +188,37 @@ def parse_error(exception: str, message: str) -> tuple[str, str | None, list[str
     return name, errno_name, paths
 
 
+@dataclass(frozen=True)
+class Raised:
+    """The error a finding's tracebacks end in: its type's name, its errno's name (None where the message shows
+    none), and the first traceback's message."""
+
+    type: str
+    errno: str | None
+    message: str
+
+    def text(self) -> str:
+        return f"{self.type} {self.errno}" if self.errno else self.type
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a traceback was read: the input (a file, or ``-``) and the line its ``Traceback`` header is on."""
+
+    source: str
+    line: int
+
+
 @dataclass
 class Finding(tables.Tally):
     """The tracebacks of one call site, operation and error."""
 
     op: str
     site: Frame | None
-    error_type: str
-    errno_name: str | None
-    message: str
+    error: Raised
     verdict: str
     why: str
-    first_source: str
-    first_line: int
+    first_seen: Place
     sources: set[str] = field(default_factory=set)
     ordering: bool = False  # a missing staging directory (``ordering.py``): decided once all inputs are read
     race: bool = False  # an ordering race that the inputs prove: counts for the exit status
@@ -212,7 +230,7 @@ class Finding(tables.Tally):
 
     @property
     def error_text(self) -> str:
-        return f"{self.error_type} {self.errno_name}" if self.errno_name else self.error_type
+        return self.error.text()
 
     @property
     def counts(self) -> bool:
@@ -232,7 +250,7 @@ class Finding(tables.Tally):
             "op": self.op,
             "site": site,
             "site_text": self.site_text,
-            "error": {"type": self.error_type, "errno": self.errno_name, "message": self.message},
+            "error": {"type": self.error.type, "errno": self.error.errno, "message": self.error.message},
             "verdict": self.verdict,
             "why": self.why,
             "race": self.counts,
@@ -241,7 +259,7 @@ class Finding(tables.Tally):
             "ranks": sorted(self.ranks),
             "hosts": sorted(self.hosts),
             "paths": [{"pattern": p, "count": n} for p, n in self.paths.most_common()],
-            "first_seen": {"source": self.first_source, "line": self.first_line},
+            "first_seen": {"source": self.first_seen.source, "line": self.first_seen.line},
             "sources": len(self.sources),
         }
 
@@ -336,9 +354,8 @@ class Findings:
         staging = any(patterns.is_staging(p) for p in paths) or patterns.mentions_staging(site.source if site else "")
         if finding is None:
             why = ("", "") if dirs else verdict(op, errno_name, staging)
-            finding = self.groups[key] = Finding(
-                op, site, error_type, errno_name, tb.message, why[0] or NOT_FIXABLE, why[1], tb.source, tb.lineno
-            )
+            raised, first = Raised(error_type, errno_name, tb.message), Place(tb.source, tb.lineno)
+            finding = self.groups[key] = Finding(op, site, raised, why[0] or NOT_FIXABLE, why[1], first)
             finding.ordering = bool(dirs)
         elif staging and not dirs:  # one staging tree among the call site's is enough for its row (rmtree's)
             finding.verdict, finding.why = verdict(op, errno_name, staging)
@@ -355,9 +372,8 @@ class Findings:
         key = (bug.op, site.text(), error_type, errno_name)
         finding = self.groups.get(key)
         if finding is None:
-            finding = self.groups[key] = Finding(
-                bug.op, site, error_type, errno_name, tb.message, NOT_FIXABLE, bug.why, tb.source, tb.lineno
-            )
+            raised, first = Raised(error_type, errno_name, tb.message), Place(tb.source, tb.lineno)
+            finding = self.groups[key] = Finding(bug.op, site, raised, NOT_FIXABLE, bug.why, first)
             finding.race = True
         self._count(finding, key, tb, paths, [])
         return True
@@ -458,7 +474,9 @@ def _summary(findings: Findings, read: int) -> str:
 
 def _seen_text(f: Finding) -> str:
     more = len(f.sources) - 1
-    return f"{f.first_source}:{f.first_line}" + (f" (and {more} more input{'s' if more > 1 else ''})" if more else "")
+    return f"{f.first_seen.source}:{f.first_seen.line}" + (
+        f" (and {more} more input{'s' if more > 1 else ''})" if more else ""
+    )
 
 
 def render_human(findings: Findings, read: int, width: int, wide: bool = False) -> str:

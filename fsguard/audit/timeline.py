@@ -57,9 +57,9 @@ class Sample:
         detail = record.detail if isinstance(record.detail, dict) else {}
         return cls(
             float(record.time),
-            sys.intern(str(record.host or "")),
-            record.rank,
-            int(record.pid or 0),
+            sys.intern(str(record.origin.host or "")),
+            record.origin.rank,
+            int(record.origin.pid or 0),
             sys.intern(str(record.op)),
             sys.intern(str(record.decision)),
             sys.intern(record.site_text()),
@@ -133,8 +133,12 @@ class Timeline:
         while self.high - self.low + 1 > BINS:
             self._coarsen()
             k //= 2
-        host = record.host or ""
-        process = (host, -1 if record.rank is None else record.rank, record.pid if record.rank is None else 0)
+        host = record.origin.host or ""
+        process = (
+            host,
+            -1 if record.origin.rank is None else record.origin.rank,
+            record.origin.pid if record.origin.rank is None else 0,
+        )
         lane = self.processes.setdefault(process, len(self.processes))
         host_lane = self.hosts.setdefault(host, len(self.hosts))
         if not self.by_host and len(self.processes) > MAX_PROCESS_LANES:
@@ -145,8 +149,8 @@ class Timeline:
         # the cell's counts; a Sample is made only for a record that is kept (most are only counted)
         cell.counts[decision] = cell.counts.get(decision, 0) + 1
         cell.longest_wait = max(cell.longest_wait, waited)
-        if record.rank is not None:
-            cell.ranks.add(record.rank)
+        if record.origin.rank is not None:
+            cell.ranks.add(record.origin.rank)
         sample = None
         if cell.sample is None or severity(decision) < severity(cell.sample.decision):
             sample = cell.sample = Sample.of(record)

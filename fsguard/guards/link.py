@@ -26,7 +26,7 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     if call.dst is None or call.given[0] is None:
         return reraise()
     path: str = call.dst
-    source = world.stat(call.given[0], call.follow_symlinks)
+    source = world.stat(call.given[0], bool(call.options.follow_symlinks))
     if source is None:
         return reraise("the source cannot be read")
     inode = (source.st_dev, source.st_ino)

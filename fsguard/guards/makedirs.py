@@ -26,7 +26,7 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     path = call.path
     if path is None:
         return reraise()
-    if not call.exist_ok:
+    if not call.options.exist_ok:
         return made_by_peer(path, world, rules)
 
     seen, waited = world.wait_for(lambda: directory_in_listing(path, world), rules.settle_s, path)

@@ -21,7 +21,7 @@ from .makedirs import made_by_peer
 
 
 def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
-    if error.errno != errno.EEXIST or call.dir_fd is not None or call.path is None:
+    if error.errno != errno.EEXIST or call.fds.dir_fd is not None or call.path is None:
         return reraise()
     return made_by_peer(call.path, world, rules)
 

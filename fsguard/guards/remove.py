@@ -37,7 +37,7 @@ UP_TO = 2
 
 
 def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
-    if error.errno != errno.ENOENT or call.dir_fd is not None:
+    if error.errno != errno.ENOENT or call.fds.dir_fd is not None:
         return reraise()
     path = call.path
     if path is None or not fspath(call.given[0]):  # "" names no entry at all

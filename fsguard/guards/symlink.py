@@ -19,7 +19,7 @@ from ._identical import made_by_peer
 
 
 def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
-    if error.errno != errno.EEXIST or call.dir_fd is not None or call.dst is None or call.given[0] is None:
+    if error.errno != errno.EEXIST or call.fds.dir_fd is not None or call.dst is None or call.given[0] is None:
         return reraise()
     path = call.dst
     raw = fspath(call.given[0])

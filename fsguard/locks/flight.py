@@ -56,9 +56,9 @@ def flight_key(call: Call, paths: list[str], host: str) -> str | None:
     this process's own; an argument that is not a plain value cannot be compared across processes."""
     if call.op not in SHARED or not call.bound:
         return None
-    if call.onerror is not None or call.onexc is not None or call.fds:
+    if call.on_error.onerror is not None or call.on_error.onexc is not None or call.fds:
         return None
-    options = call.options()
+    options = call.arguments()
     if not all(isinstance(value, PLAIN) for _, value in options):
         return None
     devices: list[Any] = []

@@ -27,9 +27,9 @@ def test_positional_and_keyword_spellings_decode_alike(
     call = Call(op, args, kwargs)
     assert call.bound and call.given == given
     if op == "makedirs":
-        assert call.exist_ok and call.mode == 0o755, call
+        assert call.options.exist_ok and call.options.mode == 0o755, call
     if op == "rmtree":
-        assert call.ignore_errors, call
+        assert call.on_error.ignore_errors, call
 
 
 def test_a_call_its_function_rejects_binds_to_nothing() -> None:
@@ -90,3 +90,27 @@ ENTRIES: list[tuple[Any, ...]] = [
 def test_what_a_remembered_call_did_is_what_its_call_says(entry: tuple[Any, ...]) -> None:
     call = Call.remembered(entry, "/w")
     assert effects(entry, "/w") == (call.made(), call.gone(), call.time)
+
+
+def test_arguments_bind_into_named_parts() -> None:
+    """Every argument but the paths lands in its part, as given (values read for their truth, as the functions
+    read them); ``arguments()`` lists them by name, defaults included, as a flight key compares them."""
+    link = Call("link", ("/a/f", "/a/l"), {"follow_symlinks": 0, "src_dir_fd": 3})
+    assert link.options.follow_symlinks == 0 and link.fds.src_dir_fd == 3 and link.fds.dst_dir_fd is None
+    assert link.fds and not link.on_error.ignore_errors and link.on_error.onerror is None
+    handler = print
+    tree = Call("rmtree", ("/a/t", 1, handler), {})
+    assert (tree.on_error.ignore_errors, tree.on_error.onerror, tree.on_error.onexc) == (1, handler, None)
+    assert not tree.fds and tree.options.mode is None
+    made = Call("makedirs", ("/a/b",), {"exist_ok": True})
+    assert dict(made.arguments()) == {
+        "mode": 0o777,
+        "exist_ok": True,
+        "ignore_errors": False,
+        "onerror": None,
+        "onexc": None,
+        "follow_symlinks": True,
+        "dir_fd": None,
+        "src_dir_fd": None,
+        "dst_dir_fd": None,
+    }

@@ -22,16 +22,16 @@ OPS += ("symlink", "link", "unlink")
 @pytest.fixture
 def fresh_memory() -> Iterator[None]:
     """An empty memory and no index, as in a new process; put back afterwards."""
-    saved = (list(memory.MEMORY), list(memory.DIRS), state.STATE.index)
+    saved = (list(memory.MEMORY), list(memory.DIRS), state.STATE.memory.index)
     memory.MEMORY.clear()
     memory.DIRS.clear()
-    state.STATE.index = None
+    state.STATE.memory.index = None
     yield
     memory.MEMORY.clear()
     memory.DIRS.clear()
     memory.MEMORY.extend(saved[0])
     memory.DIRS.extend(saved[1])
-    state.STATE.index = saved[2]
+    state.STATE.memory.index = saved[2]
 
 
 def scanned(index: Any, path: str, within: bool) -> tuple[int, str, float | None] | None:
@@ -104,7 +104,7 @@ def test_the_index_answers_as_a_pass_over_the_memory_would(
         if rng.random() < 0.3:
             path, within = rng.choice(names), rng.random() < 0.7
             event = memory.own_last(path, within=within)
-            expected = scanned(state.STATE.index, path, within)
+            expected = scanned(state.STATE.memory.index, path, within)
             assert _same(event, expected), (step, path, within, event, expected)
             asked += 1
     assert asked > 500
@@ -130,7 +130,7 @@ def test_anything_made_below_is_answered_without_a_pass_over_the_names(fresh_mem
         if i % 1000 == 0:
             memory.own_last("/data")  # brings the index up to date
     memory.own_last("/data")
-    index = state.STATE.index
+    index = state.STATE.memory.index
     index.made, index.dirs = _NoPass(index.made), _NoPass(index.dirs)
     event = index.last_event("/data/class-7", True)
     assert event is not None and event.kind == "made" and event.time == 19_507.0

@@ -46,7 +46,7 @@ def check_lines_stand_for(shown: Iterable[Record], logged: Iterable[Record]) -> 
     count held back) are records of the complete ``FSGUARD_LOG`` files, and stand for all of them."""
 
     def identity(record: Record) -> tuple[object, ...]:
-        return (record.pid, record.time, record.op, record.decision, tuple(record.args))
+        return (record.origin.pid, record.time, record.op, record.decision, tuple(record.args))
 
     complete = {identity(r): r for r in logged}
     total = 0

@@ -135,6 +135,18 @@ _JOB_VARIABLES = (
 )
 # Which attempt of the job this is: a restarted attempt is another job as far as its files go.
 _ATTEMPT_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
+# Counted by each node's agent alone: when one node's workers fail, that node's agent counts a restart, and the
+# other nodes' agents restart theirs (the rendezvous changed) without counting. Ranks of one attempt on two nodes
+# may carry different values, so a tag differing only here is this job's, its attempt told by time.
+NODE_ATTEMPT = "TORCHELASTIC_RESTART_COUNT"
+
+
+def same_job(tag: str, other: str) -> bool:
+    """Whether two job tags name one job, whatever each node's own restart count (``NODE_ATTEMPT``)."""
+    prefix = NODE_ATTEMPT + "="
+    return [p for p in tag.split(";") if not p.startswith(prefix)] == [
+        p for p in other.split(";") if not p.startswith(prefix)
+    ]
 
 
 # The extended attribute a guarded mkdir writes its job's tag in (fsguard.patching), read by fsguard.evidence.

@@ -210,6 +210,91 @@ def test_in_a_restarted_attempt_a_peers_directory_is_still_a_peers(fsguard_pytho
     ], records
 
 
+# --- a restarted job of two nodes: the node that did not fail keeps its restart count ------------------------
+
+TWO_NODES = """
+    import os, sys, time
+    base = sys.argv[1]
+    node, rank = int(os.environ["GROUP_RANK"]), int(os.environ["RANK"])
+
+    def report(kind, error, tb):  # the crash, for the test to see (no handler around the race)
+        open(os.path.join(base, f"failed-{rank}-{kind.__name__}"), "x").close()
+        sys.__excepthook__(kind, error, tb)
+
+    sys.excepthook = report
+    n = 0  # which start of this node's worker this is: node 1's TORCHELASTIC_RESTART_COUNT stays 0
+    while os.path.exists(os.path.join(base, f"start-{node}-{n}")):
+        n += 1
+    open(os.path.join(base, f"start-{node}-{n}"), "x").close()
+    open(os.path.join(base, f"count-{rank}-{os.environ['TORCHELASTIC_RESTART_COUNT']}"), "w").close()
+    if n == 0:
+        if node == 0:
+            time.sleep(1)
+            sys.exit(3)  # the first attempt crashes on node 0
+        time.sleep(60)  # stopped by its agent when node 0 comes back to the rendezvous
+    shared = os.path.join(base, "shared")
+    if node == 1:
+        while not os.path.isdir(shared):  # node 0's rank of this attempt made it first
+            time.sleep(0.01)
+    os.makedirs(shared)  # every rank makes the run's directory (exist_ok forgotten)
+    open(os.path.join(base, f"done-{rank}"), "x").close()
+"""
+
+
+def _two_node_job(python: Path, base: Path, guarded: bool, port: int) -> list[str]:
+    """Two ``torchrun --nnodes 2`` agents (one rank each, a c10d rendezvous, ``--max-restarts 1``) running
+    ``TWO_NODES``; ends when both ranks are done or one crashed (a crashed rank's peer agent would wait for
+    minutes). Returns the marks the ranks left (``done-<rank>``, ``failed-<rank>-<error>``, ``count-...``)."""
+    script = base / "program.py"
+    script.write_text(textwrap.dedent(TWO_NODES))
+    env = clean_env({"FSGUARD": "1" if guarded else "0", "FSGUARD_LOG": str(base / "log" / "job")})
+    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"two-{port}"]
+    command = [str(python), "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", *rendezvous]
+    command += ["--max-restarts", "1", "--monitor-interval", "0.2", str(script), str(base)]
+    agents = [
+        subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        for _ in range(2)
+    ]
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            marks = sorted(p.name for p in base.iterdir() if p.name.startswith(("done-", "failed-")))
+            if len([m for m in marks if m.startswith("done-")]) == 2 or any(m.startswith("failed-") for m in marks):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the two-node job neither ended nor crashed in {TIMEOUT_S} s")
+    finally:
+        for agent in agents:
+            try:
+                os.killpg(agent.pid, 9)
+            except ProcessLookupError:
+                pass
+            agent.communicate(timeout=30)
+    return sorted(p.name for p in base.iterdir() if p.name.startswith(("done-", "failed-", "count-")))
+
+
+def test_a_restarted_two_node_jobs_peers_are_still_peers(fsguard_python: Path, tmp_path: Path) -> None:
+    """Two nodes, node 0's rank crashes in the first attempt: node 0's agent restarts with
+    ``TORCHELASTIC_RESTART_COUNT=1``, node 1's (which restarts only because node 0 came back) with 0, so the two
+    ranks of one attempt carry different restart counts. Node 1's ``os.makedirs`` of the directory node 0's rank
+    of this attempt made moments ago crashes without fsguard, and is absorbed with it: the job tag says "this
+    job", and time tells the attempt."""
+    needs_tags(tmp_path)
+    marks = {}
+    for mode, guarded, port in (("without", False, 29631), ("with", True, 29632)):
+        base = tmp_path / mode
+        base.mkdir()
+        marks[mode] = _two_node_job(fsguard_python, base, guarded, port)
+    # the restart counts of the second attempt differ between the nodes (the premise)
+    assert {"count-0-1", "count-1-0"} <= set(marks["without"]), marks
+    assert "failed-1-FileExistsError" in marks["without"], marks
+    assert {"done-0", "done-1"} <= set(marks["with"]) and not any(m.startswith("failed") for m in marks["with"]), marks
+    records = from_log_dir(tmp_path / "with" / "log" / "job")
+    assert [(r.op, r.decision, r.origin.rank) for r in records] == [("makedirs", "absorbed", 1)], records
+    assert records[0].detail == {"identity": "job tag and time"}, records[0]
+
+
 # --- a previous job's run directory and result, with the documented default --------------------------------
 
 PREVIOUS = """

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from .._values import Frozen, Value
+from ..launcher import same_job
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -174,19 +175,26 @@ class Rules(Frozen):
         )
 
     def whose(self, tag: str | None) -> str:
-        """Whose a directory is by its job tag (``World.job_tag``): ``"this attempt"``; ``"another job"`` (another
-        job's or another attempt's tag: never a peer's); ``"untagged"`` (the filesystem keeps tags and this
-        directory has none: no guarded mkdir or makedirs of a job with peers made it); ``"unknown"`` (no tag
-        can be read there, or this process has no tag of its own to compare with)."""
+        """Whose a directory is by its job tag (``World.job_tag``): ``"this attempt"``; ``"this job"`` (the same
+        job, another node's restart count: torchrun's agents count restarts per node, so ranks of one attempt
+        may differ there; the attempt is told by time, ``is_fresh``); ``"another job"`` (another job's or
+        another attempt's tag: never a peer's); ``"untagged"`` (the filesystem keeps tags and this directory has
+        none: no guarded mkdir or makedirs of a job with peers made it); ``"unknown"`` (no tag can be read there,
+        or this process has no tag of its own to compare with)."""
         if self.job is None or tag is None:
             return "unknown"
         if tag == "":
             return "untagged"
-        return "this attempt" if tag == self.job else "another job"
+        if tag == self.job:
+            return "this attempt"
+        return "this job" if same_job(tag, self.job) else "another job"
 
 
 def by_tag(whose: str) -> str:
-    """What identity evidence a decision had, for its record: ``"job tag"`` or ``"time only"``."""
+    """What identity evidence a decision had, for its record: ``"job tag"``, ``"job tag and time"`` (the job by
+    its tag, the attempt by time) or ``"time only"``."""
+    if whose == "this job":
+        return "job tag and time"
     return "job tag" if whose in ("this attempt", "another job") else "time only"
 
 

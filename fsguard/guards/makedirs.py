@@ -67,7 +67,10 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
     if not rules.is_fresh(made):
         return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since(now)})", waited)
     later = f", listed {waited:.2f} s later" if waited > 0.001 else ""
-    told = "its job tag is this attempt's" if whose == "this attempt" else "no job tag here: told by time only"
+    told = {
+        "this attempt": "its job tag is this attempt's",
+        "this job": "its job tag is this job's with another node's restart count: the attempt told by time",
+    }.get(whose, "no job tag here: told by time only")
     return absorb(
         f"directory {what} by a peer {age:.2f} s ago, during this job{later} ({told})", waited, identity=by_tag(whose)
     )

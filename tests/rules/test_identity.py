@@ -23,6 +23,9 @@ from .fake import EEXIST, ENOENT, FakeWorld, decide
 THIS = "TORCHELASTIC_RUN_ID=b;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=1"
 EARLIER_ATTEMPT = "TORCHELASTIC_RUN_ID=b;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0"
 OTHER_JOB = "TORCHELASTIC_RUN_ID=a;MASTER_PORT=29511;TORCHELASTIC_RESTART_COUNT=1"
+# A SLURM job requeued: SLURM_RESTART_COUNT is the job's, alike on every node (torchrun's count is each node's)
+SLURM_THIS = "SLURM_JOB_ID=7;SLURM_STEP_ID=0;SLURM_RESTART_COUNT=1"
+SLURM_EARLIER = "SLURM_JOB_ID=7;SLURM_STEP_ID=0;SLURM_RESTART_COUNT=0"
 
 
 def numbers(job: str | None = THIS, attempt_ago: float | None = None, started_ago: float = 100.0) -> Rules:
@@ -38,13 +41,34 @@ def tagged(world: FakeWorld, path: Path, tag: str) -> str:
 
 @pytest.mark.parametrize("op", ["makedirs", "mkdir"])
 def test_a_directory_of_another_job_or_attempt_is_never_a_peers(op: str, tmp_path: Path) -> None:
-    """Two jobs of a sweep with one run name, seconds apart: the second one's ``makedirs(run_dir)`` raises."""
-    for tag in (OTHER_JOB, EARLIER_ATTEMPT):
+    """Two jobs of a sweep with one run name, seconds apart: the second one's ``makedirs(run_dir)`` raises; so
+    does a requeued SLURM job's, for what its previous run made (the job's own restart count differs)."""
+    for tag, job in ((OTHER_JOB, THIS), (SLURM_EARLIER, SLURM_THIS)):
         world = FakeWorld()
         path = tmp_path / tag.split(";")[0]
         path.mkdir()
-        verdict = decide(makedirs_rule, op, (tagged(world, path, tag),), EEXIST, world, numbers())
+        verdict = decide(makedirs_rule, op, (tagged(world, path, tag),), EEXIST, world, numbers(job=job))
         assert not verdict.absorb and "another job or attempt" in verdict.evidence, verdict
+
+
+@pytest.mark.parametrize("op", ["makedirs", "mkdir"])
+def test_another_nodes_restart_count_is_this_job_and_time_tells_the_attempt(op: str, tmp_path: Path) -> None:
+    """torchrun's agents count restarts per node: after node 0's rank fails, node 0 restarts with a count of 1
+    and node 1 (restarting only because node 0 came back) with 0. A directory tagged with this job and another
+    count is this job's; the attempt is told by time: made after this attempt started, a peer's (absorbed);
+    before, the previous attempt's (raised)."""
+    world = FakeWorld()
+    path = tagged(world, tmp_path / "run", EARLIER_ATTEMPT)
+    os.mkdir(path)
+    verdict = decide(makedirs_rule, op, (path,), EEXIST, world, numbers(attempt_ago=5.0))
+    assert verdict.absorb and verdict.detail == {"identity": "job tag and time"}, verdict
+    assert "another node's restart count" in verdict.evidence, verdict
+    verdict = decide(makedirs_rule, op, (path,), EEXIST, world, numbers(attempt_ago=-0.5))  # began after it
+    assert not verdict.absorb and "before this job started" in verdict.evidence, verdict
+    # on the node that did not fail (count 0, no attempt start of its own), the tag of the node that did
+    node_1 = numbers(job=EARLIER_ATTEMPT)
+    world.tags[path] = THIS
+    assert decide(makedirs_rule, op, (path,), EEXIST, world, node_1).detail == {"identity": "job tag and time"}
 
 
 @pytest.mark.parametrize("op", ["makedirs", "mkdir"])
@@ -106,17 +130,27 @@ def test_a_destination_directory_of_another_job_is_not_a_peers_move(op: str, tmp
 
 @pytest.mark.parametrize(
     ("tag", "plan"),
-    [("", "check"), (OTHER_JOB, "check"), (EARLIER_ATTEMPT, "check"), (THIS, "wait"), (None, "wait")],
+    [("", "check"), (OTHER_JOB, "check"), (EARLIER_ATTEMPT, "wait"), (THIS, "wait"), (None, "wait")],
 )
 def test_only_a_tree_a_peer_of_this_attempt_may_have_made_waits(tag: str | None, plan: str, tmp_path: Path) -> None:
     """A tree unpacked by ``tar`` (no tag where the filesystem keeps tags), another job's or attempt's: no window,
-    no hazard for removing it (a real move mid-walk still is one). A peer's tree, or no tags to read: the window."""
+    no hazard for removing it (a real move mid-walk still is one). A peer's tree, or no tags to read: the window;
+    this job's with another node's restart count too, where time says it is this attempt's (see below)."""
     top = tmp_path / "tmp-checkpoint-10"
     top.mkdir()
     world = FakeWorld()
     if tag is not None:
         tagged(world, top, tag)
     assert rmtree_rule.plan(str(top), os.lstat(top), None, world, numbers(), 1.0) == plan
+
+
+def test_a_tree_of_this_job_older_than_this_attempt_gets_no_window(tmp_path: Path) -> None:
+    top = tmp_path / "tmp-checkpoint-10"
+    top.mkdir()
+    world = FakeWorld()
+    tagged(world, top, EARLIER_ATTEMPT)
+    assert rmtree_rule.plan(str(top), os.lstat(top), None, world, numbers(attempt_ago=-0.5), 1.0) == "check"
+    assert rmtree_rule.plan(str(top), os.lstat(top), None, world, numbers(attempt_ago=5.0), 1.0) == "wait"
 
 
 def test_a_restarted_attempts_start_bounds_freshness() -> None:

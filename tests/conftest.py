@@ -13,10 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import venvs
-from tests.support.env import ROOT as ROOT
-from tests.support.env import TORCHRUN_ENV as TORCHRUN_ENV
-from tests.support.env import clean_env as clean_env
+# isort: off
+from tests.support import workers  # first: an xdist worker's coverage starts before fsguard is imported
+
+COVERAGE = workers.start_coverage()
+# isort: on
+from tests import skips  # noqa: E402
+from tests.support import venvs  # noqa: E402
+from tests.support.env import ROOT as ROOT  # noqa: E402
+from tests.support.env import TORCHRUN_ENV as TORCHRUN_ENV  # noqa: E402
+from tests.support.env import clean_env as clean_env  # noqa: E402
 
 
 def _make_venv(where: Path, wheel: Path, with_test_deps: bool) -> Path:
@@ -26,44 +32,65 @@ def _make_venv(where: Path, wheel: Path, with_test_deps: bool) -> Path:
     return python
 
 
-STRICT_SKIPS = (
-    "simulated cluster:",
-    "FUSE unavailable",
-    "JuiceFS unavailable",
-    "openmpi-bin",
-    "slurm-wlm",
-    "cannot be installed",
-)
+STRICT = os.environ.get("FSGUARD_TESTS_STRICT") == "1"
+
+
+def _strict(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Under ``FSGUARD_TESTS_STRICT=1`` (.ci/run) a skip fails unless ``tests/skips.py`` lists its reason."""
+    if STRICT and report.skipped:
+        reason = skips.reason_of(report.longrepr)
+        if skips.why_allowed(reason) is None:
+            report.outcome = "failed"
+            report.longrepr = (
+                f"skipped, and CI (FSGUARD_TESTS_STRICT=1) accepts only the skips tests/skips.py lists: {reason}"
+            )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    """Under ``FSGUARD_TESTS_STRICT=1`` (.ci/run), a test skipped for missing FUSE, unshare or mpirun fails."""
     outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.skipped and os.environ.get("FSGUARD_TESTS_STRICT") == "1":
-        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
-        if any(marker in reason for marker in STRICT_SKIPS):
-            report.outcome = "failed"
-            report.longrepr = f"skipped where CI requires it to run (FSGUARD_TESTS_STRICT=1): {reason}"
+    _strict(outcome.get_result())  # type: ignore[attr-defined]
     return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> object:
+    outcome = yield
+    _strict(outcome.get_result())  # type: ignore[attr-defined]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers.order(items)  # xdist groups, slow tests first (tests/support/workers.py)
+    workers.publish(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    return workers.make_scheduler(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    workers.save_coverage(COVERAGE)
 
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return venvs.build_wheel(tmp_path_factory.mktemp("wheel") / "out")
+    """fsguard's wheel, built once per run (shared by xdist workers)."""
+    return workers.once(tmp_path_factory, "wheel", lambda where: venvs.build_wheel(where / "out"))
 
 
 @pytest.fixture(scope="session")
 def fsguard_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     """A fresh venv's python with fsguard installed from the wheel; torch and test deps importable."""
-    return _make_venv(tmp_path_factory.mktemp("venv") / "env", wheel, with_test_deps=True)
+    return workers.once(tmp_path_factory, "venv", lambda where: _make_venv(where / "env", wheel, with_test_deps=True))
 
 
 @pytest.fixture(scope="session")
 def bare_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     """A fresh venv's python with only fsguard and wrapt: no torch, no filelock."""
-    return _make_venv(tmp_path_factory.mktemp("bare") / "env", wheel, with_test_deps=False)
+    return workers.once(tmp_path_factory, "bare", lambda where: _make_venv(where / "env", wheel, with_test_deps=False))
 
 
 def run_python(

@@ -122,6 +122,7 @@ def test_rename_beats_rmtree(backend: str, make_cluster: Callable[..., Cluster],
         hazards = [r.to_line() for r in recs if r is not None and r.decision == "hazard"]
         assert steps == ["complete"] * 5 and not hazards, (steps, hazards, on.output()[-4000:])
     print(f"{backend} staging_commit.py: without fsguard {lost}/{RUNS} runs lost a checkpoint; with fsguard 0/{RUNS}")
+    assert lost, f"{backend}: no run without fsguard lost a checkpoint: the race never happened, nothing was shown"
 
 
 TRAINER = Path(__file__).resolve().parent / "workers" / "hf_trainer_job.py"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fsguard.calls import Call
+from fsguard.config import load
 from fsguard.evidence import Look, generation_beside, kind_of
 from fsguard.guards import Rules, Verdict
 from fsguard.memory import Event
@@ -109,9 +110,16 @@ class FakeWorld:
             return None
 
 
-def rules(*, peers: bool = True, settle_s: float = 2.0, started_ago: float = 100.0) -> Rules:
-    """A job with peers that started ``started_ago`` seconds ago (no allowance for clock skew)."""
-    return Rules(settle_s=settle_s, fresh_s=0.0, job_start=time.time() - started_ago, peers=peers)
+DEFAULTS = load({})  # fsguard's own defaults (FSGUARD_SETTLE_S, FSGUARD_FRESH_S...), as a job without settings has
+
+
+def rules(
+    *, peers: bool = True, settle_s: float = DEFAULTS.settle_s, fresh_s: float = 0.0, started_ago: float = 100.0
+) -> Rules:
+    """A job with peers that started ``started_ago`` seconds ago. Waits are bounded by the default settle time;
+    ``fresh_s`` is 0 unless given (no allowance before the job's start: tests/rules/test_defaults.py gives the
+    default one)."""
+    return Rules(settle_s=settle_s, fresh_s=fresh_s, job_start=time.time() - started_ago, peers=peers)
 
 
 BEFORE_THE_JOB = {"started_ago": -3600.0}  # the job starts an hour from now: everything here is older
@@ -120,6 +128,13 @@ BEFORE_THE_JOB = {"started_ago": -3600.0}  # the job starts an hour from now: ev
 def error(code: int, path: str = "x") -> OSError:
     """The OSError subclass the call would raise for ``code`` (``FileExistsError`` for ``EEXIST``...)."""
     return OSError(code, os.strerror(code), path)
+
+
+def assert_raised(verdict: Verdict, evidence: str) -> None:
+    """The exact outcome of a plain re-raise: not absorbed, no record, no wait, and the evidence starting with
+    ``evidence`` ("": none, the call was passed through before anything was read)."""
+    assert (verdict.absorb, verdict.decision, verdict.waited_s) == (False, None, 0.0), verdict
+    assert verdict.evidence.startswith(evidence) if evidence else verdict.evidence == "", verdict
 
 
 def decide(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fsguard.guards import link as rule
 
-from .fake import BEFORE_THE_JOB, EEXIST, FakeWorld, decide, rules
+from .fake import BEFORE_THE_JOB, EEXIST, FakeWorld, assert_raised, decide, rules
 
 
 def _source(tmp_path: Path) -> str:
@@ -63,7 +63,7 @@ def test_follow_symlinks_false_compares_with_the_symlink_itself(tmp_path: Path) 
     verdict = decide(rule, "link", args, EEXIST, FakeWorld(), rules(), follow_symlinks=False)
     assert verdict.absorb, verdict
     verdict = decide(rule, "link", args, EEXIST, FakeWorld(), rules())  # follows: the blob's inode, not there
-    assert not verdict.absorb, verdict
+    assert_raised(verdict, "another inode stands there")
 
 
 def test_a_link_a_refreshing_peer_removed_again_is_waited_for(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from fsguard.guards import makedirs as rule
 
-from .fake import BEFORE_THE_JOB, EEXIST, FakeWorld, decide, rules
+from .fake import BEFORE_THE_JOB, DEFAULTS, EEXIST, FakeWorld, assert_raised, decide, rules
 
 
 def test_a_directory_a_peer_made_during_the_job_is_absorbed(tmp_path: Path) -> None:
@@ -33,7 +33,7 @@ def test_a_symlink_in_the_way_is_raised(tmp_path: Path) -> None:
     (tmp_path / "target").mkdir()
     (tmp_path / "results").symlink_to(tmp_path / "target")
     verdict = decide(rule, "makedirs", (str(tmp_path / "results"),), EEXIST, FakeWorld(), rules())
-    assert not verdict.absorb, verdict
+    assert_raised(verdict, "not a directory in its parent's listing")
 
 
 def test_a_directory_older_than_the_job_is_raised(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ def test_a_directory_this_process_made_something_below_is_raised(tmp_path: Path)
     world = FakeWorld()
     world.did(str(tmp_path / "results" / "run-1"), "made")
     verdict = decide(rule, "makedirs", (str(tmp_path / "results"),), EEXIST, world, rules())
-    assert not verdict.absorb, verdict
+    assert_raised(verdict, "this process made it (or found it there) itself")
 
 
 def test_exist_ok_a_stale_lookup_of_a_listed_directory_is_absorbed(tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_a_directory_the_listing_shows_a_moment_later_is_waited_for(tmp_path: Pa
     world.peers.append(path.mkdir)
     verdict = decide(rule, "makedirs", (str(path),), EEXIST, world, rules())
     assert verdict.absorb and verdict.waited_s > 0 and "listed" in verdict.evidence, verdict
-    assert world.waits == [2.0], world.waits  # bounded by FSGUARD_SETTLE_S
+    assert world.waits == [DEFAULTS.settle_s], world.waits  # bounded by FSGUARD_SETTLE_S
 
 
 def test_every_other_error_is_raised(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fsguard.guards import mkdir as rule
 
-from .fake import BEFORE_THE_JOB, EEXIST, FakeWorld, decide, rules
+from .fake import BEFORE_THE_JOB, EEXIST, FakeWorld, assert_raised, decide, rules
 
 
 def test_a_directory_a_peer_made_during_the_job_is_absorbed(tmp_path: Path) -> None:
@@ -30,13 +30,13 @@ def test_a_file_or_symlink_in_the_way_is_raised(tmp_path: Path) -> None:
     (tmp_path / "l").symlink_to(tmp_path)
     for name in ("f", "l"):
         verdict = decide(rule, "mkdir", (str(tmp_path / name),), EEXIST, FakeWorld(), rules())
-        assert not verdict.absorb, (name, verdict)
+        assert_raised(verdict, "not a directory in its parent's listing")
 
 
 def test_a_directory_older_than_the_job_is_raised(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     verdict = decide(rule, "mkdir", (str(tmp_path / "d"),), EEXIST, FakeWorld(), rules(**BEFORE_THE_JOB))
-    assert not verdict.absorb, verdict
+    assert_raised(verdict, "directory changed before this job started")
 
 
 def test_a_directory_this_process_made_is_raised(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_a_directory_this_process_made_is_raised(tmp_path: Path) -> None:
     world = FakeWorld()
     world.did(str(tmp_path / "d"), "made")
     verdict = decide(rule, "mkdir", (str(tmp_path / "d"),), EEXIST, world, rules())
-    assert not verdict.absorb, verdict
+    assert_raised(verdict, "this process made it (or found it there) itself")
 
 
 def test_dir_fd_calls_are_passed_through(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_dir_fd_calls_are_passed_through(tmp_path: Path) -> None:
         verdict = decide(rule, "mkdir", ("d",), EEXIST, FakeWorld(), rules(), dir_fd=fd)
     finally:
         os.close(fd)
-    assert not verdict.absorb, verdict
+    assert_raised(verdict, "")
 
 
 def test_every_other_error_is_raised(tmp_path: Path) -> None:

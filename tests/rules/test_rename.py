@@ -13,7 +13,7 @@ import pytest
 from fsguard.guards import rename as rule
 from fsguard.guards.rename import OWN_SLACK_S
 
-from .fake import BEFORE_THE_JOB, ENOENT, FakeWorld, decide, rules
+from .fake import BEFORE_THE_JOB, DEFAULTS, ENOENT, FakeWorld, decide, rules
 
 OPS = pytest.mark.parametrize("op", ["rename", "replace"])
 
@@ -45,7 +45,7 @@ def test_a_destination_a_shared_filesystem_shows_late_is_waited_for(op: str, tmp
     world = FakeWorld(stale=True)
     world.peers.append(lambda: os.mkdir(dst))
     verdict = decide(rule, op, (src, dst), ENOENT, world, rules())
-    assert verdict.absorb and "appeared" in verdict.evidence and world.waits == [2.0], verdict
+    assert verdict.absorb and "appeared" in verdict.evidence and world.waits == [DEFAULTS.settle_s], verdict
 
 
 @OPS

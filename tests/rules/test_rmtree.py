@@ -21,7 +21,7 @@ from fsguard.guards import Rules
 from fsguard.guards import rmtree as rule
 from fsguard.guards.rmtree import RmtreeVerdict
 
-from .fake import BEFORE_THE_JOB, FakeWorld, rules
+from .fake import BEFORE_THE_JOB, DEFAULTS, FakeWorld, rules
 
 YIELD_S = 1.0
 
@@ -171,7 +171,7 @@ def test_a_stale_lookup_of_a_top_still_listed_waits_for_the_listing(tmp_path: Pa
     world = FakeWorld(stale=True)
     world.peers.append(top.rmdir)
     gone, waited = rule.top_gone_before_by_peer(str(top), world, rules())
-    assert gone and waited > 0 and world.waits == [2.0]
+    assert gone and waited > 0 and world.waits == [DEFAULTS.settle_s]
     top.mkdir()
     gone, _ = rule.top_gone_before_by_peer(str(top), FakeWorld(), rules())  # still listed, nothing changes
     assert not gone

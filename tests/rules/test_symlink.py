@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fsguard.guards import symlink as rule
 
-from .fake import BEFORE_THE_JOB, EEXIST, FakeWorld, decide, rules
+from .fake import BEFORE_THE_JOB, DEFAULTS, EEXIST, FakeWorld, decide, rules
 
 
 def test_an_identical_symlink_a_peer_made_during_the_job_is_absorbed(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_a_link_a_refreshing_peer_removed_again_is_waited_for(tmp_path: Path) ->
     world = FakeWorld()
     world.peers.append(lambda: os.symlink("target", link))
     verdict = decide(rule, "symlink", ("target", str(link)), EEXIST, world, rules())
-    assert verdict.absorb and verdict.waited_s > 0 and world.waits == [2.0], verdict
+    assert verdict.absorb and verdict.waited_s > 0 and world.waits == [DEFAULTS.settle_s], verdict
     verdict = decide(rule, "symlink", ("target", str(tmp_path / "never")), EEXIST, FakeWorld(), rules())
     assert not verdict.absorb and "not back" in verdict.evidence, verdict
 

@@ -135,3 +135,63 @@ def test_the_distributions_built_there_take_what_they_declare(
         "fsguard.pth",
         next(n.split("/")[0] for n in inside if ".dist-info/" in n),
     }
+
+
+# --- the second command's flow: scripts/test.sh (and .ci/run) with its tools stubbed ------------------------
+
+# Stands in for .venv/bin/python: logs each call; "pytest" exits $STUB_PYTEST_RC, coverage totals $STUB_COVERAGE.
+STUB_PYTHON = """#!/usr/bin/env bash
+echo "STRICT=${FSGUARD_TESTS_STRICT:-} BACKENDS=${FSGUARD_TESTS_BACKENDS:-} $*" >> "$STUB_LOG"
+case "$*" in
+    *"coverage run -m pytest"*) exit "$STUB_PYTEST_RC" ;;
+    *"--fail-under="*) awk -v c="$STUB_COVERAGE" -v f="$(echo "$*" | sed 's/.*--fail-under=//')" 'BEGIN { exit !(c >= f) }' ;;
+    *"coverage report --format=total"*) echo "$STUB_COVERAGE" ;;
+esac
+"""
+
+# (pytest's exit status, the coverage total, pytest arguments) -> the test command's exit status is 0
+CASES = {
+    "all passed": (0, "90.0", (), True),
+    "a test failed": (1, "90.0", (), False),
+    "no test ran (pytest's 5)": (5, "90.0", (), False),
+    "coverage under the floor": (0, "80.0", (), False),
+    "a subset under the floor": (0, "20.0", ("tests/test_path.py",), True),
+    "a subset failed": (1, "20.0", ("tests/test_path.py",), False),
+}
+
+
+def stubbed_tree(where: Path) -> Path:
+    """``scripts/test.sh`` and ``.ci/run`` in a tree whose ``.venv/bin/python`` and ``scripts/lint.sh`` are stubs."""
+    for name in ("scripts/test.sh", ".ci/run"):
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
+        (where / name).write_text((ROOT / name).read_text())
+    (where / "scripts" / "lint.sh").write_text('echo "lint" >> "$STUB_LOG"\n')  # (ruff and mypy run in CI)
+    python = where / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(STUB_PYTHON)
+    python.chmod(0o755)
+    return where
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("command", ["scripts/test.sh", ".ci/run"])
+def test_the_test_command_and_ci(command: str, case: str, tmp_path: Path) -> None:
+    """The README's second command (and CI's, which runs it strict) exits 0 only when every check passed: pytest
+    (its "no tests" 5 fails too), and on a whole run the coverage floor; it runs lint, the strict documentation
+    build and pytest in parallel workers, with GlusterFS selected."""
+    rc, total, args, passes = CASES[case]
+    tree = stubbed_tree(tmp_path / "tree")
+    log = tmp_path / "log"
+    env = {"STUB_LOG": str(log), "STUB_PYTEST_RC": str(rc), "STUB_COVERAGE": total, "FSGUARD_TESTS_SETUP": "0"}
+    env.update({"FSGUARD_TESTS_STRICT": "", "FSGUARD_TESTS_BACKENDS": "", "FSGUARD_TESTS_WORKERS": ""})
+    done = subprocess.run(
+        ["bash", command, *args], cwd=tree, env=clean_env(env), capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode == 0) == passes, (done.returncode, done.stdout, done.stderr)
+    calls = log.read_text().splitlines()
+    assert calls[0] == "lint", calls
+    assert any(" -m sphinx -W " in call for call in calls), calls
+    (pytest_call,) = [call for call in calls if "coverage run -m pytest" in call]
+    assert pytest_call.endswith(" ".join(["-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder", *args])), calls
+    strict = "1" if command == ".ci/run" else ""
+    assert pytest_call.startswith(f"STRICT={strict} BACKENDS=juicefs,glusterfs -m coverage run"), pytest_call

@@ -47,10 +47,10 @@ def _layer(module: str) -> tuple[int, str]:
     return best
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -80,14 +80,19 @@ def _imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    known = _modules()
+def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    known = _modules(package)
     return {module: _imports(module, path, known) for module, path in known.items()}
 
 
 def test_arrows_point_down() -> None:
+    upward = _upward(_graph())
+    assert not upward, upward
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
     upward = []
-    for module, targets in _graph().items():
+    for module, targets in graph.items():
         level, unit = _layer(module)
         for target in targets:
             target_level, target_unit = _layer(target)
@@ -95,11 +100,14 @@ def test_arrows_point_down() -> None:
                 continue  # inside one package (checked for circles below)
             if target_level >= level:
                 upward.append(f"{module} -> {target}")
-    assert not upward, upward
+    return upward
 
 
 def test_no_import_circle() -> None:
-    graph = _graph()
+    _check_no_circle(_graph())
+
+
+def _check_no_circle(graph: dict[str, set[str]]) -> None:
     # a package's __init__ imported by its own modules is the usual Python shape, not a circle of concerns
     edges = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
     done: set[str] = set()
@@ -157,8 +165,8 @@ MUTATORS = frozenset(
 STATEFUL = frozenset(("local", "WeakSet", "WeakValueDictionary", "WeakKeyDictionary"))
 
 
-def _trees() -> dict[str, ast.Module]:
-    return {module: ast.parse(path.read_text()) for module, path in _modules().items()}
+def _trees(package: Path = PACKAGE) -> dict[str, ast.Module]:
+    return {module: ast.parse(path.read_text()) for module, path in _modules(package).items()}
 
 
 def _functions(tree: ast.AST, prefix: str) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
@@ -340,9 +348,9 @@ def _of_state(value: ast.expr | None) -> bool:
     return False
 
 
-def _offenders() -> set[str]:
+def _offenders(package: Path = PACKAGE) -> set[str]:
     found: set[str] = set()
-    for module, tree in _trees().items():
+    for module, tree in _trees(package).items():
         for name, function in _functions(tree, module):
             if function.end_lineno is not None and function.end_lineno - function.lineno + 1 > MAX_FUNCTION_LINES:
                 found.add(f"function {name}")
@@ -360,3 +368,39 @@ def test_house_rules_hold_but_for_the_one_exception() -> None:
     found = _offenders()
     assert found - EXCEPTIONS.keys() == set(), f"new offenders: {sorted(found - EXCEPTIONS.keys())}"
     assert EXCEPTIONS.keys() - found == set(), f"no longer needed: {sorted(EXCEPTIONS.keys() - found)}"
+
+
+# --- the positive control: a synthetic package breaking each rule once, which each check must flag ---------------
+
+BAD = {
+    "_values.py": "from fsguard.cli import main\n",  # a leaf importing the top layer: an arrow upwards
+    "cli/a.py": "from fsguard.cli import b\n",  # inside one package, arrows go anywhere, but not in a circle
+    "cli/b.py": "from fsguard.cli import a\n",
+    "calls.py": "def long():\n" + "    x = 1\n" * MAX_FUNCTION_LINES + "    return x\n",
+    "config.py": "class Wide:\n    def __init__(self):\n"
+    + "".join(f"        self.a{i} = {i}\n" for i in range(MAX_CLASS_ATTRIBUTES + 1)),
+    "memory.py": "SEEN = []\n\n\ndef note(x):\n    SEEN.append(x)\n",
+    "records.py": "import threading\n\nLOCAL = threading.local()\n",
+    "state.py": "KEPT = []\n\n\ndef keep(x):\n    KEPT.append(x)\n",  # the one module allowed state
+    "cli/__init__.py": "def main():\n    pass\n",
+}
+
+
+def test_each_rule_flags_a_module_that_breaks_it(tmp_path: Path) -> None:
+    package = tmp_path / "fsguard"
+    for name, text in BAD.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert _upward(_graph(package)) == ["fsguard._values -> fsguard.cli"]
+    try:
+        _check_no_circle(_graph(package))
+    except AssertionError as circle:
+        assert "fsguard.cli.a -> fsguard.cli.b -> fsguard.cli.a" in str(circle), circle
+    else:
+        raise AssertionError("the circle of fsguard.cli.a and fsguard.cli.b was not found")
+    assert _offenders(package) == {
+        "function fsguard.calls.long",
+        "class fsguard.config.Wide",
+        "state fsguard.memory.SEEN",
+        "state fsguard.records.LOCAL",
+    }

@@ -60,10 +60,12 @@ rm -rf .coverage-data && mkdir -p .coverage-data && chmod 1777 .coverage-data
 export COVERAGE_PROCESS_START="$PWD/pyproject.toml" COVERAGE_FILE="$PWD/.coverage-data/coverage"
 # Side by side (issue 48): pytest-xdist workers, --dist loadgroup; tests/support/workers.py says which tests share
 # a worker (a module's fixtures, a started service, an xdist_group) and hands the slow ones out first.
-# FSGUARD_TESTS_WORKERS: how many (0: one process, as plain pytest). Arguments given here come after, and win.
+# FSGUARD_TESTS_WORKERS: how many (default: one per core, at least 2: most tests wait on processes, FUSE caches and
+# launchers more than they compute; 0: one process, as plain pytest). Arguments given here come after, and win.
 # GlusterFS runs too (installed above); MooseFS is not installed, and its rows are on tests/skips.py.
 export FSGUARD_TESTS_BACKENDS=${FSGUARD_TESTS_BACKENDS:-juicefs,glusterfs}
-workers=${FSGUARD_TESTS_WORKERS:-3}
+cores=$(nproc 2>/dev/null || echo 2)
+workers=${FSGUARD_TESTS_WORKERS:-$(( cores > 2 ? cores : 2 ))}
 parallel=()
 [ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 .venv/bin/python -m coverage run -m pytest "${parallel[@]}" "$@"

@@ -183,7 +183,7 @@ def test_the_test_command_and_ci(command: str, case: str, tmp_path: Path) -> Non
     tree = stubbed_tree(tmp_path / "tree")
     log = tmp_path / "log"
     env = {"STUB_LOG": str(log), "STUB_PYTEST_RC": str(rc), "STUB_COVERAGE": total, "FSGUARD_TESTS_SETUP": "0"}
-    env.update({"FSGUARD_TESTS_STRICT": "", "FSGUARD_TESTS_BACKENDS": "", "FSGUARD_TESTS_WORKERS": ""})
+    env.update({"FSGUARD_TESTS_STRICT": "", "FSGUARD_TESTS_BACKENDS": "", "FSGUARD_TESTS_WORKERS": "3"})
     done = subprocess.run(
         ["bash", command, *args], cwd=tree, env=clean_env(env), capture_output=True, text=True, timeout=60
     )

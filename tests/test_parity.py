@@ -41,3 +41,9 @@ def test_worker_ran_every_row_patched_and_unpatched(outcomes: parity.Outcomes) -
 @pytest.mark.parametrize("name", parity.row_params())
 def test_row(outcomes: parity.Outcomes, name: str) -> None:
     parity.check_row(outcomes, name)
+
+
+@pytest.mark.parametrize("name", parity.row_params(mode="launched"))
+def test_row_launched(outcomes: parity.Outcomes, name: str) -> None:
+    """The same row in a launched rank (``FSGUARD=1``, a torchrun job's variables, no peer acting)."""
+    parity.check_row(outcomes, name, mode="launched")

@@ -32,3 +32,9 @@ def test_worker_ran_every_row_patched_and_unpatched(outcomes: parity.Outcomes) -
 @pytest.mark.parametrize("name", parity.row_params(table))
 def test_row(outcomes: parity.Outcomes, name: str) -> None:
     parity.check_row(outcomes, name, table)
+
+
+@pytest.mark.parametrize("name", parity.row_params(table, mode="launched"))
+def test_row_launched(outcomes: parity.Outcomes, name: str) -> None:
+    """The same row in a launched rank (``FSGUARD=1``, a torchrun job's variables, no peer acting)."""
+    parity.check_row(outcomes, name, table, mode="launched")

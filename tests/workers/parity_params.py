@@ -1,0 +1,210 @@
+"""The bad-input table's rows for each parameter of ``os.makedirs``, ``os.rename``/``os.replace`` and
+``shutil.rmtree`` (issue 45: the standard call's contract, with and without fsguard, in a launched rank too).
+
+The scenarios are those where fsguard's rules look hardest: the path a peer of the job could have made or removed
+moments ago (the row's directory changed just now), with each parameter that changes what the standard call
+does: ``exist_ok``, ``mode``, ``src_dir_fd``/``dst_dir_fd`` alone, ``ignore_errors``, ``onerror``, ``onexc``,
+``dir_fd``. Setup steps use ``os.mkdir``/``os.symlink`` (unguarded in this table: a peer's doing).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from parity_table import HAS_ONEXC, Calls, Skip, j, mkdir, needs_rmtree_dir_fd, onerror, onexc, row, touch
+
+
+def _mode(path: str) -> str:
+    return oct(stat.S_IMODE(os.lstat(path).st_mode))
+
+
+def _needs_onexc() -> None:
+    if not HAS_ONEXC:
+        raise Skip(f"shutil.rmtree has no onexc on Python {sys.version_info[0]}.{sys.version_info[1]} (3.12+)")
+
+
+def _at(d: str, call: Callable[[int], Any]) -> Any:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return call(fd)
+    finally:
+        os.close(fd)
+
+
+# --- makedirs: exist_ok, mode --------------------------------------------------------------------------------
+
+
+@row("ok")
+def makedirs_exist_ok_made_by_peer(d: str, calls: Calls) -> Any:
+    os.mkdir(j(d, "a"))
+    return os.makedirs(j(d, "a"), exist_ok=True)
+
+
+@row("ok")
+def makedirs_exist_ok_mode_made_by_peer(d: str, calls: Calls) -> Any:
+    os.mkdir(j(d, "a"), 0o755)
+    os.makedirs(j(d, "a"), mode=0o700, exist_ok=True)
+    return _mode(j(d, "a"))  # the standard makedirs leaves an existing directory's mode alone
+
+
+@row("ok")
+def makedirs_mode_applies_to_the_leaf_only(d: str, calls: Calls) -> Any:
+    os.makedirs(j(d, "x", "y"), 0o700)
+    return [_mode(j(d, "x")), _mode(j(d, "x", "y"))]
+
+
+@row("FileExistsError")
+def makedirs_exist_ok_mode_file_in_the_way(d: str, calls: Calls) -> Any:
+    touch(j(d, "f"))
+    os.makedirs(j(d, "f"), 0o700, True)  # <- call
+
+
+@row("FileExistsError")
+def makedirs_exist_ok_false_given(d: str, calls: Calls) -> Any:
+    os.makedirs(j(d, "a"), exist_ok=False)
+    os.makedirs(j(d, "a"), exist_ok=False)  # <- call
+
+
+@row("ok")
+def makedirs_exist_ok_symlink_to_directory_made_by_peer(d: str, calls: Calls) -> Any:
+    os.symlink(mkdir(j(d, "target")), j(d, "link"))
+    return os.makedirs(j(d, "link"), exist_ok=True)
+
+
+@row("TypeError")
+def makedirs_mode_not_an_int(d: str, calls: Calls) -> Any:
+    os.makedirs(j(d, "a"), mode="0o700")  # type: ignore[arg-type]  # <- call
+
+
+@row("TypeError")
+def makedirs_unknown_keyword(d: str, calls: Calls) -> Any:
+    os.makedirs(j(d, "a"), exists_ok=True)  # type: ignore[call-arg]  # <- call
+
+
+# --- rename / replace: src_dir_fd, dst_dir_fd alone ----------------------------------------------------------
+
+
+def _rename_rows(op: str) -> None:
+    call = getattr(os, op)
+
+    @row("FileNotFoundError", name=f"{op}_src_dir_fd_source_missing_destination_present")
+    def src_dir_fd_only(d: str, calls: Calls) -> Any:
+        touch(j(d, "there"))  # fresh: would look like a peer's result
+        _at(d, lambda fd: call("gone", j(d, "there"), src_dir_fd=fd))  # <- call
+
+    @row("FileNotFoundError", name=f"{op}_dst_dir_fd_source_missing_destination_present")
+    def dst_dir_fd_only(d: str, calls: Calls) -> Any:
+        touch(j(d, "there"))
+        _at(d, lambda fd: call(j(d, "gone"), "there", dst_dir_fd=fd))  # <- call
+
+    @row("ok", name=f"{op}_src_dir_fd_only")
+    def src_dir_fd_ok(d: str, calls: Calls) -> Any:
+        touch(j(d, "a"))
+        return _at(d, lambda fd: call("a", j(d, "b"), src_dir_fd=fd))
+
+    @row("ok", name=f"{op}_dst_dir_fd_only")
+    def dst_dir_fd_ok(d: str, calls: Calls) -> Any:
+        touch(j(d, "a"))
+        return _at(d, lambda fd: call(j(d, "a"), "b", dst_dir_fd=fd))
+
+    @row("FileNotFoundError", name=f"{op}_dir_fd_none_twice")
+    def dir_fd_none(d: str, calls: Calls) -> Any:
+        touch(j(d, "a"))
+        call(j(d, "a"), j(d, "b"), src_dir_fd=None, dst_dir_fd=None)
+        call(j(d, "a"), j(d, "b"), src_dir_fd=None, dst_dir_fd=None)  # <- call
+
+    @row("TypeError", name=f"{op}_dir_fd_not_an_int")
+    def dir_fd_bad(d: str, calls: Calls) -> Any:
+        call(j(d, "a"), j(d, "b"), src_dir_fd="3")  # <- call
+
+
+_rename_rows("rename")
+_rename_rows("replace")
+
+
+# --- rmtree: ignore_errors, onerror, onexc, dir_fd, of a top missing from a directory changed moments ago ------
+# (issue 45: in a launched rank the standard rmtree's contract must hold: the handler sees what it would show
+# it, and nothing is raised that the standard rmtree would not raise.)
+
+
+@row("ok")
+def rmtree_missing_ignore_errors_changed_during_job(d: str, calls: Calls) -> Any:
+    return shutil.rmtree(j(d, "never"), ignore_errors=True)
+
+
+@row("ok", handler=True)
+def rmtree_missing_onerror_changed_during_job(d: str, calls: Calls) -> Any:
+    return shutil.rmtree(j(d, "never"), onerror=onerror(calls))
+
+
+@row("ok", handler=True)
+def rmtree_missing_onerror_positional_changed_during_job(d: str, calls: Calls) -> Any:
+    return shutil.rmtree(j(d, "never"), False, onerror(calls))
+
+
+@row("ok", handler=True)
+def rmtree_missing_onexc_changed_during_job(d: str, calls: Calls) -> Any:
+    _needs_onexc()
+    return shutil.rmtree(j(d, "never"), onexc=onexc(calls))
+
+
+@row("FileNotFoundError", handler=True)
+def rmtree_missing_onerror_reraises_changed_during_job(d: str, calls: Calls) -> Any:
+    shutil.rmtree(j(d, "never"), onerror=onerror(calls, reraise=True))  # <- call
+
+
+@row("ok", handler=True)
+def rmtree_missing_onerror_under_a_handler(d: str, calls: Calls) -> Any:
+    try:
+        return shutil.rmtree(j(d, "never"), onerror=onerror(calls))
+    except Exception as error:
+        return f"caught {type(error).__name__}"
+
+
+@row("ok", handler=True)
+def rmtree_missing_onerror_in_a_removed_parent(d: str, calls: Calls) -> Any:
+    mkdir(j(d, "t"), "f")
+    shutil.rmtree(j(d, "t"))
+    return shutil.rmtree(j(d, "t", "sub"), onerror=onerror(calls))
+
+
+@row("ok")
+def rmtree_missing_dir_fd_ignore_errors(d: str, calls: Calls) -> Any:
+    needs_rmtree_dir_fd()
+    return _at(d, lambda fd: shutil.rmtree("never", ignore_errors=True, dir_fd=fd))
+
+
+@row("ok", handler=True)
+def rmtree_missing_dir_fd_onerror(d: str, calls: Calls) -> Any:
+    needs_rmtree_dir_fd()
+    return _at(d, lambda fd: shutil.rmtree("never", onerror=onerror(calls), dir_fd=fd))
+
+
+@row("ok", handler=True)
+def rmtree_file_onexc_and_ignore_errors_false(d: str, calls: Calls) -> Any:
+    _needs_onexc()
+    return shutil.rmtree(touch(j(d, "f")), ignore_errors=False, onexc=onexc(calls))
+
+
+@row("ok")
+def rmtree_file_ignore_errors_with_onerror(d: str, calls: Calls) -> Any:
+    # ignore_errors wins: the handler is never called.
+    return shutil.rmtree(touch(j(d, "f")), True, onerror(calls))
+
+
+@row("TypeError")
+def rmtree_onexc_and_onerror(d: str, calls: Calls) -> Any:
+    _needs_onexc()
+    shutil.rmtree(j(d, "never"), onerror=onerror(calls), onexc=onexc(calls))  # <- call
+
+
+@row("ok", handler=True)
+def rmtree_symlink_to_directory_onexc(d: str, calls: Calls) -> Any:
+    _needs_onexc()
+    os.symlink(mkdir(j(d, "target"), "f"), j(d, "link"))
+    return shutil.rmtree(j(d, "link"), onexc=onexc(calls))

@@ -86,9 +86,18 @@ def describe(exc: BaseException, act: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
+def xattrs(path: str) -> list[str]:
+    """The extended attributes' names on ``path`` itself (none where the filesystem keeps none)."""
+    try:
+        return sorted(os.listxattr(path, follow_symlinks=False))
+    except OSError as error:
+        return [f"<listxattr: {error.strerror}>"]
+
+
 def snapshot(d: str) -> list[list[Any]]:
-    """The tree under ``d``: relative path, kind, permission bits, file text or link target."""
-    found: list[list[Any]] = []
+    """The tree under ``d``: relative path, kind, permission bits, file text or link target, and the extended
+    attributes of ``d`` and of each entry (no trace: fsguard leaves none on a user's files)."""
+    found: list[list[Any]] = [[".", "xattrs", xattrs(d)]]
     for top, dirs, files in os.walk(d, onerror=lambda e: found.append(["<walk error>", show(e)])):
         dirs.sort()
         for name in sorted(dirs + files):
@@ -96,6 +105,7 @@ def snapshot(d: str) -> list[list[Any]]:
             st = os.lstat(path)
             rel = os.path.relpath(path, d)
             mode = oct(stat.S_IMODE(st.st_mode))
+            found.append([rel, "xattrs", xattrs(path)])
             if stat.S_ISLNK(st.st_mode):
                 found.append([rel, "link", show(os.readlink(path))])
             elif stat.S_ISDIR(st.st_mode):

@@ -566,7 +566,8 @@ def unlink_dir_fd_missing(d: str, calls: Calls) -> Any:
 
 @row("FileNotFoundError")
 def remove_dir_fd_removed_by_itself(d: str, calls: Calls) -> Any:
-    os.remove("f", dir_fd=dir_fd(d) if touch(j(d, "f")) else None)
+    touch(j(d, "f"))
+    os.remove("f", dir_fd=dir_fd(d))
     os.remove("f", dir_fd=dir_fd(d))  # <- call
 
 
@@ -694,6 +695,59 @@ def link_follow_symlinks_same_inode_made_by_peer(d: str, calls: Calls) -> Any:
     posix.symlink(touch(j(d, "file")), j(d, "last"))
     posix.link(j(d, "file"), j(d, "best"))
     os.link(j(d, "last"), j(d, "best"), follow_symlinks=True)  # <- call
+
+
+# --- the arguments by keyword (and the defaults given explicitly), where the rules look ------------------------
+
+
+@row("FileExistsError", expect="absorbed")
+def mkdir_keywords_made_by_peer(d: str, calls: Calls) -> Any:
+    mkdir(j(d, "a"))  # unguarded: as a peer of this job would, moments ago
+    os.mkdir(path=j(d, "a"), mode=0o777, dir_fd=None)  # <- call
+
+
+@row("FileNotFoundError", launched=IN_A_JOB)
+def remove_keywords_never_existed(d: str, calls: Calls) -> Any:
+    os.remove(path=j(d, "never"), dir_fd=None)  # <- call
+
+
+@row("FileNotFoundError", launched=IN_A_JOB)
+def unlink_keywords_never_existed(d: str, calls: Calls) -> Any:
+    os.unlink(path=j(d, "never"), dir_fd=None)  # <- call
+
+
+@row("FileNotFoundError", launched=IN_A_JOB)
+def rmdir_keywords_never_existed(d: str, calls: Calls) -> Any:
+    os.rmdir(path=j(d, "never"), dir_fd=None)  # <- call
+
+
+@row("FileNotFoundError")
+def remove_keywords_removed_by_itself(d: str, calls: Calls) -> Any:
+    os.remove(path=touch(j(d, "f")))
+    os.remove(path=j(d, "f"))  # <- call
+
+
+@row("FileExistsError", expect="absorbed")
+def symlink_keywords_identical_made_by_peer(d: str, calls: Calls) -> Any:
+    posix.symlink("one", j(d, "latest"))
+    os.symlink(src="one", dst=j(d, "latest"), target_is_directory=False, dir_fd=None)  # <- call
+
+
+@row("FileExistsError")
+def symlink_keywords_points_elsewhere(d: str, calls: Calls) -> Any:
+    posix.symlink("one", j(d, "latest"))
+    os.symlink(src="two", dst=j(d, "latest"))  # <- call
+
+
+@row("FileExistsError", expect="absorbed")
+def link_keywords_same_inode_made_by_peer(d: str, calls: Calls) -> Any:
+    posix.link(touch(j(d, "last")), j(d, "best"))
+    os.link(src=j(d, "last"), dst=j(d, "best"), src_dir_fd=None, dst_dir_fd=None, follow_symlinks=True)  # <- call
+
+
+@row("FileExistsError")
+def link_keywords_other_inode(d: str, calls: Calls) -> Any:
+    os.link(src=touch(j(d, "last")), dst=touch(j(d, "best")))  # <- call
 
 
 # --- stale: made by an earlier process, longer than FSGUARD_FRESH_S before this interpreter ------------------

@@ -197,10 +197,11 @@ def rmtree_file_ignore_errors_with_onerror(d: str, calls: Calls) -> Any:
     return shutil.rmtree(touch(j(d, "f")), True, onerror(calls))
 
 
-@row("TypeError")
+@row("ok", handler=True)
 def rmtree_onexc_and_onerror(d: str, calls: Calls) -> Any:
+    # 3.12+: onexc wins, onerror is never called.
     _needs_onexc()
-    shutil.rmtree(j(d, "never"), onerror=onerror(calls), onexc=onexc(calls))  # <- call
+    return shutil.rmtree(touch(j(d, "f")), onerror=onerror(calls, reraise=True), onexc=onexc(calls))
 
 
 @row("ok", handler=True)
@@ -208,3 +209,53 @@ def rmtree_symlink_to_directory_onexc(d: str, calls: Calls) -> Any:
     _needs_onexc()
     os.symlink(mkdir(j(d, "target"), "f"), j(d, "link"))
     return shutil.rmtree(j(d, "link"), onexc=onexc(calls))
+
+
+# --- the arguments by keyword, where the rules look (a peer's result moments ago) ------------------------------
+
+
+@row("FileExistsError", expect="absorbed")
+def makedirs_keywords_made_by_peer(d: str, calls: Calls) -> Any:
+    os.mkdir(j(d, "a"))  # unguarded: as a peer of this job would, moments ago
+    os.makedirs(name=j(d, "a"), mode=0o777, exist_ok=False)  # <- call
+
+
+@row("FileExistsError")
+def makedirs_keywords_file_in_the_way(d: str, calls: Calls) -> Any:
+    touch(j(d, "f"))
+    os.makedirs(name=j(d, "f"), exist_ok=True)  # <- call
+
+
+@row("FileNotFoundError", expect="absorbed")
+def rmtree_keywords_missing_parent_changed_during_job(d: str, calls: Calls) -> Any:
+    shutil.rmtree(path=j(d, "never"), ignore_errors=False)  # <- call
+
+
+@row("ok")
+def rmtree_keywords(d: str, calls: Calls) -> Any:
+    mkdir(j(d, "t"), "f")
+    return shutil.rmtree(path=j(d, "t"), ignore_errors=False, onerror=None)
+
+
+def _rename_keyword_rows(op: str) -> None:
+    call = getattr(os, op)
+
+    @row("FileNotFoundError", name=f"{op}_keywords_twice")
+    def twice(d: str, calls: Calls) -> Any:
+        touch(j(d, "a"))
+        call(src=j(d, "a"), dst=j(d, "b"))
+        call(src=j(d, "a"), dst=j(d, "b"))  # <- call
+
+    @row("FileNotFoundError", name=f"{op}_source_missing_destination_made_by_peer", expect="absorbed")
+    def made_by_peer(d: str, calls: Calls) -> Any:
+        touch(j(d, "there"))  # a peer's result moments ago (a peer renamed its copy onto it)
+        call(j(d, "gone"), j(d, "there"))  # <- call
+
+    @row("FileNotFoundError", name=f"{op}_keywords_source_missing_destination_made_by_peer", expect="absorbed")
+    def keywords_made_by_peer(d: str, calls: Calls) -> Any:
+        touch(j(d, "there"))
+        call(src=j(d, "gone"), dst=j(d, "there"), src_dir_fd=None, dst_dir_fd=None)  # <- call
+
+
+_rename_keyword_rows("rename")
+_rename_keyword_rows("replace")

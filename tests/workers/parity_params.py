@@ -10,6 +10,7 @@ does: ``exist_ok``, ``mode``, ``src_dir_fd``/``dst_dir_fd`` alone, ``ignore_erro
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import stat
 import sys
@@ -259,3 +260,42 @@ def _rename_keyword_rows(op: str) -> None:
 
 _rename_keyword_rows("rename")
 _rename_keyword_rows("replace")
+
+
+# --- flags read for their truth, as the standard functions read them ------------------------------------------
+
+
+@row("ok")
+def rmtree_missing_ignore_errors_truthy_int(d: str, calls: Calls) -> Any:
+    return shutil.rmtree(j(d, "never"), ignore_errors=1)
+
+
+@row("NotADirectoryError")
+def rmtree_file_ignore_errors_falsy_string(d: str, calls: Calls) -> Any:
+    touch(j(d, "f"))
+    shutil.rmtree(j(d, "f"), "", None)  # <- call
+
+
+@row("ok")
+def makedirs_exist_ok_truthy_string_made_by_peer(d: str, calls: Calls) -> Any:
+    os.mkdir(j(d, "a"))
+    return os.makedirs(j(d, "a"), 0o777, "yes")
+
+
+@row("FileExistsError")
+def makedirs_exist_ok_falsy_int_twice(d: str, calls: Calls) -> Any:
+    os.makedirs(j(d, "a"), exist_ok=0)
+    os.makedirs(j(d, "a"), exist_ok=0)  # <- call
+
+
+@row("ok")
+def path_rename_returns_the_target(d: str, calls: Calls) -> Any:
+    touch(j(d, "a"))
+    return pathlib.Path(d, "a").rename(j(d, "b"))
+
+
+@row("FileNotFoundError")
+def path_replace_twice(d: str, calls: Calls) -> Any:
+    touch(j(d, "a"))
+    pathlib.Path(d, "a").replace(j(d, "b"))
+    pathlib.Path(d, "a").replace(j(d, "b"))  # <- call

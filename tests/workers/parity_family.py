@@ -750,6 +750,34 @@ def link_keywords_other_inode(d: str, calls: Calls) -> Any:
     os.link(src=touch(j(d, "last")), dst=touch(j(d, "best")))  # <- call
 
 
+# --- a link onto its own source: no call, a peer's neither, can have made it (absorbed on e3a2108) ---------------
+
+
+@row("FileExistsError")
+def link_onto_itself(d: str, calls: Calls) -> Any:
+    os.link(touch(j(d, "a")), j(d, "a"))  # <- call
+
+
+@row("FileExistsError")
+def link_onto_itself_spelt_differently(d: str, calls: Calls) -> Any:
+    touch(j(d, "a"))
+    os.chdir(d)
+    os.link("a", j(d, ".", "a"))  # <- call
+
+
+@row("FileExistsError")
+def link_onto_itself_through_a_symlinked_directory(d: str, calls: Calls) -> Any:
+    touch(j(mkdir(j(d, "real")), "a"))
+    posix.symlink("real", j(d, "alias"))
+    os.link(j(d, "real", "a"), j(d, "alias", "a"))  # <- call
+
+
+@row("FileExistsError")
+def link_symlink_onto_itself_no_follow(d: str, calls: Calls) -> Any:
+    posix.symlink("one", j(d, "latest"))
+    os.link(j(d, "latest"), j(d, "latest"), follow_symlinks=False)  # <- call
+
+
 # --- stale: made by an earlier process, longer than FSGUARD_FRESH_S before this interpreter ------------------
 
 

@@ -299,3 +299,28 @@ def path_replace_twice(d: str, calls: Calls) -> Any:
     touch(j(d, "a"))
     pathlib.Path(d, "a").replace(j(d, "b"))
     pathlib.Path(d, "a").replace(j(d, "b"))  # <- call
+
+
+# --- a rename onto its own source -----------------------------------------------------------------------------
+
+
+def _onto_itself_rows(op: str) -> None:
+    call = getattr(os, op)
+
+    @row("ok", name=f"{op}_onto_itself")
+    def onto_itself(d: str, calls: Calls) -> Any:
+        return call(touch(j(d, "a")), j(d, "a"))
+
+    @row("FileNotFoundError", name=f"{op}_missing_onto_itself")
+    def missing_onto_itself(d: str, calls: Calls) -> Any:
+        call(j(d, "a"), j(d, "a"))  # <- call
+
+    @row("ok", name=f"{op}_onto_a_hard_link_of_itself")
+    def onto_a_hard_link(d: str, calls: Calls) -> Any:
+        os.link(touch(j(d, "a")), j(d, "b"))
+        call(j(d, "a"), j(d, "b"))  # the standard rename does nothing: both names stay
+        return sorted(os.listdir(d))
+
+
+_onto_itself_rows("rename")
+_onto_itself_rows("replace")

@@ -324,3 +324,42 @@ def _onto_itself_rows(op: str) -> None:
 
 _onto_itself_rows("rename")
 _onto_itself_rows("replace")
+
+
+# --- spellings the kernel reads more strictly than a normalised path --------------------------------------------
+
+
+def _slash_rows(op: str) -> None:
+    call = getattr(os, op)
+
+    @row("FileNotFoundError", name=f"{op}_directory_source_missing_file_destination_made_by_peer")
+    def slash_onto_file(d: str, calls: Calls) -> Any:
+        # The trailing slashes name directories: no peer's identical call can have left a file there.
+        touch(j(d, "there"))
+        call(j(d, "gone") + os.sep, j(d, "there") + os.sep)  # <- call
+
+    @row("OSError", name=f"{op}_name_too_long")
+    def too_long(d: str, calls: Calls) -> Any:
+        touch(j(d, "there"))
+        call(j(d, "x" * 300), j(d, "there"))  # <- call
+
+    @row("OSError", name=f"{op}_through_a_symlink_loop")
+    def loop(d: str, calls: Calls) -> Any:
+        os.symlink("loop", j(d, "loop"))
+        touch(j(d, "there"))
+        call(j(d, "loop", "a"), j(d, "there"))  # <- call
+
+
+_slash_rows("rename")
+_slash_rows("replace")
+
+
+@row("FileExistsError", expect="absorbed")
+def makedirs_trailing_slash_made_by_peer(d: str, calls: Calls) -> Any:
+    os.mkdir(j(d, "a"))
+    os.makedirs(j(d, "a") + os.sep)  # <- call
+
+
+@row("OSError")
+def rmtree_name_too_long(d: str, calls: Calls) -> Any:
+    shutil.rmtree(j(d, "x" * 300))  # <- call

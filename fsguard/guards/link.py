@@ -5,7 +5,8 @@ source's very inode, made during this job by a peer (an identical result; the ru
 The inode's ctime changes when a link to it is made, so "during this job" is read from it. Re-raised: another
 inode (another file, a directory, a symlink) in the way, the same inode linked before the job or by this
 process itself, a source that cannot be read, a destination that names the source's own entry (``link(a, a)``,
-however spelt: no call, a peer's neither, ever made that link), ``src_dir_fd``/``dst_dir_fd`` calls (passed
+however spelt: no call, a peer's neither, ever made that link) or ends in a separator (no link is ever made at
+such a name), ``src_dir_fd``/``dst_dir_fd`` calls (passed
 through), every other error. ``follow_symlinks=False`` compares with the symlink itself, as the call would have
 linked it.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 
-from ..calls import Call, norm
+from ..calls import Call, ends_in_separator, norm
 from ..evidence import kind_of
 from . import ABSORBED, Rules, Scan, Verdict, World, reraise
 from ._identical import made_by_peer
@@ -28,6 +29,8 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
         return reraise("directory file descriptors given: passed through")
     if call.dst is None or call.given[0] is None:
         return reraise()
+    if ends_in_separator(call.given[1]):
+        return reraise("a destination given with a trailing separator: no link can ever be made at it")
     path: str = call.dst
     source = world.stat(call.given[0], bool(call.options.follow_symlinks))
     if source is None:

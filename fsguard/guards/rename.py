@@ -31,7 +31,7 @@ import errno
 import os
 import stat
 
-from ..calls import Call, fspath
+from ..calls import Call, ends_in_separator
 from ..evidence import Look
 from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, absorb, conflict, reraise
 
@@ -69,7 +69,8 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     # tests below): its own move of the source elsewhere (a staging dir committed to ``checkpoint-1``, made
     # again, then committed by a peer to ``checkpoint-2``) says nothing about who made this destination.
     needs_ctime = own_put is not None or bool(republished)
-    directory = _names_a_directory(call)  # then only a directory can be a peer's identical move's result
+    # A path given with a trailing separator: only a directory can be a peer's identical move's result.
+    directory = any(ends_in_separator(p) for p in call.given)
     st, waited = _destination_stat(dst, world, rules, waited, needs_ctime or directory)
     if st is None:
         if needs_ctime or directory:
@@ -92,15 +93,6 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
         f"{later}{again}: a peer did the same move",
         waited,
     )
-
-
-def _names_a_directory(call: Call) -> bool:
-    """Whether a path as given ends in a separator: the kernel then moves only a directory (``ENOTDIR`` else)."""
-    try:
-        given = [fspath(p) for p in call.given]
-    except TypeError:
-        return False
-    return any(os.fsdecode(p).endswith(os.sep) for p in given)
 
 
 def _missing_source(error: OSError, src: str, dst: str, world: World) -> Verdict | str:

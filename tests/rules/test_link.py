@@ -110,3 +110,12 @@ def test_a_name_linked_onto_itself_is_raised(tmp_path: Path) -> None:
     os.link(src, tmp_path / "name")  # a second name of the inode: still absorbed
     verdict = decide(rule, "link", (str(tmp_path / "latest"), str(tmp_path / "name")), EEXIST, FakeWorld(), rules())
     assert verdict.absorb, verdict
+
+
+def test_a_destination_given_with_a_trailing_separator_is_raised(tmp_path: Path) -> None:
+    """``link(src, "name/")`` can never make a link: the source's inode there is no peer's result of this call
+    (absorbed on e3a2108)."""
+    src = _source(tmp_path)
+    os.link(src, tmp_path / "name")
+    verdict = decide(rule, "link", (src, str(tmp_path / "name") + os.sep), EEXIST, FakeWorld(), rules())
+    assert not verdict.absorb and "trailing separator" in verdict.evidence, verdict

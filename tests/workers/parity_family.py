@@ -778,6 +778,37 @@ def link_symlink_onto_itself_no_follow(d: str, calls: Calls) -> Any:
     os.link(j(d, "latest"), j(d, "latest"), follow_symlinks=False)  # <- call
 
 
+# --- trailing separators: names the kernel reads as directories ---------------------------------------------
+
+
+@row(None)
+def symlink_trailing_separator_identical_made_by_peer(d: str, calls: Calls) -> Any:
+    posix.symlink("one", j(d, "latest"))
+    os.symlink("one", j(d, "latest") + os.sep)  # <- call
+
+
+@row(None)
+def link_trailing_separator_same_inode_made_by_peer(d: str, calls: Calls) -> Any:
+    posix.link(touch(j(d, "last")), j(d, "best"))
+    os.link(j(d, "last"), j(d, "best") + os.sep)  # <- call
+
+
+@row(None)
+def mkdir_trailing_separator_file_made_by_peer(d: str, calls: Calls) -> Any:
+    touch(j(d, "a"))
+    os.mkdir(j(d, "a") + os.sep)  # <- call
+
+
+@row(None)
+def remove_trailing_separator_file(d: str, calls: Calls) -> Any:
+    os.remove(touch(j(d, "f")) + os.sep)  # <- call
+
+
+@row("FileNotFoundError", launched=IN_A_JOB)
+def rmdir_trailing_separator_never_existed(d: str, calls: Calls) -> Any:
+    os.rmdir(j(d, "never") + os.sep + os.sep)  # <- call
+
+
 # --- stale: made by an earlier process, longer than FSGUARD_FRESH_S before this interpreter ------------------
 
 

@@ -221,6 +221,15 @@ def check_row(outcomes: Outcomes, name: str, table: Any = cases, mode: str = "fo
     found = logged(force)
     assert len(found) == len(force.get("records", [])), force.get("records")
     expect = expected(item, mode)
+    differing = {
+        key: {mode: force.get(key), "off": off.get(key)}
+        for key in (force.keys() | off.keys()) - {"records"}
+        if force.get(key) != off.get(key)
+    }
+    if mode != "force" and expect in ("absorbed", "deferred") and not differing and not found:
+        # In a rank a documented deviation is allowed, not owed: where the job's identity tells the scenario's
+        # unguarded "peer" from a peer of this job, the standard library's outcome, with nothing recorded.
+        return
     if expect == "absorbed":
         # A documented deviation (README): the standard library raises, fsguard absorbs and says so.
         assert not off["ok"] and force["ok"] and force["result"] == "None", force
@@ -231,11 +240,6 @@ def check_row(outcomes: Outcomes, name: str, table: Any = cases, mode: str = "fo
         assert found[0].error and found[0].error["type"] == item.outcome
         return
 
-    differing = {
-        key: {mode: force.get(key), "off": off.get(key)}
-        for key in (force.keys() | off.keys()) - {"records"}
-        if force.get(key) != off.get(key)
-    }
     assert not differing, json.dumps(differing, indent=1) + "\n" + "\n".join(outcomes[mode]["stderr"][name])
     if expect == "deferred":
         # The program handles the error itself: it decides, and gets the standard library's error.

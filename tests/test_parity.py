@@ -9,7 +9,9 @@ under test) or the same success, the same onerror/onexc calls in the same order,
 (their extended attributes included). No record is written except where a row expects one: a ``conflict``
 (directory renamed onto a non-empty directory, raised all the same), a documented deviation (README), where
 fsguard absorbs with an ``absorbed`` record, and that deviation's scenario under the program's own handler
-(``<row>_handled``), where fsguard hands the error over with a ``deferred`` record. A row's records are read
+(``<row>_handled``), where fsguard hands the error over with a ``deferred`` record. In a launched rank such a
+deviation is allowed, not owed: the standard library's outcome with no record passes too (a job's identity may
+tell a scenario's unguarded "peer" from a peer of the job). A row's records are read
 from ``FSGUARD_LOG`` (stderr's are rate-limited per call site); its stderr holds nothing but records.
 
 All rows of a group run in one interpreter per mode (the interpreters of ``main`` and ``nobody`` run

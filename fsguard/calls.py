@@ -310,6 +310,15 @@ def fspath(path: Any) -> str | bytes:
     return value
 
 
+def ends_in_separator(path: Any) -> bool:
+    """Whether a path argument as given ends in a separator: the kernel then names only a directory there (a
+    ``rename`` moves only one; a ``symlink`` or ``link`` can never be made at such a name)."""
+    try:
+        return os.fsdecode(fspath(path)).endswith(os.sep)
+    except (TypeError, ValueError):
+        return False
+
+
 def norm(path: Any, cwd: str | None = None) -> str:
     """Absolute text form of a path argument, relative to ``cwd`` (default: the current one), naming the file
     the call itself names: ``.`` and repeated slashes dropped, and ``..`` resolved as the kernel resolves it,

@@ -5,8 +5,9 @@ tests skip (a machine may lack it). Found, a fresh venv is made with it (``pytho
 and the wheel and wrapt (the test environment's version, from the package index) are installed into it;
 if pip cannot install wrapt (no index), the version's tests skip with pip's reason. In that venv:
 
-* the whole bad-input parity table of ``tests/test_parity.py`` runs (``tests/parity_support.py``): on
-  3.12+ the ``shutil.rmtree(onexc=...)`` rows really run;
+* the whole bad-input parity table of ``tests/test_parity.py`` runs (``tests/parity_support.py``), forced and in
+  a launched rank, and so does ``tests/test_parity_family.py``'s: on 3.12+ the ``shutil.rmtree(onexc=...)`` rows
+  really run;
 * the caller's-handler rows of ``tests/test_handlers.py`` (each version's bytecode differs; 3.10 reads the
   source's ``ast``), and two claim idioms of ``tests/test_claims.py`` (4 ranks x 20 rounds);
 * activation: the ``.pth`` patches all four functions with ``FSGUARD=1`` under a torchrun environment, and
@@ -168,6 +169,11 @@ def test_parity_row(venv: Venv, outcomes: parity.Outcomes, name: str) -> None:
     parity.check_row(outcomes, name)
 
 
+@pytest.mark.parametrize("name", parity.row_params(mode="launched"))
+def test_parity_row_launched(venv: Venv, outcomes: parity.Outcomes, name: str) -> None:
+    parity.check_row(outcomes, name, mode="launched")
+
+
 @pytest.fixture(scope="module")
 def handler_outcomes(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> handlers.Outcomes:
     return handlers.collect(venv.python, tmp_path_factory.mktemp(f"handlers{venv.version}-"))
@@ -212,6 +218,11 @@ def family_outcomes(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def test_parity_family_row(venv: Venv, family_outcomes: parity.Outcomes, name: str) -> None:
     parity.check_meta(family_outcomes, family)
     parity.check_row(family_outcomes, name, family)
+
+
+@pytest.mark.parametrize("name", parity.row_params(family, mode="launched"))
+def test_parity_family_row_launched(venv: Venv, family_outcomes: parity.Outcomes, name: str) -> None:
+    parity.check_row(family_outcomes, name, family, mode="launched")
 
 
 STATE = """

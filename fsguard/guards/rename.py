@@ -16,6 +16,8 @@ destination's last change was this process's own move (or link) onto it, and the
 since (``OWN_SLACK_S``): the missing source was this process's own to produce (a per-rank ``state.{step}.tmp``
 whose writer wrote nothing). A later move onto it, as in a rotation that reuses one temp name every step,
 is a peer's.
+A path given with a trailing separator names a directory: a destination that is not one is re-raised (no peer's
+identical move left it).
 Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory.
 Except where lookups may be stale and the source is gone from its parent's fresh listing: this node's stale
 entry of the source made the call fail so (seen on GlusterFS), and it is decided as a missing source.
@@ -29,7 +31,7 @@ import errno
 import os
 import stat
 
-from ..calls import Call
+from ..calls import Call, ends_in_separator
 from ..evidence import Look
 from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, absorb, conflict, reraise
 
@@ -67,15 +69,19 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     # tests below): its own move of the source elsewhere (a staging dir committed to ``checkpoint-1``, made
     # again, then committed by a peer to ``checkpoint-2``) says nothing about who made this destination.
     needs_ctime = own_put is not None or bool(republished)
-    st, waited = _destination_stat(dst, world, rules, waited, needs_ctime)
+    # A path given with a trailing separator: only a directory can be a peer's identical move's result.
+    directory = any(ends_in_separator(p) for p in call.given)
+    st, waited = _destination_stat(dst, world, rules, waited, needs_ctime or directory)
     if st is None:
-        if needs_ctime:
+        if needs_ctime or directory:
             return reraise("destination not yet visible to this node's lookups: cannot tell whose it is", waited)
         return absorb(
             f"source gone; destination in a fresh listing but not yet in this node's lookup "
             f"cache{later}: a peer renamed it moments ago",
             waited,
         )
+    if directory and not stat.S_ISDIR(st.st_mode):
+        return reraise("the call names directories (a trailing separator); no directory stands there", waited)
     refused = _not_a_peers(dst, st, world, rules, own_move, own_put, waited)
     if refused is not None:
         return refused

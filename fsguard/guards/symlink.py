@@ -3,8 +3,9 @@ with the very same target text, made during this job by a peer (an identical res
 ``os.link``: :func:`fsguard.guards.identical.made_by_peer`).
 
 Re-raised: a symlink to anything else (the same target spelt differently included), a file or directory
-in the way, an identical symlink older than the job (by its birth time where the filesystem keeps one, else
-its ctime) or made by this process itself, ``dir_fd`` calls (passed through), every other error.
+in the way, a destination given with a trailing separator (no symlink is ever made at such a name), an
+identical symlink older than the job (by its birth time where the filesystem keeps one, else its ctime) or
+made by this process itself, ``dir_fd`` calls (passed through), every other error.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 
-from ..calls import Call, fspath
+from ..calls import Call, ends_in_separator, fspath
 from ..evidence import kind_of
 from . import ABSORBED, Rules, Scan, Verdict, World, reraise
 from ._identical import made_by_peer
@@ -21,6 +22,8 @@ from ._identical import made_by_peer
 def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     if error.errno != errno.EEXIST or call.fds.dir_fd is not None or call.dst is None or call.given[0] is None:
         return reraise()
+    if ends_in_separator(call.given[1]):
+        return reraise("a destination given with a trailing separator: no symlink can ever be made at it")
     path = call.dst
     raw = fspath(call.given[0])
     wanted = os.fsdecode(raw) if isinstance(raw, bytes) else raw

@@ -91,3 +91,31 @@ def test_every_other_error_is_raised(tmp_path: Path) -> None:
     for code in (errno.EXDEV, errno.EPERM, errno.EMLINK):
         verdict = decide(rule, "link", (src, str(tmp_path / "name")), code, FakeWorld(), rules())
         assert not verdict.absorb and verdict.decision is None, (code, verdict)
+
+
+def test_a_name_linked_onto_itself_is_raised(tmp_path: Path) -> None:
+    """``link(a, a)`` however spelt (``./a``, a symlinked directory, a symlink followed to it): the existing name
+    is the source's own entry, not a link a peer made (absorbed on e3a2108)."""
+    src = _source(tmp_path)
+    (tmp_path / "alias").symlink_to(tmp_path)
+    os.symlink("blob", tmp_path / "latest")
+    for given, name in [
+        (src, src),
+        (src, str(tmp_path / "." / "blob")),
+        (src, str(tmp_path / "alias" / "blob")),
+        (str(tmp_path / "latest"), src),
+    ]:
+        verdict = decide(rule, "link", (given, name), EEXIST, FakeWorld(), rules())
+        assert not verdict.absorb and "the source's own name" in verdict.evidence, (given, name, verdict)
+    os.link(src, tmp_path / "name")  # a second name of the inode: still absorbed
+    verdict = decide(rule, "link", (str(tmp_path / "latest"), str(tmp_path / "name")), EEXIST, FakeWorld(), rules())
+    assert verdict.absorb, verdict
+
+
+def test_a_destination_given_with_a_trailing_separator_is_raised(tmp_path: Path) -> None:
+    """``link(src, "name/")`` can never make a link: the source's inode there is no peer's result of this call
+    (absorbed on e3a2108)."""
+    src = _source(tmp_path)
+    os.link(src, tmp_path / "name")
+    verdict = decide(rule, "link", (src, str(tmp_path / "name") + os.sep), EEXIST, FakeWorld(), rules())
+    assert not verdict.absorb and "trailing separator" in verdict.evidence, verdict

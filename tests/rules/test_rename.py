@@ -192,3 +192,18 @@ def test_every_other_error_is_raised(op: str, tmp_path: Path) -> None:
     for code in (errno.EACCES, errno.EXDEV, errno.ENOTDIR, errno.EISDIR):
         verdict = decide(rule, op, (src, dst), code, FakeWorld(), rules())
         assert not verdict.absorb and verdict.decision is None, (code, verdict)
+
+
+@OPS
+def test_a_trailing_separator_names_a_directory_and_a_file_there_is_raised(op: str, tmp_path: Path) -> None:
+    """``rename("gone/", "there/")`` moves only a directory: a file at the destination is no peer's identical
+    move (absorbed on e3a2108); a directory there still is."""
+    src, dst = _paths(tmp_path)
+    Path(dst).write_text("x")
+    for args in [(src + os.sep, dst + os.sep), (src + os.sep, dst), (src, os.fsencode(dst + os.sep))]:
+        verdict = decide(rule, op, args, ENOENT, FakeWorld(), rules())
+        assert not verdict.absorb and "trailing separator" in verdict.evidence, (args, verdict)
+    os.remove(dst)
+    os.mkdir(dst)
+    verdict = decide(rule, op, (src + os.sep, dst + os.sep), ENOENT, FakeWorld(), rules())
+    assert verdict.absorb, verdict

@@ -86,3 +86,12 @@ def test_every_other_error_is_raised(tmp_path: Path) -> None:
     for code in (errno.EACCES, errno.ENOENT, errno.EPERM):
         verdict = decide(rule, "symlink", ("target", str(tmp_path / "latest")), code, FakeWorld(), rules())
         assert not verdict.absorb and verdict.decision is None, (code, verdict)
+
+
+def test_a_destination_given_with_a_trailing_separator_is_raised(tmp_path: Path) -> None:
+    """``symlink("target", "latest/")`` can never make a symlink: an identical one there is no peer's result of
+    this call (absorbed on e3a2108)."""
+    os.symlink("target", tmp_path / "latest")
+    for name in (str(tmp_path / "latest") + os.sep, os.fsencode(str(tmp_path / "latest") + os.sep)):
+        verdict = decide(rule, "symlink", ("target", name), EEXIST, FakeWorld(), rules())
+        assert not verdict.absorb and "trailing separator" in verdict.evidence, verdict

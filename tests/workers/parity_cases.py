@@ -5,15 +5,15 @@
     python parity_cases.py prepare GROUP BASE [SHM]   # "stale" only: what must exist before the interpreter
     python parity_cases.py run GROUP BASE [SHM]       # every row of GROUP; one JSON object on stdout
 
-The rows are in ``parity_makedirs.py``, ``parity_rename.py``, ``parity_kinds.py`` and ``parity_rmtree.py``
-(their vocabulary in ``parity_table.py``; a new table module is added to ``TABLES``). Each row works in its
-own directory ``BASE/<row>`` (and ``SHM/<row>`` on tmpfs, for EXDEV).
+The rows are in ``parity_makedirs.py``, ``parity_rename.py``, ``parity_kinds.py``, ``parity_rmtree.py`` and
+``parity_params.py`` (their vocabulary in ``parity_table.py``; a new table module is added to ``TABLES``). Each
+row works in its own directory ``BASE/<row>`` (and ``SHM/<row>`` on tmpfs, for EXDEV).
 
 Before each row the worker writes ``parity-row: <name>`` on stderr, so the test can tell which row wrote
 which ``fsguard:`` record line. The JSON holds ``meta`` and, per row: ``ok``, ``result`` or ``exc`` (type,
 errno, strerror, filename(2) and their types, args, str, context, cause, worker frames, failing source
-line), ``calls`` (onerror/onexc calls in order), ``warnings`` (category, message, raised at the worker's line), ``state`` (the row directory's tree afterwards), or
-``skip`` with a reason. Paths are shown with the run's own roots replaced by ``<base>`` and ``<shm>``.
+line), ``calls`` (onerror/onexc calls in order), ``warnings`` (category, message, raised at the worker's line), ``state`` (the row directory's tree afterwards),
+``records`` (the lines fsguard wrote to ``FSGUARD_LOG`` during the row, when set), or ``skip`` with a reason. Paths are shown with the run's own roots replaced by ``<base>`` and ``<shm>``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ if HERE not in sys.path:  # the table modules, whether this runs as a script or 
 import parity_table as table  # noqa: E402
 from parity_table import CALL_MARK, HAS_ONEXC, NOBODY, ROWS, Row, Skip  # noqa: E402,F401 - the tests read these here
 
-TABLES = ("parity_makedirs", "parity_rename", "parity_kinds", "parity_rmtree")
+TABLES = ("parity_makedirs", "parity_rename", "parity_kinds", "parity_rmtree", "parity_params")
 for _name in TABLES:
     __import__(_name)  # registers its rows in ROWS
+table.handled_rows(ROWS)  # each absorbed row again, under the program's own handler
 # file -> lines, read now (after dropping to nobody they may be out of reach): the runner's and every table's
 SOURCES: dict[str, list[str]] = {}
 for _file in sorted(glob.glob(os.path.join(HERE, "parity_*.py"))):
@@ -85,9 +86,18 @@ def describe(exc: BaseException, act: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
+def xattrs(path: str) -> list[str]:
+    """The extended attributes' names on ``path`` itself (none where the filesystem keeps none)."""
+    try:
+        return sorted(os.listxattr(path, follow_symlinks=False))
+    except OSError as error:
+        return [f"<listxattr: {error.strerror}>"]
+
+
 def snapshot(d: str) -> list[list[Any]]:
-    """The tree under ``d``: relative path, kind, permission bits, file text or link target."""
-    found: list[list[Any]] = []
+    """The tree under ``d``: relative path, kind, permission bits, file text or link target, and the extended
+    attributes of ``d`` and of each entry (no trace: fsguard leaves none on a user's files)."""
+    found: list[list[Any]] = [[".", "xattrs", xattrs(d)]]
     for top, dirs, files in os.walk(d, onerror=lambda e: found.append(["<walk error>", show(e)])):
         dirs.sort()
         for name in sorted(dirs + files):
@@ -95,6 +105,7 @@ def snapshot(d: str) -> list[list[Any]]:
             st = os.lstat(path)
             rel = os.path.relpath(path, d)
             mode = oct(stat.S_IMODE(st.st_mode))
+            found.append([rel, "xattrs", xattrs(path)])
             if stat.S_ISLNK(st.st_mode):
                 found.append([rel, "link", show(os.readlink(path))])
             elif stat.S_ISDIR(st.st_mode):
@@ -142,6 +153,22 @@ def in_a_thread(act: Callable[..., Any], *args: Any) -> Any:
     return result[0]
 
 
+LOGGED: list[str] = []  # the FSGUARD_LOG lines already given to a row
+
+
+def logged() -> list[str]:
+    """The record lines fsguard wrote to ``FSGUARD_LOG`` since the last call: the row's records, every one (its
+    stderr lines are rate-limited per call site, and a held-back line comes out with a later row)."""
+    where = os.environ.get("FSGUARD_LOG", "")
+    lines: list[str] = []
+    for path in sorted(glob.glob(os.path.join(where, "*.jsonl"))) if where else []:
+        with open(path) as log:
+            lines.extend(line for line in log.read().splitlines() if line.strip())
+    new = lines[len(LOGGED) :]
+    LOGGED.extend(new)
+    return new
+
+
 def run_row(item: Row, d: str) -> dict[str, Any]:
     calls: Calls = []
     cwd = os.getcwd()
@@ -161,6 +188,7 @@ def run_row(item: Row, d: str) -> dict[str, Any]:
     outcome["warnings"] = [[w.category.__name__, show(str(w.message)), w.filename in SOURCES] for w in warned]
     outcome["calls"] = calls
     outcome["state"] = snapshot(d)
+    outcome["records"] = logged()
     return outcome
 
 

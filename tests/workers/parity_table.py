@@ -46,11 +46,15 @@ class Row:
     # What the standard library does: an exception class name, or "ok".
     outcome: str | None = None
     # "same": identical outcome, no record; "conflict": identical outcome, and fsguard writes one conflict
-    # record; "absorbed": a documented deviation (README): fsguard absorbs with one record, the stdlib raises.
+    # record; "absorbed": a documented deviation (README): fsguard absorbs with one record, the stdlib raises;
+    # "deferred": identical outcome, and one deferred record (the program handles what fsguard would absorb).
     expect: str = "same"
     handler: bool = False  # the row passes onerror/onexc: the handler must have been called
     prepare: Callable[[str], None] | None = None
     xfail: str | None = None  # a known parity gap (strict: the test fails once it is fixed)
+    # In a launched rank (peers present, none acting): "same", "conflict" or "absorbed"; None: as ``expect``.
+    launched: str | None = None
+    launched_xfail: str | None = None  # a known parity gap in a launched rank
 
 
 ROWS: dict[str, Row] = {}
@@ -65,14 +69,49 @@ def row(
     handler: bool = False,
     prepare: Callable[[str], None] | None = None,
     xfail: str | None = None,
+    launched: str | None = None,
+    launched_xfail: str | None = None,
 ) -> Callable[[Callable[[str, Calls], Any]], Callable[[str, Calls], Any]]:
     def register(act: Callable[[str, Calls], Any]) -> Callable[[str, Calls], Any]:
         key = name or act.__name__
         assert key not in ROWS, key
-        ROWS[key] = Row(key, act, group, outcome, expect, handler, prepare, xfail)
+        ROWS[key] = Row(key, act, group, outcome, expect, handler, prepare, xfail, launched, launched_xfail)
         return act
 
     return register
+
+
+def handled_rows(rows: dict[str, Row]) -> None:
+    """For each row a guarded mode absorbs (a documented deviation), the same scenario under the program's own
+    ``except OSError`` (``<row>_handled``): the program decides, so fsguard must hand it the standard library's
+    error, unchanged, and say so (``deferred``)."""
+    for item in list(rows.values()):
+        if "absorbed" not in (item.expect, item.launched) or item.name.endswith("_handled") or item.xfail:
+            continue
+        name = f"{item.name}_handled"
+        rows[name] = Row(
+            name,
+            _handled(item.act, name),
+            item.group,
+            "ok",
+            "deferred" if item.expect == "absorbed" else "same",
+            item.handler,
+            item.prepare,
+            None,
+            "deferred" if (item.launched or item.expect) == "absorbed" else "same",
+        )
+
+
+def _handled(act: Callable[[str, Calls], Any], name: str) -> Callable[[str, Calls], Any]:
+    def handled(d: str, calls: Calls) -> Any:
+        try:
+            act(d, calls)
+        except OSError as error:
+            return ["caught", type(error).__name__, error.errno, show(error.filename), show(error.filename2)]
+        return "not raised"
+
+    handled.__name__ = name
+    return handled
 
 
 def j(*parts: str) -> str:

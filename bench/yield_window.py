@@ -16,9 +16,15 @@ Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1
   plus one poll;
 * ``peer, nobody renames``: a peer's fresh tree that stays: the whole window, then the removal (``hazard``);
 * ``peer, window off``: the same with ``FSGUARD_YIELD_S=0``: what the checked walk itself adds (one ``lstat``
-  of the top per entry, one listing of its parent per directory), the part of every arm that is not waiting.
+  of the top per entry, one listing of its parent per directory), the part of every arm that is not waiting;
+* ``scratch`` (issue 47): a per-step scratch directory, ``os.makedirs(f"{work}/eval_tmp", exist_ok=True)``, 8
+  small files, ``rmtree``, at the same path every round: the first round may still wait (a name peers could
+  share), the others are this process's own scratch, removed at once;
+* ``pool`` (issue 47): directories made and written by this process's ``multiprocessing.Pool`` (forked children,
+  ``makedirs(exist_ok=True)``), removed by the process: their job tag names this rank, no window.
 
-Prints the median and worst added milliseconds per arm (``--json FILE`` writes them).
+Prints the median and worst added milliseconds per arm, and the ratios to the unpatched removal: of the medians,
+and of the totals (every round's time, the first round's window included) (``--json FILE`` writes them).
 usage: python bench/yield_window.py [--quick] [--json FILE]
 """
 
@@ -68,6 +74,23 @@ def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None
             f.write("x")
 
 
+def scratch_files(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+    for i in range(8):
+        with open(os.path.join(path, f"pred-{i}.json"), "w") as f:
+            f.write("x")
+
+
+def pool_dirs(base: str, rounds: int) -> list[str]:
+    """``rounds`` directories made and written by a forked ``multiprocessing.Pool`` of this process."""
+    import multiprocessing
+
+    tops = [os.path.join(base, f"part-{chr(97 + k % 26)}{k // 26}") for k in range(rounds)]  # no generations
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(scratch_files, tops)
+    return tops
+
+
 def child(arm: str, rounds: int, base: str) -> None:
     """One arm, in this process (patched unless FSGUARD=0): prints the rmtree durations as JSON."""
     import shutil
@@ -78,9 +101,15 @@ def child(arm: str, rounds: int, base: str) -> None:
         fsguard.install()
     rename = os.rename.__wrapped__ if hasattr(os.rename, "__wrapped__") else os.rename  # the peer's: unguarded
     times = []
+    made = pool_dirs(base, rounds) if arm == "pool" else []
     for k in range(rounds):
         top = os.path.join(base, f"{arm}-{k}")
-        if arm == "own":
+        if arm == "scratch":
+            top = os.path.join(base, "eval_tmp")
+            scratch_files(top)
+        elif arm == "pool":
+            top = made[k]
+        elif arm == "own":
             make_tree(top, made_by_makedirs=True)
         elif arm == "mkdtemp":
             import tempfile
@@ -155,9 +184,12 @@ def main() -> None:
     print(
         f"rmtree of a {FILES}-file tree, {rounds} rounds per arm, patched vs unpatched in {chunks} alternating chunks"
     )
-    print(f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}")
+    print(
+        f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}{'median ratio':>14}"
+        f"{'total ratio':>13}"
+    )
     arms = ("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays")
-    for arm in (*arms, "shared-renamed", "shared-stays"):
+    for arm in (*arms, "shared-renamed", "shared-stays", "scratch", "pool"):
         # the same tree removed unpatched (a rename racing an unpatched rmtree fails: the rename's arm is timed
         # against the tree nobody moves)
         unpatched_arm = {"peer-window-off": "peer-stays", "peer-renamed": "peer-stays"}.get(arm, arm)
@@ -171,10 +203,13 @@ def main() -> None:
         results[arm] = {
             "median_added_ms": (statistics.median(on) - baseline) * 1000,
             "worst_added_ms": (max(on) - baseline) * 1000,
+            "median_ratio": statistics.median(on) / baseline,
+            "total_ratio": sum(on) / sum(off),
         }
         print(
             f"{arm:<24}{baseline * 1000:>14.2f}{results[arm]['median_added_ms']:>16.2f}"
-            f"{results[arm]['worst_added_ms']:>16.2f}"
+            f"{results[arm]['worst_added_ms']:>16.2f}{results[arm]['median_ratio']:>14.2f}"
+            f"{results[arm]['total_ratio']:>13.2f}"
         )
     if args.json:
         with open(args.json, "w") as f:

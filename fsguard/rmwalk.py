@@ -34,7 +34,7 @@ from .calls import Call, norm
 from .guards import Rules, World, by_tag, own_event
 from .guards import rmtree as rule
 from .guards.rmtree import Plan, RmtreeVerdict
-from .state import STATE
+from .state import MEMORY_SIZE, STATE
 from .waiting import Backoff, wait_for
 
 _RETRIES = 4
@@ -808,6 +808,15 @@ def run(
         return _Course(walk, positional, named, serializer).run(yield_s)
 
 
+def _remember_scratch(scratch: dict[str, None], top: str) -> None:
+    """Note ``top`` as this process's own scratch path (``fsguard.guards.rmtree.plan``), keeping the newest
+    ``MEMORY_SIZE`` paths."""
+    scratch.pop(top, None)
+    scratch[top] = None
+    while len(scratch) > MEMORY_SIZE:
+        del scratch[next(iter(scratch))]
+
+
 class _Course:
     """The course of one guarded ``rmtree``: its plan, the yield window, the walk (alone, or holding the path's
     lock), and a failure that escaped the walk's handler, into one verdict."""
@@ -831,7 +840,8 @@ class _Course:
             self.pending = lambda: bool(serializer.pending(top))
         # The cheap tests first: own memory is asked only for a directory, in a job with peers.
         own = own_event(world, top) if tree and rules.peers else None
-        plan: Plan = rule.plan(top, position.top_st, own, world, rules, yield_s) if tree else "check"
+        scratch = STATE.memory.scratch
+        plan: Plan = rule.plan(top, position.top_st, own, world, rules, yield_s, top in scratch) if tree else "check"
         # "plain": nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
         walk.set_checking(plan != "plain")
         if plan == "wait" or self._announced():
@@ -851,6 +861,8 @@ class _Course:
                 raise
         found = walk.found.verdict(world)
         if plan == "wait" and position.removed.count:
+            if own == "made-shared":  # no peer used the window: this process's own scratch at this path
+                _remember_scratch(scratch, top)
             identity = by_tag(rules.whose(world.job_tag(top)))
             return rule.removed_peer_tree(top, self.window, found, made_here=own == "made-shared", identity=identity)
         return found

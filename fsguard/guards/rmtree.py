@@ -73,7 +73,15 @@ class RmtreeVerdict(Verdict):
         return cls(*verdict._values(), error, top_gone, handled_by)
 
 
-def plan(path: str, top: os.stat_result | None, own: str | None, world: World, rules: Rules, yield_s: float) -> Plan:
+def plan(
+    path: str,
+    top: os.stat_result | None,
+    own: str | None,
+    world: World,
+    rules: Rules,
+    yield_s: float,
+    scratch: bool = False,
+) -> Plan:
     """How to remove the tree at ``path``: ``"wait"`` (first wait up to ``yield_s`` for a peer's rename, then the
     checked walk), ``"check"`` (the checked walk at once: the tree must stay at its path while it is removed) or
     ``"plain"`` (no peer can move it meanwhile: the walk without position checks).
@@ -87,17 +95,25 @@ def plan(path: str, top: os.stat_result | None, own: str | None, world: World, r
     name of its own) and for a mount point (a bind-mounted output directory), which no rename can move. Checked at
     once: a tree older than the job (or this attempt), when the window is off, and a tree no guarded call of a peer
     of this attempt made: its job tag is another job's or attempt's, or it has none where the filesystem keeps
-    tags (unpacked by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then."""
+    tags (unpacked by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then.
+    Checked at once too: a tree another process of this rank made (its job tag names this rank: a
+    ``multiprocessing.Pool``'s child of this process), and a tree this process made with ``makedirs(exist_ok=True)``
+    at a path where it already removed such a tree of its own after a window no peer used (``scratch``: a per-step
+    scratch directory; peers do not commit trees at that path)."""
     if top is None or not stat.S_ISDIR(top.st_mode):
         return "check"
     if not rules.peers or own == "made":
         return "plain"
+    if scratch and own == "made-shared":
+        return "check"
     if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):
         return "check"
     if rules.whose(world.job_tag(path)) in ("untagged", "another job"):
         return "check"  # not made by a guarded call of a peer of this attempt: a tool's tree (tar), another job's
     if world.generation_beside(path) is not None or world.is_mount_point(path, top):
         return "plain"
+    if own != "made-shared" and world.made_by_this_rank(path):
+        return "check"  # another process of this rank made it (its Pool's child): no peer's commit
     return "wait"
 
 

@@ -922,6 +922,8 @@ class _Course:
         yielded = self._yield(0.0)
         if yielded is None:
             self.serializer.call("rmtree", [self.top], call, (), {})
+        else:
+            self._tell_handler()
         return yielded
 
     def _absorbs(self, error: FileNotFoundError) -> bool:

@@ -24,7 +24,9 @@ Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1
   ``makedirs(exist_ok=True)``), removed by the process: their job tag names this rank, no window.
 
 Prints the median and worst added milliseconds per arm, and the ratios to the unpatched removal: of the medians,
-and of the totals (every round's time, the first round's window included) (``--json FILE`` writes them).
+of the totals (every round's time, the first round's window included), and of the median CPU time (the process's
+user and system time: steadier than wall time on a loaded machine, but blind to waiting) (``--json FILE`` writes
+them).
 usage: python bench/yield_window.py [--quick] [--json FILE]
 """
 
@@ -100,7 +102,8 @@ def child(arm: str, rounds: int, base: str) -> None:
 
         fsguard.install()
     rename = os.rename.__wrapped__ if hasattr(os.rename, "__wrapped__") else os.rename  # the peer's: unguarded
-    times = []
+    times: list[float] = []
+    cpus: list[float] = []  # the process's CPU time (user and system) per rmtree: steadier on a loaded machine
     made = pool_dirs(base, rounds) if arm == "pool" else []
     for k in range(rounds):
         top = os.path.join(base, f"{arm}-{k}")
@@ -129,17 +132,19 @@ def child(arm: str, rounds: int, base: str) -> None:
         if arm in ("peer-renamed", "shared-renamed"):
             delay = random.uniform(0, 0.02)
             peer = threading.Timer(delay, rename, (top, top + ".committed"))
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         if peer is not None:
             peer.start()
         shutil.rmtree(top)
         times.append(time.perf_counter() - started)
+        cpus.append(time.process_time() - cpu)
         if peer is not None:
             peer.join()
-    print(json.dumps(times))
+    print(json.dumps([times, cpus]))
 
 
-def run_arm(arm: str, rounds: int, guarded: bool) -> list[float]:
+def run_arm(arm: str, rounds: int, guarded: bool) -> list[list[float]]:
+    """One arm's rounds in a fresh process: [wall seconds per rmtree, CPU seconds per rmtree]."""
     base = tempfile.mkdtemp(prefix="fsguard-yield-")
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FSGUARD")}
@@ -160,7 +165,8 @@ def run_arm(arm: str, rounds: int, guarded: bool) -> list[float]:
             check=True,
             timeout=600,
         )
-        return list(json.loads(done.stdout.strip().splitlines()[-1]))
+        found: list[list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
+        return found
     finally:
         import shutil
 
@@ -186,7 +192,7 @@ def main() -> None:
     )
     print(
         f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}{'median ratio':>14}"
-        f"{'total ratio':>13}"
+        f"{'total ratio':>13}{'cpu ratio':>12}"
     )
     arms = ("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays")
     for arm in (*arms, "shared-renamed", "shared-stays", "scratch", "pool"):
@@ -196,20 +202,25 @@ def main() -> None:
         unpatched_arm = unpatched_arm.replace("shared-renamed", "shared-stays")
         off: list[float] = []
         on: list[float] = []
+        off_cpu: list[float] = []
+        on_cpu: list[float] = []
         for _ in range(chunks):
-            off += run_arm(unpatched_arm, rounds // chunks, guarded=False)
-            on += run_arm(arm, rounds // chunks, guarded=True)
+            wall, cpu = run_arm(unpatched_arm, rounds // chunks, guarded=False)
+            off, off_cpu = off + wall, off_cpu + cpu
+            wall, cpu = run_arm(arm, rounds // chunks, guarded=True)
+            on, on_cpu = on + wall, on_cpu + cpu
         baseline = base[arm] = statistics.median(off)
         results[arm] = {
             "median_added_ms": (statistics.median(on) - baseline) * 1000,
             "worst_added_ms": (max(on) - baseline) * 1000,
             "median_ratio": statistics.median(on) / baseline,
             "total_ratio": sum(on) / sum(off),
+            "cpu_median_ratio": statistics.median(on_cpu) / max(statistics.median(off_cpu), 1e-9),
         }
         print(
             f"{arm:<24}{baseline * 1000:>14.2f}{results[arm]['median_added_ms']:>16.2f}"
             f"{results[arm]['worst_added_ms']:>16.2f}{results[arm]['median_ratio']:>14.2f}"
-            f"{results[arm]['total_ratio']:>13.2f}"
+            f"{results[arm]['total_ratio']:>13.2f}{results[arm]['cpu_median_ratio']:>12.2f}"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -110,10 +110,10 @@ def plan(
         return "check"
     if rules.whose(world.job_tag(path)) in ("untagged", "another job"):
         return "check"  # not made by a guarded call of a peer of this attempt: a tool's tree (tar), another job's
+    if own != "made-shared" and world.made_by_this_rank(path):  # one xattr: before the parent's listing below
+        return "check"  # another process of this rank made it (its Pool's child): no peer's commit
     if world.generation_beside(path) is not None or world.is_mount_point(path, top):
         return "plain"
-    if own != "made-shared" and world.made_by_this_rank(path):
-        return "check"  # another process of this rank made it (its Pool's child): no peer's commit
     return "wait"
 
 

@@ -16,9 +16,17 @@ Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1
   plus one poll;
 * ``peer, nobody renames``: a peer's fresh tree that stays: the whole window, then the removal (``hazard``);
 * ``peer, window off``: the same with ``FSGUARD_YIELD_S=0``: what the checked walk itself adds (one ``lstat``
-  of the top per entry, one listing of its parent per directory), the part of every arm that is not waiting.
+  of the top per entry, one listing of its parent per directory), the part of every arm that is not waiting;
+* ``scratch`` (issue 47): a per-step scratch directory, ``os.makedirs(f"{work}/eval_tmp", exist_ok=True)``, 8
+  small files, ``rmtree``, at the same path every round: the first round may still wait (a name peers could
+  share), the others are this process's own scratch, removed at once;
+* ``pool`` (issue 47): directories made and written by this process's ``multiprocessing.Pool`` (forked children,
+  ``makedirs(exist_ok=True)``), removed by the process: their job tag names this rank, no window.
 
-Prints the median and worst added milliseconds per arm (``--json FILE`` writes them).
+Prints the median and worst added milliseconds per arm, and the ratios to the unpatched removal: of the medians,
+of the totals (every round's time, the first round's window included), and of the median CPU time (the process's
+user and system time: steadier than wall time on a loaded machine, but blind to waiting) (``--json FILE`` writes
+them).
 usage: python bench/yield_window.py [--quick] [--json FILE]
 """
 
@@ -68,6 +76,23 @@ def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None
             f.write("x")
 
 
+def scratch_files(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+    for i in range(8):
+        with open(os.path.join(path, f"pred-{i}.json"), "w") as f:
+            f.write("x")
+
+
+def pool_dirs(base: str, rounds: int) -> list[str]:
+    """``rounds`` directories made and written by a forked ``multiprocessing.Pool`` of this process."""
+    import multiprocessing
+
+    tops = [os.path.join(base, f"part-{chr(97 + k % 26)}{k // 26}") for k in range(rounds)]  # no generations
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(scratch_files, tops)
+    return tops
+
+
 def child(arm: str, rounds: int, base: str) -> None:
     """One arm, in this process (patched unless FSGUARD=0): prints the rmtree durations as JSON."""
     import shutil
@@ -77,10 +102,17 @@ def child(arm: str, rounds: int, base: str) -> None:
 
         fsguard.install()
     rename = os.rename.__wrapped__ if hasattr(os.rename, "__wrapped__") else os.rename  # the peer's: unguarded
-    times = []
+    times: list[float] = []
+    cpus: list[float] = []  # the process's CPU time (user and system) per rmtree: steadier on a loaded machine
+    made = pool_dirs(base, rounds) if arm == "pool" else []
     for k in range(rounds):
         top = os.path.join(base, f"{arm}-{k}")
-        if arm == "own":
+        if arm == "scratch":
+            top = os.path.join(base, "eval_tmp")
+            scratch_files(top)
+        elif arm == "pool":
+            top = made[k]
+        elif arm == "own":
             make_tree(top, made_by_makedirs=True)
         elif arm == "mkdtemp":
             import tempfile
@@ -100,17 +132,19 @@ def child(arm: str, rounds: int, base: str) -> None:
         if arm in ("peer-renamed", "shared-renamed"):
             delay = random.uniform(0, 0.02)
             peer = threading.Timer(delay, rename, (top, top + ".committed"))
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         if peer is not None:
             peer.start()
         shutil.rmtree(top)
         times.append(time.perf_counter() - started)
+        cpus.append(time.process_time() - cpu)
         if peer is not None:
             peer.join()
-    print(json.dumps(times))
+    print(json.dumps([times, cpus]))
 
 
-def run_arm(arm: str, rounds: int, guarded: bool) -> list[float]:
+def run_arm(arm: str, rounds: int, guarded: bool) -> list[list[float]]:
+    """One arm's rounds in a fresh process: [wall seconds per rmtree, CPU seconds per rmtree]."""
     base = tempfile.mkdtemp(prefix="fsguard-yield-")
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FSGUARD")}
@@ -131,7 +165,8 @@ def run_arm(arm: str, rounds: int, guarded: bool) -> list[float]:
             check=True,
             timeout=600,
         )
-        return list(json.loads(done.stdout.strip().splitlines()[-1]))
+        found: list[list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
+        return found
     finally:
         import shutil
 
@@ -155,26 +190,37 @@ def main() -> None:
     print(
         f"rmtree of a {FILES}-file tree, {rounds} rounds per arm, patched vs unpatched in {chunks} alternating chunks"
     )
-    print(f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}")
+    print(
+        f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}{'median ratio':>14}"
+        f"{'total ratio':>13}{'cpu ratio':>12}"
+    )
     arms = ("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays")
-    for arm in (*arms, "shared-renamed", "shared-stays"):
+    for arm in (*arms, "shared-renamed", "shared-stays", "scratch", "pool"):
         # the same tree removed unpatched (a rename racing an unpatched rmtree fails: the rename's arm is timed
         # against the tree nobody moves)
         unpatched_arm = {"peer-window-off": "peer-stays", "peer-renamed": "peer-stays"}.get(arm, arm)
         unpatched_arm = unpatched_arm.replace("shared-renamed", "shared-stays")
         off: list[float] = []
         on: list[float] = []
+        off_cpu: list[float] = []
+        on_cpu: list[float] = []
         for _ in range(chunks):
-            off += run_arm(unpatched_arm, rounds // chunks, guarded=False)
-            on += run_arm(arm, rounds // chunks, guarded=True)
+            wall, cpu = run_arm(unpatched_arm, rounds // chunks, guarded=False)
+            off, off_cpu = off + wall, off_cpu + cpu
+            wall, cpu = run_arm(arm, rounds // chunks, guarded=True)
+            on, on_cpu = on + wall, on_cpu + cpu
         baseline = base[arm] = statistics.median(off)
         results[arm] = {
             "median_added_ms": (statistics.median(on) - baseline) * 1000,
             "worst_added_ms": (max(on) - baseline) * 1000,
+            "median_ratio": statistics.median(on) / baseline,
+            "total_ratio": sum(on) / sum(off),
+            "cpu_median_ratio": statistics.median(on_cpu) / max(statistics.median(off_cpu), 1e-9),
         }
         print(
             f"{arm:<24}{baseline * 1000:>14.2f}{results[arm]['median_added_ms']:>16.2f}"
-            f"{results[arm]['worst_added_ms']:>16.2f}"
+            f"{results[arm]['worst_added_ms']:>16.2f}{results[arm]['median_ratio']:>14.2f}"
+            f"{results[arm]['total_ratio']:>13.2f}{results[arm]['cpu_median_ratio']:>12.2f}"
         )
     if args.json:
         with open(args.json, "w") as f:

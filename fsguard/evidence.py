@@ -16,7 +16,10 @@ import sys
 import time
 
 from . import mounts
-from .launcher import JOB_TAG  # the extended attribute guarded mkdir writes its job's tag in (fsguard.patching)
+from .launcher import (
+    JOB_TAG,  # the extended attribute guarded mkdir writes its job's tag in (fsguard.patching)
+    MAKER,
+)
 
 # Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
 from .memory import DIRS as DIRS
@@ -332,10 +335,23 @@ def job_tag_of(path: str) -> str | None:
     try:
         raw = os.getxattr(path, JOB_TAG, follow_symlinks=False).decode("utf-8", "replace")
         job, _, ino = raw.rpartition(";ino=")
+        job = job.partition(MAKER)[0]  # the rank that made it: ``tag_maker_of``
         return job if job and ino == str(os.lstat(path).st_ino) else None
     except OSError as error:
         return "" if error.errno == errno.ENODATA else None
     except (AttributeError, TypeError, ValueError):  # no xattrs on this platform, an odd path
+        return None
+
+
+def tag_maker_of(path: str) -> str | None:
+    """The rank whose process made the directory at ``path``, as its job tag names it (``fsguard.launcher.maker``:
+    ``host/rank``); None where the tag names none (written by an earlier fsguard), or none can be read."""
+    try:
+        raw = os.getxattr(path, JOB_TAG, follow_symlinks=False).decode("utf-8", "replace")
+        job, _, ino = raw.rpartition(";ino=")
+        by = job.partition(MAKER)[2]
+        return by if by and ino == str(os.lstat(path).st_ino) else None
+    except (OSError, AttributeError, TypeError, ValueError):
         return None
 
 

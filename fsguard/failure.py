@@ -170,16 +170,18 @@ def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: floa
         wrapped(*call.args, **call.kwargs)
         return None
     verdict = rmwalk.run(wrapped, call, LIVE, numbers, use_onexc, yield_s, serializer)
-    if verdict is not None and not walked(verdict, call) and isinstance(verdict.error, OSError):
-        return verdict.error
-    return None
+    if verdict is None or walked(verdict, call) or verdict.handled_by is not None:
+        return None  # removed, absorbed, or the caller's own handler got the error (as from the standard rmtree)
+    return verdict.error if isinstance(verdict.error, OSError) else None
 
 
 def walked(verdict: RmtreeVerdict, call: Call) -> bool:
-    """An rmtree walk's verdict (``fsguard.rmwalk``), deferred and recorded as a failure's; True: absorbed."""
+    """An rmtree walk's verdict (``fsguard.rmwalk``), deferred and recorded as a failure's; True: absorbed. A walk
+    whose errors went to the caller's ``onerror``/``onexc`` (``handled_by``) is recorded as it is: that handler
+    decided, not the context around the call."""
     error = verdict.error
     settled: Verdict = verdict
-    if verdict.absorb and verdict.top_gone and isinstance(error, OSError):
+    if verdict.absorb and verdict.top_gone and isinstance(error, OSError) and verdict.handled_by is None:
         with Busy():
             context = _caller_handler(error)  # the error the standard rmtree lets escape
         settled = defer_to_caller(verdict, context)

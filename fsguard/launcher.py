@@ -151,6 +151,13 @@ def same_job(tag: str, other: str) -> bool:
 
 # The extended attribute a guarded mkdir writes its job's tag in (fsguard.patching), read by fsguard.evidence.
 JOB_TAG = "user.fsguard.job"
+MAKER = ";by="  # a job tag's part naming the rank whose process made the directory (``maker``)
+
+
+def maker(launch: Launch | None) -> str | None:
+    """The rank a process belongs to, as a job tag names it (``host/rank``): the same in the rank's own children (a
+    ``multiprocessing.Pool``'s, forked or spawned: they inherit the launcher's variables); None outside a job."""
+    return None if launch is None else f"{launch.host}/{launch.rank}"
 
 
 def job_tag(env: Mapping[str, str]) -> str | None:

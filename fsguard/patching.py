@@ -174,7 +174,10 @@ def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
 def _job_tag() -> bytes | None:
     """What a guarded mkdir writes on the directory it creates (``launcher.JOB_TAG``): this job's and
     attempt's identity, in a job with peers where the launcher names the job; None: nothing to write."""
-    return STATE.job.encode() if STATE.job is not None else None
+    if STATE.job is None:
+        return None
+    by = launcher.maker(STATE.launch)  # which rank's process made it (fsguard.guards.rmtree.plan)
+    return (STATE.job if by is None else f"{STATE.job}{launcher.MAKER}{by}").encode()
 
 
 def _tag(path: Any, tag: bytes) -> None:

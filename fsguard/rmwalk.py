@@ -34,7 +34,7 @@ from .calls import Call, norm
 from .guards import Rules, World, by_tag, own_event
 from .guards import rmtree as rule
 from .guards.rmtree import Plan, RmtreeVerdict
-from .state import STATE
+from .state import MEMORY_SIZE, STATE
 from .waiting import Backoff, wait_for
 
 _RETRIES = 4
@@ -379,6 +379,14 @@ class _Caller:
         self.use_onexc = use_onexc
         self.forwarded: BaseException | None = None
 
+    @property
+    def handler(self) -> str | None:
+        """``"onexc"``/``"onerror"`` where the caller passed its own handler (and not ``ignore_errors``, which
+        overrides it): then every error the walk meets is the handler's to decide, as in the standard ``rmtree``."""
+        if self.ignore:
+            return None
+        return "onexc" if self.onexc is not None else "onerror" if self.onerror is not None else None
+
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], walk: Walk) -> tuple[list[Any], dict[str, Any]]:
         """The caller's arguments with the walk's handler in place of the caller's (``onexc`` where it exists, else
         ``onerror``, in the position the caller used; none with ``ignore_errors``)."""
@@ -410,7 +418,7 @@ class Found:
     """What a walk absorbed: entries a peer removed first, directories removed again, seconds waited, the top
     gone (``"before"`` or ``"after"`` the walk) and where a peer renamed it, the first error absorbed."""
 
-    __slots__ = ("entries_gone", "first_error", "renamed_to", "retried", "top_gone", "waited")
+    __slots__ = ("entries_gone", "first_error", "handed", "renamed_to", "retried", "top_gone", "waited")
 
     def __init__(self) -> None:
         self.entries_gone: list[str] = []
@@ -419,10 +427,18 @@ class Found:
         self.top_gone: str | None = None
         self.renamed_to: str | None = None
         self.first_error: BaseException | None = None
+        self.handed: str | None = None  # the caller's handler that got what a peer did (``Walk._hand``)
 
     def verdict(self, world: World) -> RmtreeVerdict | None:
         return rule.walk_verdict(
-            self.entries_gone, self.retried, self.top_gone, self.renamed_to, self.waited, self.first_error, world
+            self.entries_gone,
+            self.retried,
+            self.top_gone,
+            self.renamed_to,
+            self.waited,
+            self.first_error,
+            world,
+            self.handed,
         )
 
 
@@ -478,6 +494,13 @@ class Walk:
         is_top = norm(path) == top
         if code == errno.ENOENT and found.first_error is None:
             found.first_error = exc
+        if self.caller.handler is not None:
+            # The caller's own handler is the program's decision: it gets every error, as from the standard rmtree
+            # (a tree or entries a peer removed included; the record says what it got).
+            if code == errno.ENOENT:
+                self._hand(func, is_top, path)
+            self.caller.forward(func, path, exc, exc_info)
+            return
         if code == errno.ENOENT:
             if not is_top and not rule.entry_gone_by_peer(self.rules):
                 self.caller.forward(func, path, exc, exc_info)  # the standard library's error, at once
@@ -500,6 +523,23 @@ class Walk:
         elif code in (errno.ENOTEMPTY, errno.EBUSY) and func is os.rmdir and self._retry(path, code, sys._getframe(2)):
             return
         self.caller.forward(func, path, exc, exc_info)
+
+    def _hand(self, func: Callable[..., Any], is_top: bool, path: Any) -> None:
+        """Note, for the record, a ``FileNotFoundError`` the caller's handler gets that the rule would have absorbed
+        as a peer's doing (decided from what the listings show now: the handler gets it anyway, no waiting)."""
+        found, rules = self.found, self.rules
+        if not is_top:
+            if not rule.entry_gone_by_peer(rules):
+                return
+            found.entries_gone.append(norm(path))
+        elif func is os.rmdir:
+            found.top_gone = "after"
+        else:
+            gone, _ = rule.top_gone_before_by_peer(self.position.top, self.world, rules.without_waits())
+            if not gone:
+                return
+            found.top_gone = "before"
+        found.handed = self.caller.handler
 
     def _retry(self, path: Any, code: int, frame: Any) -> bool:
         """Remove a directory again that is not empty at its removal, if it is still the same directory and
@@ -768,6 +808,15 @@ def run(
         return _Course(walk, positional, named, serializer).run(yield_s)
 
 
+def _remember_scratch(scratch: dict[str, None], top: str) -> None:
+    """Note ``top`` as this process's own scratch path (``fsguard.guards.rmtree.plan``), keeping the newest
+    ``MEMORY_SIZE`` paths."""
+    scratch.pop(top, None)
+    scratch[top] = None
+    while len(scratch) > MEMORY_SIZE:
+        del scratch[next(iter(scratch))]
+
+
 class _Course:
     """The course of one guarded ``rmtree``: its plan, the yield window, the walk (alone, or holding the path's
     lock), and a failure that escaped the walk's handler, into one verdict."""
@@ -791,12 +840,14 @@ class _Course:
             self.pending = lambda: bool(serializer.pending(top))
         # The cheap tests first: own memory is asked only for a directory, in a job with peers.
         own = own_event(world, top) if tree and rules.peers else None
-        plan: Plan = rule.plan(top, position.top_st, own, world, rules, yield_s) if tree else "check"
+        scratch = STATE.memory.scratch
+        plan: Plan = rule.plan(top, position.top_st, own, world, rules, yield_s, top in scratch) if tree else "check"
         # "plain": nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
         walk.set_checking(plan != "plain")
         if plan == "wait" or self._announced():
             yielded = self._yield(yield_s)
             if yielded is not None:
+                self._tell_handler()
                 return yielded
         try:
             yielded = self._walk()
@@ -810,9 +861,23 @@ class _Course:
                 raise
         found = walk.found.verdict(world)
         if plan == "wait" and position.removed.count:
+            if own == "made-shared":  # no peer used the window: this process's own scratch at this path
+                _remember_scratch(scratch, top)
             identity = by_tag(rules.whose(world.job_tag(top)))
             return rule.removed_peer_tree(top, self.window, found, made_here=own == "made-shared", identity=identity)
         return found
+
+    def _tell_handler(self) -> None:
+        """The tree left while this process waited: where the caller passed its own handler, the standard walk runs
+        now all the same, so that the handler sees the missing tree as the standard ``rmtree`` called now shows it
+        (a tree that stands there meanwhile is another one: the checked walk stops before removing anything)."""
+        walk, (positional, named) = self.walk, self.arguments
+        if walk.caller.handler is None or not walk.position.checking:
+            return
+        try:
+            walk.remove(positional, named)
+        except _Moved:
+            pass
 
     def _announced(self) -> bool:
         return self.pending is not None and self.pending()
@@ -836,7 +901,8 @@ class _Course:
             # Only in a job with peers (a lone process has nobody to wait for); serialized, peers do not walk
             # the tree meanwhile.
             try:
-                walk.remove(positional, named, wait_on_vanish=not walk.caller.ignore and walk.rules.peers)
+                raises = not walk.caller.ignore and walk.caller.handler is None  # no handler of the caller's
+                walk.remove(positional, named, wait_on_vanish=raises and walk.rules.peers)
             except _Vanishing:
                 if not walk.wait_for_peer_removal():
                     walk.remove(positional, named)  # the peer stopped (or is slow): remove what is left
@@ -856,6 +922,8 @@ class _Course:
         yielded = self._yield(0.0)
         if yielded is None:
             self.serializer.call("rmtree", [self.top], call, (), {})
+        else:
+            self._tell_handler()
         return yielded
 
     def _absorbs(self, error: FileNotFoundError) -> bool:

@@ -95,7 +95,7 @@ class Caches:
 class Memory:
     """This process's own guarded calls (``fsguard.memory``), kept across installs: they describe the process."""
 
-    __slots__ = ("calls", "dirs", "index", "index_lock")
+    __slots__ = ("calls", "dirs", "index", "index_lock", "scratch")
 
     def __init__(self) -> None:
         # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): the happy path appends
@@ -104,6 +104,9 @@ class Memory:
         self.dirs: deque[tuple[Any, ...]] = deque(maxlen=DIRS_SIZE)
         self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
         self.index_lock = allocate_lock()  # decisions of several threads index and read together
+        # paths where this process removed a tree it made with makedirs(exist_ok=True) after a yield window that no
+        # peer used (insertion order, at most MEMORY_SIZE): its own scratch, removed at once next time (rmwalk)
+        self.scratch: dict[str, None] = {}
 
 
 class Writer:

@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import evidence, memory, mounts
+from . import evidence, launcher, memory, mounts
+from .state import STATE
 
 T = TypeVar("T")
 
@@ -59,6 +60,10 @@ class Live:
 
     def job_tag(self, path: str) -> str | None:
         return evidence.job_tag_of(path)
+
+    def made_by_this_rank(self, path: str) -> bool:
+        mine = launcher.maker(STATE.launch)
+        return mine is not None and evidence.tag_maker_of(path) == mine
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         return evidence.is_mount_point(path, st)

@@ -148,7 +148,7 @@ def test_yield_window_alone(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "y.json").read_text())
     assert set(result["arms"]) == {
         *("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays"),
-        *("shared-renamed", "shared-stays"),
+        *("shared-renamed", "shared-stays", "scratch", "pool"),
     }
 
 

@@ -50,6 +50,8 @@ from tests import parity_support as parity
 from tests import test_claims as claims
 from tests import test_handlers as handlers
 from tests import test_races as races
+from tests import test_rmwalk_contract as contract
+from tests import test_rmwalk_parity as rmwalk_parity
 from tests.conftest import TORCHRUN_ENV, run_python
 from tests.support import venvs
 from tests.workers import parity_family as family
@@ -279,6 +281,22 @@ def test_rmtree_retry_of_a_directory_that_gained_entries(
     new directory standing there is left alone; "peer": a peer's new entry is left alone too)."""
     _known_gap(request, venv, f"rmtree_retry:{variant}")
     races.check_rmtree_retry(venv.python, variant)
+
+
+@pytest.mark.parametrize("handler", rmwalk_parity.HANDLERS)
+@pytest.mark.parametrize("kind", rmwalk_parity.KINDS)
+def test_rmwalk_parity(venv: Venv, kind: str, handler: str) -> None:
+    """``tests/test_rmwalk_parity.py`` under this version: on 3.12+ its ``onexc`` rows really run."""
+    rmwalk_parity.check(venv.python, kind, handler)
+
+
+@pytest.mark.parametrize("handler", contract.HANDLERS)
+@pytest.mark.parametrize("case", contract.CASES)
+def test_rmtree_contract(venv: Venv, tmp_path: Path, case: str, handler: str) -> None:
+    """``tests/test_rmwalk_contract.py`` under this version (3 launched ranks, bare and in an executor): the
+    caller's ``onerror``/``onexc`` sees what the standard rmtree shows it; on 3.12+ the ``onexc`` rows run."""
+    for wrap in ("none", "executor"):
+        contract.check(venv.python, tmp_path / wrap, case, wrap, handler)
 
 
 def test_rmtree_of_a_tree_a_peer_renamed_is_a_hazard(venv: Venv) -> None:

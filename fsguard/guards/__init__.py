@@ -71,6 +71,10 @@ class World(Protocol):
         """The job tag on the directory at ``path`` (``fsguard.evidence.job_tag_of``): its text, ``""`` where the
         filesystem keeps tags and it has none, None where no tag can be read."""
 
+    def made_by_this_rank(self, path: str) -> bool:
+        """Whether the directory's job tag names this rank as its maker (``fsguard.evidence.tag_maker_of``): made by
+        a process of this rank, this one or its children (a ``multiprocessing.Pool``'s)."""
+
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         """Whether ``path`` (whose ``lstat`` is ``st``) is the root of a mount."""
 

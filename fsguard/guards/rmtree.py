@@ -50,22 +50,38 @@ class RmtreeVerdict(Verdict):
     """A verdict about one guarded ``rmtree`` call. ``error``: the first error the walk absorbed, the one the
     caller gets when the verdict re-raises or defers to its handler; ``top_gone``: ``"before"`` or ``"after"``
     the walk when the top path itself was gone (that error escapes the standard ``rmtree``: a caller's handler
-    of it decides), else None. ``detail`` keeps ``top_gone`` for the record too."""
+    of it decides), else None. ``detail`` keeps ``top_gone`` for the record too. ``handled_by``: ``"onerror"`` or
+    ``"onexc"`` where the caller's own handler got the errors (the call raises nothing fsguard decided)."""
 
-    _fields = (*Verdict._fields, "error", "top_gone")
-    __slots__ = ("error", "top_gone")
+    _fields = (*Verdict._fields, "error", "top_gone", "handled_by")
+    __slots__ = ("error", "handled_by", "top_gone")
     error: BaseException | None
     top_gone: str | None
+    handled_by: str | None
 
     def __init__(self, *fields: Any) -> None:  # in ``_fields`` order, as ``Value`` copies and pickles it
         Value.__init__(self, *fields)
 
     @classmethod
-    def of(cls, verdict: Verdict, error: BaseException | None = None, top_gone: str | None = None) -> RmtreeVerdict:
-        return cls(*verdict._values(), error, top_gone)
+    def of(
+        cls,
+        verdict: Verdict,
+        error: BaseException | None = None,
+        top_gone: str | None = None,
+        handled_by: str | None = None,
+    ) -> RmtreeVerdict:
+        return cls(*verdict._values(), error, top_gone, handled_by)
 
 
-def plan(path: str, top: os.stat_result | None, own: str | None, world: World, rules: Rules, yield_s: float) -> Plan:
+def plan(
+    path: str,
+    top: os.stat_result | None,
+    own: str | None,
+    world: World,
+    rules: Rules,
+    yield_s: float,
+    scratch: bool = False,
+) -> Plan:
     """How to remove the tree at ``path``: ``"wait"`` (first wait up to ``yield_s`` for a peer's rename, then the
     checked walk), ``"check"`` (the checked walk at once: the tree must stay at its path while it is removed) or
     ``"plain"`` (no peer can move it meanwhile: the walk without position checks).
@@ -79,15 +95,23 @@ def plan(path: str, top: os.stat_result | None, own: str | None, world: World, r
     name of its own) and for a mount point (a bind-mounted output directory), which no rename can move. Checked at
     once: a tree older than the job (or this attempt), when the window is off, and a tree no guarded call of a peer
     of this attempt made: its job tag is another job's or attempt's, or it has none where the filesystem keeps
-    tags (unpacked by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then."""
+    tags (unpacked by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then.
+    Checked at once too: a tree another process of this rank made (its job tag names this rank: a
+    ``multiprocessing.Pool``'s child of this process), and a tree this process made with ``makedirs(exist_ok=True)``
+    at a path where it already removed such a tree of its own after a window no peer used (``scratch``: a per-step
+    scratch directory; peers do not commit trees at that path)."""
     if top is None or not stat.S_ISDIR(top.st_mode):
         return "check"
     if not rules.peers or own == "made":
         return "plain"
+    if scratch and own == "made-shared":
+        return "check"
     if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):
         return "check"
     if rules.whose(world.job_tag(path)) in ("untagged", "another job"):
         return "check"  # not made by a guarded call of a peer of this attempt: a tool's tree (tar), another job's
+    if own != "made-shared" and world.made_by_this_rank(path):  # one xattr: before the parent's listing below
+        return "check"  # another process of this rank made it (its Pool's child): no peer's commit
     if world.generation_beside(path) is not None or world.is_mount_point(path, top):
         return "plain"
     return "wait"
@@ -146,7 +170,7 @@ def removed_peer_tree(
     )
     if absorbed is None:
         return RmtreeVerdict.of(hazard)
-    return RmtreeVerdict.of(hazard, absorbed.error, absorbed.top_gone)
+    return RmtreeVerdict.of(hazard, absorbed.error, absorbed.top_gone, absorbed.handled_by)
 
 
 def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_s: float) -> RmtreeVerdict:
@@ -207,10 +231,14 @@ def walk_verdict(
     waited_s: float,
     error: BaseException | None,
     world: World,
+    handed: str | None = None,
 ) -> RmtreeVerdict | None:
-    """What a walk that finished absorbed, or None when it absorbed nothing."""
+    """What a walk that finished absorbed, or None when it absorbed nothing. ``handed``: the caller's handler
+    (``"onerror"``/``"onexc"``) got those errors, as from the standard ``rmtree``: a ``deferred`` record."""
     if not (entries_gone or top_gone or retried):
         return None
+    if handed is not None:
+        return handed_to_caller(entries_gone, top_gone, error, handed)
     parts = []
     if top_gone == "before":
         parts.append("tree already removed (its parent changed during this job)")
@@ -238,6 +266,28 @@ def walk_verdict(
             return RmtreeVerdict.of(hazard, error, top_gone)
         parts.append("top directory removed by a peer at the end")
     return RmtreeVerdict.of(Verdict(True, "absorbed", "; ".join(parts), waited_s, detail), error, top_gone)
+
+
+def handed_to_caller(
+    entries_gone: list[str], top_gone: str | None, error: BaseException | None, handler: str
+) -> RmtreeVerdict:
+    """What a peer did (entries, or the whole tree, removed first) went to the caller's own handler, as the
+    standard ``rmtree`` sends it: the handler is the program's decision, and fsguard raises nothing of it."""
+    parts = []
+    if top_gone == "before":
+        parts.append("tree already removed (its parent changed during this job)")
+    if entries_gone:
+        parts.append(f"{len(entries_gone)} entr{'y' if len(entries_gone) == 1 else 'ies'} removed by a peer first")
+    if top_gone == "after":
+        parts.append("top directory removed by a peer at the end")
+    detail: dict[str, Any] = {
+        "entries_gone": entries_gone[:50],
+        "top_gone": top_gone,
+        "handler": handler,
+        "reason": f"the caller's {handler} handler: shutil.rmtree passes it every error, and it decides",
+        "instead_of": "absorbed",
+    }
+    return RmtreeVerdict.of(Verdict(False, "deferred", "; ".join(parts), 0.0, detail), error, None, handler)
 
 
 def entry_gone_by_peer(rules: Rules) -> bool:

@@ -32,6 +32,7 @@ class FakeWorld:
         self.peers: list[Callable[[], None]] = []  # what peers do, one step per wait
         self.waits: list[float] = []  # the budget of each wait asked for
         self.tags: dict[str, str] = {}  # job tags on directories ("": none, where tags are kept); else unknown
+        self.this_rank: set[str] = set()  # directories whose job tag names this rank as their maker
 
     def did(self, path: str, kind: str, when: float | None = None) -> None:
         """This process's own guarded call did ``kind`` to ``path`` (``made``, ``removed``...)."""
@@ -99,6 +100,9 @@ class FakeWorld:
 
     def job_tag(self, path: str) -> str | None:
         return self.tags.get(path)
+
+    def made_by_this_rank(self, path: str) -> bool:
+        return path in self.this_rank
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         return path in self.mount_points

@@ -41,6 +41,25 @@ def test_a_tree_made_with_makedirs_exist_ok_waits_too(tmp_path: Path) -> None:
     assert _plan(tmp_path, own="made-shared") == "wait"
 
 
+def test_a_tree_another_process_of_this_rank_made_is_removed_at_once_with_checks(tmp_path: Path) -> None:
+    """Its job tag names this rank: a child of this process (a ``multiprocessing.Pool``'s) made it, not a peer.
+    Flipped: made by this process with ``exist_ok=True`` (maybe first of several ranks), the window stays."""
+    world = FakeWorld()
+    world.this_rank.add(str(tmp_path / "tmp-checkpoint-10"))
+    assert _plan(tmp_path, world=world) == "check"
+    assert _plan(tmp_path, own="made-shared", world=world) == "wait"
+
+
+def test_this_processs_own_scratch_path_is_removed_at_once_with_checks(tmp_path: Path) -> None:
+    """Where this process already removed a tree of its own made with ``exist_ok=True`` after a window no peer used,
+    the next such tree at that path is its scratch. Flipped: the same path made by a peer still waits."""
+    top = tmp_path / "eval_tmp"
+    top.mkdir()
+    assert rule.plan(str(top), os.lstat(top), "made-shared", FakeWorld(), rules(), YIELD_S, True) == "check"
+    assert rule.plan(str(top), os.lstat(top), None, FakeWorld(), rules(), YIELD_S, True) == "wait"
+    assert rule.plan(str(top), os.lstat(top), "made-shared", FakeWorld(), rules(), YIELD_S, False) == "wait"
+
+
 def test_a_tree_this_process_claimed_alone_is_removed_at_once_without_checks(tmp_path: Path) -> None:
     assert _plan(tmp_path, own="made") == "plain"  # mkdir, makedirs without exist_ok, mkdtemp
 

@@ -46,17 +46,30 @@ HANDLER_BODIES = (
     "if not FLAG:\n    raise",
     "note()\nraise",
     "sys.exit(3)",
+    "handle(e)",
+    "absorb(e)",
+    "raise e",
+    "try:\n    raise\nexcept OSError:\n    pass",
+    "try:\n    raise\nfinally:\n    note()",
+    "with suppress(OSError):\n    raise",
+    "with nullcontext():\n    raise",
 )
 FINALLY_BODIES = ("pass", "note()", "return", "if FLAG:\n    return", "if not FLAG:\n    return")
 LOOP_BODIES = ("break", "continue", "if FLAG:\n    break", "if FLAG:\n    continue")
 
 # Context managers, defined once in every program's prelude.
-PRELUDE = '''
+PRELUDE = """
 import asyncio, concurrent.futures, contextlib, functools, os, sys, threading
 from contextlib import suppress, nullcontext, ExitStack, contextmanager
 
 def note():
     NOTES.append(1)
+
+def handle(e):
+    raise e
+
+def absorb(e):
+    pass
 
 class Quiet:
     def __enter__(self):
@@ -156,7 +169,7 @@ def rethrowing():
     except BaseException:
         if FLAG:
             raise
-'''
+"""
 
 MANAGERS = (
     "suppress(FileExistsError)",
@@ -196,7 +209,7 @@ DECORATORS = (
     "wrapping",
     "catching",
 )
-WRAPPERS = '''
+WRAPPERS = """
 def wrapping(f):
     @functools.wraps(f)
     def inner(*a, **k):
@@ -211,7 +224,7 @@ def catching(f):
         except OSError:
             return None
     return inner
-'''
+"""
 
 
 def indent(lines: list[str], by: str = "    ") -> list[str]:
@@ -243,7 +256,7 @@ class Program:
             return ["fail()"]
         kind = rng.choice(
             ("try", "try", "try", "finally", "finally", "loop", "with", "with", "with", "call", "decorated",
-             "generator", "thread", "executor", "asyncio", "exitstack", "conditional", "object")
+             "generator", "thread", "executor", "asyncio", "exitstack", "conditional", "object", "two", "rebound")
         )  # fmt: skip
         self.features.add(kind)
         if kind in ("call", "decorated", "generator", "thread", "executor", "asyncio"):
@@ -263,6 +276,12 @@ class Program:
                 f"    stack.enter_context({rng.choice(MANAGERS)})",
                 *indent(inner),
             ]
+        if kind == "two":
+            return [f"with {rng.choice(MANAGERS)}, {rng.choice(MANAGERS)}:", *indent(inner)]
+        if kind == "rebound":
+            name = self.name("cm")
+            a, b = rng.choice(MANAGERS), rng.choice(MANAGERS)
+            return [f"{name} = {a}", f"with {name}:", f"    {name} = {b}", *indent(inner)]
         if kind == "conditional":
             a, b = rng.choice(MANAGERS), rng.choice(MANAGERS)
             return [f"with ({a} if FLAG else {b}):", *indent(inner)]
@@ -277,7 +296,7 @@ class Program:
         lines = ["try:", *indent(inner)]
         for _ in range(rng.randint(1, 2)):
             clause = rng.choice(CLAUSES)
-            lines += [f"except {clause} as e:" if rng.random() < 0.5 else f"except {clause}:"]
+            lines += [f"except {clause} as e:"]
             lines += indent(self.choice(HANDLER_BODIES, loop))
         if rng.random() < 0.15:
             lines += ["except:", *indent(self.choice(HANDLER_BODIES, loop))]
@@ -388,11 +407,15 @@ def _caused(error: BaseException | None, root: BaseException) -> bool:
 
 def run(seed: int, depth: int = 5) -> dict[str, Any]:
     """Generate and run one program; {"seed", "truth": "crash"/"handled", "oracle": "crash"/"defer", ...}."""
-    global RUN
     text, features = generate(seed, depth)
-    filename = f"<fuzz-{seed}>"
+    return {"seed": seed, "features": sorted(features), **run_text(text, f"<fuzz-{seed}>")}
+
+
+def run_text(text: str, filename: str) -> dict[str, Any]:
+    """Run one program's text (its ``main`` in a thread of its own): the truth and the oracle's answer."""
+    global RUN
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
-    namespace: dict[str, Any] = {"__name__": f"fuzz_{seed}", "fail": fail, "top": top, "NOTES": []}
+    namespace: dict[str, Any] = {"__name__": "fuzz", "fail": fail, "top": top, "NOTES": []}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exec(compile(text, filename, "exec"), namespace)
@@ -415,7 +438,7 @@ def run(seed: int, depth: int = 5) -> dict[str, Any]:
     finally:
         threading.excepthook, sys.stderr = hook, stderr
         linecache.cache.pop(filename, None)
-    result: dict[str, Any] = {"seed": seed, "features": sorted(features)}
+    result: dict[str, Any] = {}
     if alive:
         return {**result, "truth": "timeout"}
     if RUN.error is None:

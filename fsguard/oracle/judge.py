@@ -145,10 +145,12 @@ def _instance(cls: type[BaseException], value: Any, label: str) -> Outcome:
     tenacity = sys.modules.get("tenacity")
     assertion = getattr(unittest, "_AssertRaisesContext", None)
     if contextlib is not None and type(value) is contextlib.suppress:
-        return _expecting(cls, tuple(getattr(value, "_exceptions", ())), label)
+        expected: Any = tuple(getattr(value, "_exceptions", ()))
+        return _expecting(cls, expected, _saying(label, expected))
     if assertion is not None and isinstance(value, assertion):
         expected = getattr(value, "expected", None)
-        return _expecting(cls, expected if isinstance(expected, tuple) else (expected,), label)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        return _expecting(cls, expected, _saying(label, expected))
     if tenacity is not None and isinstance(value, getattr(tenacity, "AttemptManager", ())):
         return Decides("tenacity's attempt swallows it and retries", label)
     if contextlib is not None and type(value) is contextlib._GeneratorContextManager:
@@ -157,6 +159,13 @@ def _instance(cls: type[BaseException], value: Any, label: str) -> Outcome:
             return Decides("a @contextmanager fsguard cannot read", label)
         return inside(cls, layers.at_frame(suspended), suspended, label)  # at the yield it is suspended at
     return exit_method(cls, type(value), label)
+
+
+def _saying(label: str, expected: tuple[Any, ...]) -> str:
+    """``with cm`` (expecting FileNotFoundError)``: what a manager made before expects."""
+    if "(" in label:
+        return label
+    return label + " (expecting " + ", ".join(getattr(c, "__name__", "?") for c in expected) + ")"
 
 
 def _recreated(cls: type[BaseException], owner: Any, label: str) -> Outcome:

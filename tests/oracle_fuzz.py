@@ -298,11 +298,11 @@ class Program:
             clause = rng.choice(CLAUSES)
             lines += [f"except {clause} as e:"]
             lines += indent(self.choice(HANDLER_BODIES, loop))
-        if rng.random() < 0.15:
+        if rng.random() < 0.25:
             lines += ["except:", *indent(self.choice(HANDLER_BODIES, loop))]
         if rng.random() < 0.2:
             lines += ["else:", "    note()"]
-        if rng.random() < 0.2:
+        if rng.random() < 0.3:
             lines += ["finally:", *indent(self.choice(FINALLY_BODIES, loop))]
         return lines
 
@@ -430,6 +430,7 @@ def run_text(text: str, filename: str) -> dict[str, Any]:
 
     hook, stderr = threading.excepthook, sys.stderr
     sys.stderr = io.StringIO()
+    threading.excepthook = threading.__excepthook__  # the default (a harness's own, such as pytest's, decides)
     try:
         worker = threading.Thread(target=thread_main, daemon=True)
         worker.start()

@@ -161,23 +161,21 @@ def layers(code: Any, offset: int) -> list[Layer]:
 
 
 def _catch(c: Code, n: int) -> tuple[Catch | None, int | None]:
-    """The ``try`` statement whose handler starts at instruction ``n`` (PUSH_EXC_INFO), and the offset where
-    an error it does not handle leaves it."""
+    """The ``try`` statement whose handler starts at instruction ``n`` (PUSH_EXC_INFO), and where an error
+    that leaves it goes on from: the handler's own start, whose cleanup leads outwards (as its bodies' raises
+    do; a block nested in a bare ``except``'s body is not on that way)."""
     reference = c.real_handler(c.ins[n].offset)
     if c.ins[n + 1].opname == "POP_TOP":  # a bare except, or a finally that drops the error (return, break)
-        fate = fate_of(c, n + 2, reference)
-        return Catch((Clause(None, "except", fate),)), c.ins[n + 2].offset
-    clauses, end, bare = _clauses(c, n + 1)
+        return Catch((Clause(None, "except", fate_of(c, n + 2, reference)),)), c.ins[n].offset
+    clauses, _, bare = _clauses(c, n + 1)
     if clauses is None:  # no clause: a finally block, its body read to its end
-        fate = fate_of(c, n + 1, reference)
-        return Catch((Clause(None, "finally", fate),)), c.reraise_after(n + 1)
+        return Catch((Clause(None, "finally", fate_of(c, n + 1, reference)),)), c.ins[n].offset
     if clauses == "unknown":
         return None, None
     found = [Clause(run, label, fate_of(c, body, reference)) for run, label, body in clauses]
     if bare is not None:
         found.append(Clause(None, "except", fate_of(c, bare, reference)))
-        end = c.ins[bare].offset
-    return Catch(tuple(found)), end
+    return Catch(tuple(found)), c.ins[n].offset
 
 
 def fate_of(c: Code, body: int, reference: int | None) -> Fate:

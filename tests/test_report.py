@@ -329,3 +329,6 @@ def test_a_deferred_record_says_what_deferred_it(fsguard_python: Path, tmp_path:
     assert f" defer except FileNotFoundError at {program}:10: " in human, human
     markdown = fsguard(fsguard_python, "report", "--markdown", str(log)).stdout
     assert f"deferred by: except FileNotFoundError at {program}:10" in markdown, markdown
+    fsguard(fsguard_python, "report", "--html", str(tmp_path / "report.html"), str(log))
+    page = (tmp_path / "report.html").read_text()
+    assert f"<b>deferred by</b> except FileNotFoundError at {program}:10" in page

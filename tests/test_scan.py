@@ -722,3 +722,79 @@ def test_scan_recognises_remove_mkdir_symlink_link(
     (finding,) = document["findings"]
     assert (finding["verdict"], finding["op"], finding["error"]["type"]) == ("absorbed", op, error)
     assert finding["site_text"].startswith(f"{script}:")
+
+
+# Issue 45: races whose tracebacks cannot prove fsguard absorbs them. DCP's coordinators renamed one .metadata.tmp
+# inside all_reduce's handler (CheckpointException's nested traceback starts there); the hub's rename inside
+# shutil.move was handled by its copy fallback, which failed in turn (a chain of three tracebacks).
+DEPENDING = {
+    "dcp-node-groups.log": ("rename", "torch/distributed/checkpoint/filesystem.py:537 in rename"),
+    "hub-blob-move.log": ("move", "?"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEPENDING))
+def test_a_race_the_log_cannot_prove_absorbable_depends_on_the_program(fsguard_python: Path, name: str) -> None:
+    status, doc = scan_json(fsguard_python, str(UNGUARDED / name))
+    assert status == 1
+    op, site = DEPENDING[name]
+    (found,) = [f for f in doc["findings"] if f["op"] == op]
+    assert found["verdict"] == "depends" and found["site_text"].endswith(site), found
+    assert "depends on the program's handling" in found["why"], found["why"]
+    assert not [f for f in doc["findings"] if f["verdict"] == "absorbed"], doc["findings"]
+    human = fsguard(fsguard_python, "scan", str(UNGUARDED / name)).stdout
+    assert " 0 absorbed by default, 1 depends on the program's handling" in " ".join(human.split()), human
+
+
+HANDLED = """
+import logging, os, sys, tempfile, threading
+where = tempfile.mkdtemp()
+gone, there = os.path.join(where, "tmp-checkpoint-1"), os.path.join(where, "checkpoint-1")
+os.mkdir(there)
+
+
+def save():
+    os.rename(gone, there)
+
+
+how = sys.argv[1]
+if how == "converted":
+    try:
+        save()
+    except OSError as error:
+        raise RuntimeError("could not save the checkpoint") from error
+elif how == "logged":  # a handler in a function: its traceback starts there (one at a module's top level that
+    # logs looks exactly like the crash: a limit of reading logs)
+
+    def main():
+        try:
+            save()
+        except OSError:
+            logging.exception("save failed")
+
+    main()
+elif how == "thread":
+    thread = threading.Thread(target=save)
+    thread.start()
+    thread.join()
+else:
+    save()
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "verdict"), [("converted", "depends"), ("logged", "depends"), ("thread", "absorbed"), ("crash", "absorbed")]
+)
+def test_a_traceback_proves_a_crash_only_from_a_thread_s_top_and_unhandled(
+    fsguard_python: Path, tmp_path: Path, how: str, verdict: str
+) -> None:
+    """A real program's stderr: an error converted (``raise ... from``) or logged by the program's own handler is
+    not a crash fsguard would absorb; one that ends a thread (or the process) unhandled is."""
+    program = tmp_path / "program.py"
+    program.write_text(HANDLED)
+    done = subprocess.run(
+        [str(fsguard_python), str(program), how], env=clean_env({"FSGUARD": "0"}), capture_output=True, text=True
+    )
+    (tmp_path / "job.log").write_text(done.stderr)
+    _, doc = scan_json(fsguard_python, str(tmp_path / "job.log"))
+    assert [(f["op"], f["verdict"]) for f in doc["findings"]] == [("rename", verdict)], done.stderr

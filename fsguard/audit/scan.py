@@ -179,9 +179,9 @@ _CARRIED = re.compile(
 )
 _CONTEXT_LINE = re.compile(r"^(?:async\s+)?with\b|^yield\b|(?:^|[=(\s])await\s")
 DEPENDS_WHY = (
-    "{reason}: fsguard absorbs a race only where the error would end its thread, so whether it does here "
-    "depends on the program's handling (where a handler or context manager may swallow the error, fsguard leaves "
-    "it to the program: a deferred record, the job as without fsguard)."
+    "{reason}: fsguard absorbs a race only where the error would end its thread; here that depends on the "
+    "program's handling (what a handler or context manager may swallow, fsguard leaves to the program: a deferred "
+    "record, the job as without fsguard)."
 )
 
 

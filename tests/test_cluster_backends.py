@@ -146,7 +146,7 @@ TRAINER_436 = (
     "urllib3==2.2.1",
     "certifi==2024.2.2",
 )
-TRAINER_STEPS = 8  # a checkpoint every 2 steps, the last two kept: four renames raced per run
+TRAINER_STEPS = 8  # a checkpoint every 2 steps, every one kept: four renames raced per run
 TRAINER_OFF_RUNS = 3  # without fsguard: up to three runs, stopping at the first that crashes
 # plain: one coherent shared directory (bindfs without caches); bindfs: 2 s lookup caches per node, as NFS has;
 # juicefs: one client per node with its own default caches
@@ -218,7 +218,7 @@ def test_hf_trainer_each_node(
     backend: str, cache_s: float | None, make_cluster: Callable[..., Cluster], fsguard_python: Path
 ) -> None:
     """The seed's case (issue 45): transformers 4.36.2's Trainer with ``save_on_each_node=True`` on two nodes, 2
-    ranks each, with fsguard: the job completes with the last two checkpoints whole, each node's racing rename is
+    ranks each, with fsguard: the job completes with its four checkpoints whole, each node's racing rename is
     an absorbed record at the Trainer's rename (in ``main_process_first``, whose generator passes the error on),
     and nothing is a hazard, a conflict or deferred."""
     made = make_cluster(nodes=NODES, cache_s=cache_s, backend=backend)
@@ -227,7 +227,7 @@ def test_hf_trainer_each_node(
     # read where the data is kept (the nodes' views may still cache a name their peer removed)
     out = made.backing / "on"
     left = {name: sorted(os.listdir(out / name)) for name in sorted(os.listdir(out))}
-    assert sorted(left) == ["checkpoint-6", "checkpoint-8"], left
+    assert sorted(left) == [f"checkpoint-{step}" for step in (2, 4, 6, 8)], left
     assert all({f"rng_state_{r}.pth" for r in range(WORLD)} <= set(files) for files in left.values()), left
     recs = records(on)
     print(f"{backend} cache={cache_s} transformers 4.36.2 each node: ok; {sorted({(r.op, r.decision) for r in recs})}")

@@ -5,8 +5,8 @@ checkpoints with ``shutil.rmtree``). Every rank writes its ``rng_state_<rank>.pt
 Run as ``torchrun ... hf_trainer_job.py <output_dir> <steps> [each-node]``; rank 0 prints one JSON line: the
 checkpoints left and the files in each. ``each-node``: ``save_on_each_node=True``, every node's local rank 0
 saves (and, from transformers 4.36 to 4.37, renames ``tmp-checkpoint-N`` inside
-``main_process_first(local=True)``: on a shared filesystem the nodes' local mains race on one rename); nothing
-printed then: the test reads the shared directory where it is kept, not through a node's caching view.
+``main_process_first(local=True)``: on a shared filesystem the nodes' local mains race on one rename), every
+checkpoint kept; nothing printed then: the test reads the shared directory where it is kept, not through a node's caching view.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ def main() -> None:
         per_device_train_batch_size=4,
         max_steps=steps,
         save_steps=2,
-        save_total_limit=2,
+        # each node: no rotation (two nodes rotating one shared directory by mtime remove each other's newest
+        # checkpoint now and then, with or without fsguard: an ordering race of the Trainer's own)
+        save_total_limit=None if each_node else 2,
         save_on_each_node=each_node,
         use_cpu=True,
         ddp_backend="gloo",

@@ -111,11 +111,8 @@ def _shared_file(src: str, seen: Look, st: os.stat_result | None, world: World) 
     in place under a name several ranks share (``blobs/<etag>.incomplete`` appended by two nodes,
     ``.metadata.tmp`` of two coordinators) holds whatever each wrote, in any order; a directory
     (``tmp-checkpoint-N``, each rank's own files in it) does not mix writes."""
-    if seen.kind is not None:
-        is_file = seen.kind == "file"
-    else:
-        is_file = st is not None and stat.S_ISREG(st.st_mode)
-    if not is_file:
+    listed = seen.kind == "file" if seen.kind is not None else None  # what the fresh look said, where it says
+    if not (listed if listed is not None else st is not None and stat.S_ISREG(st.st_mode)):
         return False
     own = world.own_last(src)
     return own is None or own.kind != "made"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/workers: the file barrier
 
-from gate import barrier  # noqa: E402
-from huggingface_hub.file_download import _chmod_and_move  # noqa: E402
-from huggingface_hub.utils import WeakFileLock  # noqa: E402
+from gate import barrier
+from huggingface_hub.file_download import _chmod_and_move
+from huggingface_hub.utils import WeakFileLock
 
 BLOB = b"model weights " * 4096
 

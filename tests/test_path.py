@@ -130,7 +130,8 @@ CONTEXT, RECORD = "fsguard.oracle", "fsguard.runtime"
         # the rule first: the context (handler analysis) is asked only where the evidence would absorb
         ("makedirs_absorbed", "returned", "absorbed makedirs", ["fsguard.guards.makedirs", CONTEXT, RECORD]),
         # the context first: a rule that would wait for evidence does not wait where the caller handles it
-        ("rename_missing_source", "returned", "absorbed replace", [CONTEXT, "fsguard.guards.rename", RECORD]),
+        # (its staged file was written in place under the name a peer moved: a hazard, absorbed all the same)
+        ("rename_missing_source", "returned", "hazard replace", [CONTEXT, "fsguard.guards.rename", RECORD]),
         # the walk first: the error whose context is asked is the one the walk lets escape (the tree was gone)
         ("rmtree_gone", "returned", "absorbed rmtree", ["fsguard.rmwalk", CONTEXT, RECORD]),
         ("makedirs_handled", "handled", "deferred makedirs", ["fsguard.guards.makedirs", CONTEXT, RECORD]),

@@ -429,7 +429,7 @@ def run_text(text: str, filename: str) -> dict[str, Any]:
             raise
 
     hook, stderr = threading.excepthook, sys.stderr
-    sys.stderr = io.StringIO()
+    sys.stderr = captured = io.StringIO()
     threading.excepthook = threading.__excepthook__  # the default (a harness's own, such as pytest's, decides)
     try:
         worker = threading.Thread(target=thread_main, daemon=True)
@@ -444,7 +444,10 @@ def run_text(text: str, filename: str) -> dict[str, Any]:
         return {**result, "truth": "timeout"}
     if RUN.error is None:
         return {**result, "truth": "no call"}
-    crashed = any(default and _caused(error, RUN.error) for error, default in RUN.tops)
+    # a thread the program did not wrap (threading.Timer's) ends with the default hook's report
+    report = captured.getvalue()
+    reported = "Exception in thread" in report and "'fuzz-token'" in report
+    crashed = reported or any(default and _caused(error, RUN.error) for error, default in RUN.tops)
     answer = RUN.answer
     result.update(truth="crash" if crashed else "handled", oracle="crash" if answer is None else "defer")
     if answer is not None:

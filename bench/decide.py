@@ -70,7 +70,7 @@ def _timed(call: Callable[[], Any]) -> tuple[float, str]:
 
 def _as_a_crash(call: Callable[[], Any]) -> tuple[float, BaseException | None]:
     """Time ``call()`` in a thread of its own with no handler around it: a lost race there is a would-be crash,
-    which fsguard absorbs (``fsguard.handlers``: a handler around the call would decide instead). (seconds,
+    which fsguard absorbs (``fsguard.oracle``: a handler around the call would decide instead). (seconds,
     the error that escaped or None)."""
     took, escaped = [0.0], []
 

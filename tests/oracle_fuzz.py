@@ -429,7 +429,7 @@ def run_text(text: str, filename: str) -> dict[str, Any]:
             raise
 
     hook, stderr = threading.excepthook, sys.stderr
-    sys.stderr = io.StringIO()
+    sys.stderr = captured = io.StringIO()
     threading.excepthook = threading.__excepthook__  # the default (a harness's own, such as pytest's, decides)
     try:
         worker = threading.Thread(target=thread_main, daemon=True)
@@ -444,7 +444,10 @@ def run_text(text: str, filename: str) -> dict[str, Any]:
         return {**result, "truth": "timeout"}
     if RUN.error is None:
         return {**result, "truth": "no call"}
-    crashed = any(default and _caused(error, RUN.error) for error, default in RUN.tops)
+    # a thread the program did not wrap (threading.Timer's) ends with the default hook's report
+    report = captured.getvalue()
+    reported = "Exception in thread" in report and "'fuzz-token'" in report
+    crashed = reported or any(default and _caused(error, RUN.error) for error, default in RUN.tops)
     answer = RUN.answer
     result.update(truth="crash" if crashed else "handled", oracle="crash" if answer is None else "defer")
     if answer is not None:
@@ -452,13 +455,85 @@ def run_text(text: str, filename: str) -> dict[str, Any]:
     return result
 
 
-def fuzz(n: int, seed: int = 1, depth: int = 5) -> dict[str, Any]:
+# A program run as a script of its own: its main thread's top is the interpreter's (``sys.excepthook``).
+SCRIPT_HEAD = """
+import json, sys, threading
+sys.path.insert(0, {root!r})
+try:
+    from fsguard.oracle import caller_handles
+except ImportError:
+    from fsguard.handlers import caller_handles
+NOTES, RUN = [], {{"failed": False, "answer": "not asked", "tops": []}}
+
+def fail():
+    if RUN["failed"]:
+        return
+    RUN["failed"] = True
+    RUN["error"] = error = FileExistsError(17, "File exists", "fuzz-token")
+    answer = caller_handles(error, sys._getframe(1))
+    RUN["answer"] = None if answer is None else answer.get("reason", "?")
+    raise error
+
+def top(error):
+    caused, seen = False, error
+    while seen is not None:
+        caused = caused or seen is RUN.get("error")
+        seen = seen.__cause__ or seen.__context__
+    default = threading.excepthook is threading.__excepthook__ if threading.current_thread() is not \\
+        threading.main_thread() else sys.excepthook is sys.__excepthook__
+    RUN["tops"].append(caused and default)
+"""
+SCRIPT_TAIL = """
+if {hook}:
+    sys.excepthook = lambda *args: None  # the program's own hook: it decides
+try:
+    main()
+except BaseException as error:
+    top(error)
+    raise
+finally:
+    with open(sys.argv[1], "w") as out:
+        json.dump({{"failed": RUN["failed"], "answer": RUN["answer"], "tops": RUN["tops"]}}, out)
+"""
+
+
+def run_script(seed: int, python: str, depth: int = 5) -> dict[str, Any]:
+    """Generate one program and run it as a script of its own with ``python``."""
+    import os
+    import subprocess
+    import tempfile
+
+    text, features = generate(seed, depth)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    hook = random.Random(-seed).random() < 0.3
+    script = SCRIPT_HEAD.format(root=root) + text + SCRIPT_TAIL.format(hook=hook)
+    with tempfile.TemporaryDirectory(prefix="fsguard-fuzz-") as where:
+        path, report = os.path.join(where, f"fuzz_{seed}.py"), os.path.join(where, "report.json")
+        with open(path, "w") as f:
+            f.write(script)
+        try:
+            subprocess.run([python, "-W", "ignore", path, report], capture_output=True, timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            return {"seed": seed, "truth": "timeout"}
+        if not os.path.exists(report):
+            return {"seed": seed, "truth": "no report"}
+        with open(report) as f:
+            found = json.load(f)
+    result: dict[str, Any] = {"seed": seed, "features": sorted(features), "hook": hook}
+    if not found["failed"]:
+        return {**result, "truth": "no call"}
+    answer = found["answer"]
+    result.update(truth="crash" if any(found["tops"]) else "handled", oracle="crash" if answer is None else "defer")
+    return {**result, "why": answer} if answer is not None else result
+
+
+def fuzz(n: int, seed: int = 1, depth: int = 5, scripts: bool = False) -> dict[str, Any]:
     """Run ``n`` programs from ``seed`` on; the counts and the first unsound seeds."""
     counts = {"programs": 0, "crash": 0, "handled": 0, "recognised": 0, "unsound": 0, "skipped": 0}
     unsound: list[int] = []
     started = time.monotonic()
     for s in range(seed, seed + n):
-        found = run(s, depth)
+        found = run_script(s, sys.executable, depth) if scripts else run(s, depth)
         counts["programs"] += 1
         if found["truth"] not in ("crash", "handled"):
             counts["skipped"] += 1
@@ -475,6 +550,7 @@ def fuzz(n: int, seed: int = 1, depth: int = 5) -> dict[str, Any]:
         "completeness": round(counts["recognised"] / crashes, 4) if crashes else None,
         "unsound_seeds": unsound[:50],
         "python": sys.version.split()[0],
+        "as": "scripts" if scripts else "threads",
         "seconds": round(time.monotonic() - started, 1),
     }
 
@@ -486,12 +562,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=5)
     parser.add_argument("--show", type=int, default=0, help="print the first SHOW unsound programs")
     parser.add_argument("--program", type=int, help="print the program of this seed and its run")
+    parser.add_argument("--scripts", action="store_true", help="each program a script of its own (main thread)")
     args = parser.parse_args(argv)
     if args.program is not None:
         print(generate(args.program, args.depth)[0])
-        print(json.dumps(run(args.program, args.depth)))
+        print(
+            json.dumps(
+                run_script(args.program, sys.executable, args.depth) if args.scripts else run(args.program, args.depth)
+            )
+        )
         return 0
-    summary = fuzz(args.n, args.seed, args.depth)
+    summary = fuzz(args.n, args.seed, args.depth, args.scripts)
     print(json.dumps(summary))
     for s in summary["unsound_seeds"][: args.show]:
         print(f"--- seed {s}\n{generate(s, args.depth)[0]}\n{json.dumps(run(s, args.depth))}")

@@ -64,8 +64,13 @@ WORKER = """
     import threading  # a thread of its own, no handler around the call: a would-be crash, fsguard decides
     sys.addaudithook(peer_takes_the_temp)
     escaped = []
-    threading.excepthook = lambda args: escaped.append(args.exc_value)
-    thread = threading.Thread(target=publish)
+    def ending():  # seen, and the thread ends quietly (a program-set excepthook would decide)
+        try:
+            publish()
+        except BaseException as error:
+            escaped.append(error)
+            raise SystemExit from error
+    thread = threading.Thread(target=ending)
     thread.start()
     thread.join()
     outcome = type(escaped[0]).__name__ if escaped else "published"

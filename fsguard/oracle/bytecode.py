@@ -31,8 +31,10 @@ _UNCONDITIONAL = frozenset(
     {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE", "JUMP", "JUMP_NO_INTERRUPT"}
 )
 _CLEANUP_OPS = frozenset(
-    {"SWAP", "POP_TOP", "STORE_FAST", "STORE_FAST_MAYBE_NULL", "CALL_INTRINSIC_1", "COPY", "NOP", "LOAD_CONST"}
-)
+    {"SWAP", "POP_TOP", "CALL_INTRINSIC_1", "COPY", "NOP", "LOAD_CONST", "LOAD_COMMON_CONSTANT"}
+    | {f"{verb}_{scope}" for verb in ("STORE", "DELETE") for scope in ("FAST", "NAME", "GLOBAL", "DEREF")}
+    | {"STORE_FAST_MAYBE_NULL"}
+)  # a handler's exit, ``as e``'s deletion (in a function, a module or a closure), a comprehension's variable
 _EXITS = {("sys", "exit"), ("os", "_exit"), ("os", "abort")}
 _STORES = ("STORE_FAST", "STORE_DEREF", "STORE_NAME", "STORE_GLOBAL", "DELETE_FAST", "DELETE_DEREF", "DELETE_NAME")
 # How a ``with`` statement enters its manager: up to 3.13 ``BEFORE_WITH``; from 3.14 its two special methods.
@@ -102,7 +104,7 @@ class Code:
             if ins.opname == "RERAISE":
                 offset: int = ins.offset
                 return offset
-            if ins.opname not in _CLEANUP_OPS and ins.opname not in ("DELETE_FAST", "LOAD_COMMON_CONSTANT"):
+            if ins.opname not in _CLEANUP_OPS:
                 return None
         return None
 

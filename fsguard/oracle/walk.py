@@ -27,6 +27,8 @@ def walk(cls: type[BaseException], frame: Any, first: int, conversions: int) -> 
         top = _top(code, frame)
         if top is not None:
             return None if top == "" else _at(frame, {"reason": top}, up)
+        if code.co_name == "__del__":  # the interpreter reports its error as unraisable, and goes on
+            return _at(frame, {"reason": "an error in __del__ is reported, not raised"}, up)
         filename = code.co_filename
         if not ((filename.startswith(own) and not filename.startswith(applications)) or code in passing):
             found = layers.at_frame(frame)

@@ -1,4 +1,4 @@
-"""The handler rule (``fsguard/handlers.py``), in-process, one row per sentence of its README paragraph:
+"""The handler rule (``fsguard/oracle/``), in-process, one row per sentence of its README paragraph:
 **fsguard absorbs only a would-be crash**: an error that would leave its thread's top frame, or reach only
 handlers that pass it on (re-raise, convert, exit); every other handler decides, and anything fsguard cannot
 read is left to the program.

@@ -275,17 +275,15 @@ def _as_a_crash(trial: dict[str, Any], rank: int) -> tuple[float, str | None]:
                 rank0_then_barrier(trial, rank)
             else:
                 operation(trial, rank)
+        except BaseException as error:  # seen, and the thread ends: a program-set excepthook would decide
+            escaped.append(error)
+            raise SystemExit from error  # (the default excepthook ends a thread on SystemExit quietly)
         finally:
             timing[1] = time.perf_counter()
 
-    hook = threading.excepthook
-    threading.excepthook = lambda hooked: escaped.append(hooked.exc_value)  # type: ignore[assignment,arg-type]
-    try:
-        thread = threading.Thread(target=act)
-        thread.start()
-        thread.join()
-    finally:
-        threading.excepthook = hook
+    thread = threading.Thread(target=act)
+    thread.start()
+    thread.join()
     if escaped and not isinstance(escaped[0], OSError):
         raise escaped[0]
     return timing[1] - timing[0], (type(escaped[0]).__name__ if escaped else None)

@@ -49,16 +49,16 @@ def as_a_crash(call: Callable[[], Any]) -> str | None:
     """Run ``call`` in a thread with no handler around it; the name of the error that escaped, or None."""
     escaped: list[BaseException] = []
 
-    def hook(args: threading.ExceptHookArgs) -> None:
-        escaped.append(args.exc_value or RuntimeError("?"))
+    def ending() -> None:
+        try:
+            call()
+        except BaseException as error:  # seen, and the thread ends: a program-set excepthook would decide
+            escaped.append(error)
+            raise SystemExit from error  # (the default excepthook ends a thread on SystemExit quietly)
 
-    thread = threading.Thread(target=call)
-    old, threading.excepthook = threading.excepthook, hook
-    try:
-        thread.start()
-        thread.join()
-    finally:
-        threading.excepthook = old
+    thread = threading.Thread(target=ending)
+    thread.start()
+    thread.join()
     return f"{type(escaped[0]).__name__}: {getattr(escaped[0], 'errno', '')}" if escaped else None
 
 

@@ -70,7 +70,7 @@ def _timed(call: Callable[[], Any]) -> tuple[float, str]:
 
 def _as_a_crash(call: Callable[[], Any]) -> tuple[float, BaseException | None]:
     """Time ``call()`` in a thread of its own with no handler around it: a lost race there is a would-be crash,
-    which fsguard absorbs (``fsguard.handlers``: a handler around the call would decide instead). (seconds,
+    which fsguard absorbs (``fsguard.oracle``: a handler around the call would decide instead). (seconds,
     the error that escaped or None)."""
     took, escaped = [0.0], []
 
@@ -78,17 +78,15 @@ def _as_a_crash(call: Callable[[], Any]) -> tuple[float, BaseException | None]:
         started = time.perf_counter()
         try:
             call()
+        except BaseException as error:  # seen, and the thread ends: a program-set excepthook would decide
+            escaped.append(error)
+            raise SystemExit from error  # (the default excepthook ends a thread on SystemExit quietly)
         finally:
             took[0] = time.perf_counter() - started
 
-    hook = threading.excepthook
-    threading.excepthook = lambda args: escaped.append(args.exc_value)  # type: ignore[assignment,arg-type]
-    try:
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
-    finally:
-        threading.excepthook = hook
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
     return took[0], (escaped[0] if escaped else None)
 
 

@@ -300,17 +300,15 @@ def _peer_made(call: Any, path: str) -> tuple[float, bool]:
         t = time.perf_counter()
         try:
             call(path)
+        except BaseException as error:  # seen, and the thread ends: a program-set excepthook would decide
+            escaped.append(error)
+            raise SystemExit from error  # (the default excepthook ends a thread on SystemExit quietly)
         finally:  # not a handler: the error goes on to the thread's top
             took.append(time.perf_counter() - t)
 
-    hook = threading.excepthook
-    threading.excepthook = lambda hooked: escaped.append(hooked.exc_value)  # type: ignore[assignment,arg-type]
-    try:
-        thread = threading.Thread(target=timed)
-        thread.start()
-        thread.join()
-    finally:
-        threading.excepthook = hook
+    thread = threading.Thread(target=timed)
+    thread.start()
+    thread.join()
     return took[0], bool(escaped)
 
 

@@ -1,6 +1,6 @@
 """What the handler analysis costs (issue 33), and which failures pay it.
 
-fsguard absorbs only a would-be crash: before it absorbs a failure, ``fsguard.handlers.caller_handles`` walks
+fsguard absorbs only a would-be crash: before it absorbs a failure, ``fsguard.oracle.caller_handles`` walks
 the calling frames up to the thread's top (no depth limit), reading each frame's exception table at its
 current instruction (cached per code object and instruction). This measures, in this process with the working
 tree's fsguard:
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import os
 import sys
 import tempfile
@@ -67,7 +68,7 @@ def _stack(depth: int, shape: str) -> Callable[[Callable[[], None]], None]:
 
 def walk(iterations: int) -> dict[str, Any]:
     _load_fsguard()
-    from fsguard import handlers
+    from fsguard import oracle as handlers
     from fsguard.state import STATE
 
     error = FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), "run-0")
@@ -108,7 +109,7 @@ def payers(iterations: int) -> dict[str, Any]:
     fsguard = _load_fsguard()
     os.environ.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", TORCHELASTIC_RUN_ID="bench")
     os.environ["FSGUARD_SETTLE_S"] = "0.05"
-    from fsguard import handlers
+    from fsguard import oracle as handlers
 
     counted = [0]
     original = handlers.caller_handles
@@ -154,12 +155,19 @@ def payers(iterations: int) -> dict[str, Any]:
             started = time.perf_counter()
             for _ in range(iterations):
                 escaped: list[BaseException] = []
-                hook = threading.excepthook
-                threading.excepthook = lambda args, escaped=escaped: escaped.append(args.exc_value)  # type: ignore[misc]
-                thread = threading.Thread(target=case)
+
+                def target(case: Callable[[], None] = case, escaped: list[BaseException] = escaped) -> None:
+                    try:
+                        case()
+                    except BaseException as error:  # seen, and passed on: a program-set hook would decide
+                        escaped.append(error)
+                        raise
+
+                stderr, sys.stderr = sys.stderr, io.StringIO()  # the default hook's report of the thread's end
+                thread = threading.Thread(target=target)
                 thread.start()
                 thread.join()
-                threading.excepthook = hook
+                sys.stderr = stderr
                 raised += bool(escaped)
             out[name] = {
                 "calls": iterations,

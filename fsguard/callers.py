@@ -3,7 +3,7 @@
 Cheap frame questions asked before any rule (no import, no source read): ``os.makedirs`` calling the guarded
 ``mkdir`` (or itself, for a missing parent), shutil's tree walks, ``tempfile``'s name claims and ``pathlib``'s
 ``exist_ok``/``missing_ok`` settle their own errors, so fsguard neither decides nor records them, nor serializes
-them. What the *program* does with an error is ``fsguard.handlers``' question, asked only where a rule would
+them. What the *program* does with an error is ``fsguard.oracle``' question, asked only where a rule would
 absorb it.
 """
 

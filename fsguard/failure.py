@@ -2,8 +2,8 @@
 
 ``fsguard.patching`` builds one :class:`~fsguard.calls.Call` for the failing call and hands ``(call, error)`` to
 :func:`absorbs`, which goes down once, asking each stage in turn: what no evidence can absorb (one ``lstat``),
-fsguard's own or a finalizing interpreter's call, the standard library's own business (``fsguard.handlers``'
-frame questions) -> the caller's context (``fsguard.handlers``: what the calling code does with the error) -> the
+fsguard's own or a finalizing interpreter's call, the standard library's own business (``fsguard.callers``'
+frame questions) -> the caller's context (``fsguard.oracle``: what the calling code does with the error) -> the
 rule, ``guards.<op>.decide(call, error, world, rules)`` -> defer (where the calling code handles the error) or
 absorb -> the record. A guarded ``rmtree`` goes down the same way (:func:`walk`): the rules, the walk
 (``fsguard.rmwalk``, which asks its rule at each step), the context of the error it let escape, the record.
@@ -87,7 +87,7 @@ def _import_failure_path() -> None:
     for rule in DECIDE.values():
         if isinstance(rule, _Rule):
             rule.load()
-    from . import handlers, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
+    from . import oracle, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
 
     for name in _STANDARD_LIBRARY:
         __import__(name)
@@ -234,22 +234,22 @@ def _stands_before(name: Any) -> bool:
     return numbers.before_job(st.st_ctime)
 
 
-def _handlers() -> Any:
-    """``fsguard.handlers`` (the caller's context), imported at the first failure as the rules are: no fork
+def _oracle() -> Any:
+    """``fsguard.oracle`` (the caller's context), imported at the first failure as the rules are: no fork
     splits the import (``state.Unforkable``), and fsguard's own calls inside it are not guarded."""
-    found = sys.modules.get("fsguard.handlers")
+    found = sys.modules.get("fsguard.oracle")
     if found is None:
         with Busy(), Unforkable():
-            from . import handlers
+            from . import oracle
 
-        found = handlers
+        found = oracle
     return found
 
 
 def _caller_handler(error: BaseException) -> dict[str, Any] | None:
-    """The caller's context (``fsguard.handlers``): what the calling code does with ``error``; None: a would-be
+    """The caller's context (``fsguard.oracle``): what the calling code does with ``error``; None: a would-be
     crash. Asked inside ``Busy`` (fsguard's own frames are passed over)."""
-    found: dict[str, Any] | None = _handlers().caller_handles(error, sys._getframe(1))
+    found: dict[str, Any] | None = _oracle().caller_handles(error, sys._getframe(1))
     return found
 
 
@@ -272,7 +272,7 @@ def defer_to_caller(verdict: Verdict, found: dict[str, Any] | None) -> Verdict:
     """The same verdict where the error would crash its thread or process (``found`` None: fsguard absorbs only a
     would-be crash); otherwise a ``deferred`` one: re-raised to the program's own handling (or left to the program
     where fsguard cannot read it), recorded with the evidence that would have absorbed it and what decides instead
-    (``found``, the caller's context from fsguard.handlers)."""
+    (``found``, the caller's context from fsguard.oracle)."""
     from .guards import Verdict
 
     if found is None:

@@ -140,6 +140,27 @@ class Record(Value):
             return "?"
         return f"{self.site.get('file')}:{self.site.get('line')} in {self.site.get('function')}"
 
+    def deferred_by(self) -> str | None:
+        """What decided instead of fsguard, for a ``deferred`` record (else None), from its ``detail``: the handler and
+        where it is, what carried the error, and why fsguard left the error to it: ``except OSError at train.py:41:
+        a handler that may swallow it``. A record that says nothing of it: ``not recorded``."""
+        if self.decision != "deferred":
+            return None
+        detail = self.detail if isinstance(self.detail, dict) else {}
+        handler, frame, reason = detail.get("handler"), detail.get("frame"), detail.get("reason")
+        carried, inside = detail.get("carried"), detail.get("inside")
+        if not (handler or frame or reason or carried):
+            return "not recorded"
+        text = str(handler or "the program's own handling")
+        if inside and inside != handler:
+            text += f" (inside: {inside})"
+        if frame:
+            text += f" at {frame}"
+        if carried:
+            text += f", carried by {carried}"
+        why = reason or ("a handler that may swallow the error" if handler else None)
+        return f"{text}: {why}" if why else text
+
     def to_line(self) -> str:
         """The one-line stderr form: human words first, the JSON after `` :: ``."""
         origin = self.origin

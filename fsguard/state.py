@@ -85,9 +85,9 @@ class Caches:
         self.boot_time: float | None = None  # wall-clock time of boot: evidence
         self.statx: Any = None  # libc's statx and a buffer maker, False where there is none: evidence
         self.site_dirs: Any = None  # the directory prefixes a call site is told by: runtime
-        self.handler_layers: dict[Any, Any] = {}  # (code, offset) -> the layers handling it: handlers
-        self.pass_through: frozenset[Any] | None = None  # standard wrappers' code objects: handlers
-        self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: handlers
+        self.handler_layers: dict[Any, Any] = {}  # (code, offset) -> the layers handling it: oracle
+        self.pass_through: frozenset[Any] | None = None  # standard wrappers' code objects: oracle
+        self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: oracle
         self.failed_rules: set[str] = set()  # operations whose rule failed (reported once each): patching
         self.mounts: dict[int, Any] = {}  # st_dev -> its mounts.Mount, read from mountinfo: mounts
 

@@ -48,9 +48,14 @@ def records(result: RunResult) -> list[Record]:
 
 
 def assert_absorbed_at(recs: list[Record], script: str, output: str) -> None:
-    """Every record is an absorbed race whose call site is the workload script itself."""
+    """Every record is an absorbed race whose call site is the workload script itself. compile_cache.py's nodes
+    write one colliding temp file in place, so its lost replace is absorbed as a ``hazard`` (their writes may be
+    mixed; here they are identical bytes: ``check_cache``)."""
     assert recs, f"no fsguard records: the race did not happen or was not recorded\n{output[-4000:]}"
     for rec in recs:
+        if script == "compile_cache.py" and rec.decision == "hazard":
+            assert rec.detail.get("shared_source") == "file", rec.to_line()
+            continue
         assert rec.decision == "absorbed", rec.to_line()
         assert rec.site and str(rec.site["file"]).endswith("/" + script), rec.to_line()
         assert rec.origin.launcher is not None and rec.origin.rank is not None, rec.to_line()

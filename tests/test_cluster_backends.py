@@ -10,12 +10,15 @@ Which backends run: ``FSGUARD_TESTS_BACKENDS`` (comma-separated; default ``juice
 test ``FSGUARD_TESTS_BACKEND_RUNS`` (default 1; the README's failure rates come from 5), which race workloads
 ``FSGUARD_TESTS_BACKEND_SCRIPTS`` (default ``checkpoint_loop.py,results_dir.py``; add ``compile_cache.py``).
 GlusterFS runs the same tests when selected (``FSGUARD_TESTS_BACKENDS=juicefs,glusterfs``).
+
+The seed's case runs by default (issue 45): transformers 4.36.2's ``Trainer`` with ``save_on_each_node=True``,
+pinned (``tests/support/pinned.py``), on a plain shared directory, bindfs with lookup caches and JuiceFS: it
+crashes without fsguard and completes with it.
 """
 
 # ruff: noqa: F811  (pytest fixtures are imported, then named as parameters)
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
@@ -125,34 +128,111 @@ def test_rename_beats_rmtree(backend: str, make_cluster: Callable[..., Cluster],
     assert lost, f"{backend}: no run without fsguard lost a checkpoint: the race never happened, nothing was shown"
 
 
+# --- the seed's case: transformers 4.36.2's Trainer with save_on_each_node=True ----------------------------------
+
 TRAINER = Path(__file__).resolve().parent / "workers" / "hf_trainer_job.py"
+# transformers 4.36.2 renames tmp-checkpoint-N inside ``with self.args.main_process_first(local=save_on_each_node)``
+# (a @contextmanager with two yields that passes every error on): each node's local rank 0 renames first, so on a
+# shared filesystem the nodes race on one rename. Its packages at the versions of its day; torch, numpy and the
+# rest come from the test environment.
+TRAINER_436 = (
+    "transformers==4.36.2",
+    "tokenizers==0.15.2",
+    "huggingface-hub==0.21.4",
+    "safetensors==0.4.2",
+    "accelerate==0.27.2",
+    "requests==2.31.0",
+    "charset-normalizer==3.3.2",
+    "idna==3.6",
+    "urllib3==2.2.1",
+    "certifi==2024.2.2",
+)
+TRAINER_STEPS = 8  # a checkpoint every 2 steps, every one kept: four renames raced per run
+TRAINER_OFF_RUNS = 3  # without fsguard: up to three runs, stopping at the first that crashes
+# plain: one coherent shared directory (bindfs without caches); bindfs: 2 s lookup caches per node, as NFS has;
+# juicefs: one client per node with its own default caches
+TRAINER_ROWS = [
+    pytest.param("bindfs", 0.0, id="plain"),
+    pytest.param("bindfs", 2.0, id="bindfs"),
+    pytest.param(
+        "juicefs",
+        None,
+        id="juicefs",
+        marks=pytest.mark.skipif("juicefs" not in SELECTED, reason="juicefs not in FSGUARD_TESTS_BACKENDS"),
+    ),
+]
 
 
-@pytest.mark.timeout(1500)
-@pytest.mark.skipif("hf_trainer_job.py" not in SCRIPTS, reason="hf_trainer_job.py not in FSGUARD_TESTS_BACKEND_SCRIPTS")
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_hf_trainer_job(backend: str, make_cluster: Callable[..., Cluster], fsguard_python: Path) -> None:
-    """A real Hugging Face ``Trainer`` (tests/test_real_programs.py's) on two nodes, 2 ranks each, with fsguard:
-    every run completes with the last two checkpoints whole and no hazard or conflict record."""
-    made = make_cluster(nodes=NODES, backend=backend)
-    for attempt in range(RUNS):
-        where = f"trainer{attempt}"
-        (made.backing / where).mkdir()
-        os.chmod(made.backing / where, 0o777)
-        extra = {"FSGUARD": "1", "HF_HUB_OFFLINE": "1", "FSGUARD_LOG": str(made.root / "records" / where)}
-        result = made.torchrun(
-            fsguard_python,
-            TRAINER,
-            [str(made.shared / where), "8"],
-            nproc_per_node=NPROC,
-            env=job_env(clean_env(extra)),
-            timeout=400,
-            name=where,
-        )
-        assert result.ok, result.output()[-6000:]
-        left = json.loads(result.nodes[0].stdout.strip().splitlines()[-1])
-        assert sorted(left) == ["checkpoint-6", "checkpoint-8"], left
-        assert all({f"rng_state_{r}.pth" for r in range(WORLD)} <= set(files) for files in left.values()), left
-        recs = records(result)
-        assert not [r.to_line() for r in recs if r.decision in ("hazard", "conflict")]
-        print(f"{backend} trainer run {attempt}: ok, records {sorted({(r.op, r.decision) for r in recs})}")
+def trainer_job(made: Cluster, python: Path, where: str, guarded: bool) -> RunResult:
+    """One 2-node x 2-rank job of transformers 4.36.2's Trainer with ``save_on_each_node=True`` in
+    ``<shared>/<where>``."""
+    from tests.support.pinned import pinned_site
+
+    site = pinned_site(*TRAINER_436)
+    extra = {"FSGUARD": "1", "FSGUARD_LOG": str(made.root / "records" / where)} if guarded else {"FSGUARD": "0"}
+    extra.update(PYTHONPATH=str(site), HF_HUB_OFFLINE="1", TRANSFORMERS_NO_ADVISORY_WARNINGS="1")
+    (made.backing / where).mkdir()
+    os.chmod(made.backing / where, 0o777)
+    return made.torchrun(
+        python,
+        TRAINER,
+        [str(made.shared / where), str(TRAINER_STEPS), "each-node"],
+        nproc_per_node=NPROC,
+        env=job_env(clean_env(extra)),
+        timeout=400,
+        name=where,
+    )
+
+
+def trainer_crashed_on_the_rename(result: RunResult) -> bool:
+    """Whether the job died of the race: a rank's ``os.rename(staging_output_dir, output_dir)`` of
+    ``tmp-checkpoint-N`` failed with the source gone (a peer node's local main renamed it first)."""
+    output = result.output()
+    return not result.ok and bool(
+        re.search(r"FileNotFoundError: \[Errno 2\] No such file or directory: '[^']*tmp-checkpoint-\d+'", output)
+    )
+
+
+@pytest.mark.timeout(900)
+def test_hf_trainer_each_node_crashes_without_fsguard(
+    make_cluster: Callable[..., Cluster], fsguard_python: Path
+) -> None:
+    """The race is real: without fsguard the nodes' local mains race on one rename and a rank dies of it (up to
+    three runs on a shared directory with 2 s lookup caches, stopping at the first crash; the rate is printed)."""
+    made = make_cluster(nodes=NODES, cache_s=2.0)
+    outcomes = []
+    for attempt in range(TRAINER_OFF_RUNS):
+        off = trainer_job(made, fsguard_python, f"off{attempt}", guarded=False)
+        assert not off.timed_out, off.output()[-4000:]
+        assert off.ok or trainer_crashed_on_the_rename(off), off.output()[-6000:]  # the race, nothing else
+        assert records(off) == []
+        outcomes.append("crashed" if not off.ok else "completed")
+        if not off.ok:
+            break
+    print(f"transformers 4.36.2 save_on_each_node without fsguard: {outcomes.count('crashed')}/{len(outcomes)} crashed")
+    assert "crashed" in outcomes, f"the race never happened in {len(outcomes)} runs: the test measures nothing"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("backend", "cache_s"), TRAINER_ROWS)
+def test_hf_trainer_each_node(
+    backend: str, cache_s: float | None, make_cluster: Callable[..., Cluster], fsguard_python: Path
+) -> None:
+    """The seed's case (issue 45): transformers 4.36.2's Trainer with ``save_on_each_node=True`` on two nodes, 2
+    ranks each, with fsguard: the job completes with its four checkpoints whole, each node's racing rename is
+    an absorbed record at the Trainer's rename (in ``main_process_first``, whose generator passes the error on),
+    and nothing is a hazard, a conflict or deferred."""
+    made = make_cluster(nodes=NODES, cache_s=cache_s, backend=backend)
+    on = trainer_job(made, fsguard_python, "on", guarded=True)
+    assert on.ok, on.output()[-6000:]
+    # read where the data is kept (the nodes' views may still cache a name their peer removed)
+    out = made.backing / "on"
+    left = {name: sorted(os.listdir(out / name)) for name in sorted(os.listdir(out))}
+    assert sorted(left) == [f"checkpoint-{step}" for step in (2, 4, 6, 8)], left
+    assert all({f"rng_state_{r}.pth" for r in range(WORLD)} <= set(files) for files in left.values()), left
+    recs = records(on)
+    print(f"{backend} cache={cache_s} transformers 4.36.2 each node: ok; {sorted({(r.op, r.decision) for r in recs})}")
+    assert not [r.to_line() for r in recs if r.decision in ("hazard", "conflict", "deferred")]
+    for rec in recs:
+        assert rec.decision == "absorbed" and rec.site is not None, rec.to_line()
+        assert str(rec.site["file"]).endswith("transformers/trainer.py"), rec.to_line()

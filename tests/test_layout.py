@@ -27,7 +27,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsguard.world",),  # the live World the rules ask: evidence, memory and the clock
     ("fsguard.guards",),  # policy: pure decisions returning a Verdict
     ("fsguard.audit",),  # report and scan: records read with their one parser, verdicts from the guards' SCAN
-    ("fsguard.locks", "fsguard.handlers", "fsguard.rmwalk"),  # mechanism below patching
+    (
+        "fsguard.locks",
+        "fsguard.oracle",
+        "fsguard.rmwalk",
+    ),  # mechanism below patching (oracle: would the error end its thread)
     ("fsguard.failure",),  # the one failure pipeline: caller's context, rule, deferral, record
     ("fsguard.patching",),
     ("fsguard", "fsguard._boot"),  # the public functions and startup

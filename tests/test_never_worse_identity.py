@@ -217,11 +217,6 @@ TWO_NODES = """
     base = sys.argv[1]
     node, rank = int(os.environ["GROUP_RANK"]), int(os.environ["RANK"])
 
-    def report(kind, error, tb):  # the crash, for the test to see (no handler around the race)
-        open(os.path.join(base, f"failed-{rank}-{kind.__name__}"), "x").close()
-        sys.__excepthook__(kind, error, tb)
-
-    sys.excepthook = report
     n = 0  # which start of this node's worker this is: node 1's TORCHELASTIC_RESTART_COUNT stays 0
     while os.path.exists(os.path.join(base, f"start-{node}-{n}")):
         n += 1
@@ -236,7 +231,11 @@ TWO_NODES = """
     if node == 1:
         while not os.path.isdir(shared):  # node 0's rank of this attempt made it first
             time.sleep(0.01)
-    os.makedirs(shared)  # every rank makes the run's directory (exist_ok forgotten)
+    try:
+        os.makedirs(shared)  # every rank makes the run's directory (exist_ok forgotten)
+    except BaseException as error:  # the crash, for the test to see, passed on (a program-set hook would decide)
+        open(os.path.join(base, f"failed-{rank}-{type(error).__name__}"), "x").close()
+        raise
     open(os.path.join(base, f"done-{rank}"), "x").close()
 """
 

@@ -228,8 +228,13 @@ PREVIOUS_JOB = """
             time.sleep(0.01)
         import threading  # a would-be crash of a thread of its own: absorbed when a peer made the directory
         escaped = []
-        threading.excepthook = lambda args: escaped.append(args.exc_value)
-        thread = threading.Thread(target=start_run, args=(os.path.join(base, "fresh"),))
+        def ending():  # seen, and the thread ends quietly (a program-set excepthook would decide)
+            try:
+                start_run(os.path.join(base, "fresh"))
+            except BaseException as error:
+                escaped.append(error)
+                raise SystemExit from error
+        thread = threading.Thread(target=ending)
         thread.start()
         thread.join()
         out["fresh"] = type(escaped[0]).__name__ if escaped else "ok"

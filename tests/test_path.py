@@ -10,7 +10,7 @@ The metric, "following a failing call from ``install`` through the modules it en
 module it already left at most once", made precise:
 
 * A **stage** is a module the failing call passes through: ``patching`` (the wrapper), ``failure`` (the
-  pipeline), ``handlers`` (the caller's context), a rule module ``guards.<op>`` (the decision), ``rmwalk``
+  pipeline), ``oracle`` (the caller's context), a rule module ``guards.<op>`` (the decision), ``rmwalk``
   (rmtree's walk, which asks its rule at each step), ``runtime`` (the record), ``locks.*`` (the serializer). Every
   other fsguard module **answers** the stage that asked it: the call's and the process's values (``calls``,
   ``state``, ``config``, ``launcher``, ``_values``), who called (``callers``: the standard library's own call), the types every stage passes on (``guards``: ``Rules``,
@@ -46,12 +46,15 @@ from tests.workers import path_trace
 WORKER = Path(path_trace.__file__).resolve()
 # The modules a failing call passes through (a module, or a package for everything in it, except ``guards``,
 # whose rule modules are stages and whose ``__init__`` holds the types every stage passes on).
-STAGES = ("fsguard.patching", "fsguard.failure", "fsguard.handlers", "fsguard.rmwalk", "fsguard.runtime")
+STAGES = ("fsguard.patching", "fsguard.failure", "fsguard.oracle", "fsguard.rmwalk", "fsguard.runtime")
 STAGE_PACKAGES = ("fsguard.guards.", "fsguard.locks.")
 
 
 def stage_of(module: str) -> str | None:
-    """The stage a module is (itself), or None where it answers the stage under it."""
+    """The stage a module is (itself, or the oracle package for its modules), or None where it answers the
+    stage under it."""
+    if module.startswith("fsguard.oracle."):
+        return "fsguard.oracle"
     if module in STAGES or module.startswith(STAGE_PACKAGES):
         return module
     return None
@@ -118,7 +121,7 @@ def followed(python: Path, scenario: str, root: Path) -> tuple[Visit, list[str],
     return visit, bounces, report["outcome"], records
 
 
-CONTEXT, RECORD = "fsguard.handlers", "fsguard.runtime"
+CONTEXT, RECORD = "fsguard.oracle", "fsguard.runtime"
 
 
 @pytest.mark.parametrize(
@@ -127,7 +130,8 @@ CONTEXT, RECORD = "fsguard.handlers", "fsguard.runtime"
         # the rule first: the context (handler analysis) is asked only where the evidence would absorb
         ("makedirs_absorbed", "returned", "absorbed makedirs", ["fsguard.guards.makedirs", CONTEXT, RECORD]),
         # the context first: a rule that would wait for evidence does not wait where the caller handles it
-        ("rename_missing_source", "returned", "absorbed replace", [CONTEXT, "fsguard.guards.rename", RECORD]),
+        # (its staged file was written in place under the name a peer moved: a hazard, absorbed all the same)
+        ("rename_missing_source", "returned", "hazard replace", [CONTEXT, "fsguard.guards.rename", RECORD]),
         # the walk first: the error whose context is asked is the one the walk lets escape (the tree was gone)
         ("rmtree_gone", "returned", "absorbed rmtree", ["fsguard.rmwalk", CONTEXT, RECORD]),
         ("makedirs_handled", "handled", "deferred makedirs", ["fsguard.guards.makedirs", CONTEXT, RECORD]),
@@ -167,7 +171,7 @@ def test_the_metric_tells_a_pipeline_from_a_bounce() -> None:
     """The pipeline asking each stage in turn does not bounce; what the issue names does: patching entered
     again in the middle, a lower module calling back up, a stage asked again after the pipeline moved on."""
     pipeline = _events(
-        *("+patching", "+calls", "-", "+failure", "+handlers", "+runtime", "-", "-", "+state", "-", "+handlers", "-"),
+        *("+patching", "+calls", "-", "+failure", "+oracle", "+runtime", "-", "-", "+state", "-", "+oracle", "-"),
         *("+guards.makedirs", "+world", "+evidence", "+guards.makedirs", "-", "-", "-", "-"),
         *("+runtime", "+records", "-", "-", "-", "-"),
     )
@@ -175,14 +179,14 @@ def test_the_metric_tells_a_pipeline_from_a_bounce() -> None:
     assert bounces == [] and visit.course() == [
         "fsguard.patching",
         "  fsguard.failure",
-        "    fsguard.handlers",
+        "    fsguard.oracle",
         "      fsguard.runtime",
         "    fsguard.guards.makedirs",
         "    fsguard.runtime",
     ], visit.course()
-    # handlers asked again after the rule (above, asked twice with only an answer, state, between: one turn)
-    again = _events("+patching", "+failure", "+handlers", "-", "+guards.rename", "-", "+handlers", "-", "-", "-")
-    assert follow(again)[1] == ["fsguard.failure asked fsguard.handlers.f again after fsguard.guards.rename"]
+    # the oracle asked again after the rule (above, asked twice with only an answer, state, between: one turn)
+    again = _events("+patching", "+failure", "+oracle", "-", "+guards.rename", "-", "+oracle", "-", "-", "-")
+    assert follow(again)[1] == ["fsguard.failure asked fsguard.oracle.f again after fsguard.guards.rename"]
     # the mechanism asking the pipeline before and after another stage
     around = _events("+patching", "+failure", "-", "+rmwalk", "-", "+failure", "-", "-")
     assert follow(around)[1] == ["fsguard.patching asked fsguard.failure.f again after fsguard.rmwalk"]

@@ -203,8 +203,13 @@ CRASH_OF = """
 
     def crash_of(function):
         escaped = []
-        threading.excepthook = lambda args: escaped.append(args.exc_value)
-        thread = threading.Thread(target=function)
+        def ending():  # seen, and the thread ends quietly (a program-set excepthook would decide)
+            try:
+                function()
+            except BaseException as error:
+                escaped.append(error)
+                raise SystemExit from error
+        thread = threading.Thread(target=ending)
         thread.start()
         thread.join()
         return escaped[0] if escaped else None
@@ -214,10 +219,13 @@ REPUBLISHED_TEMP = (
     CRASH_OF
     + """
     import os, sys, tempfile
+    import fsguard.patching
     d = tempfile.mkdtemp()
     temp, target = os.path.join(d, "kernel.so.tmp.pid_4242_7"), os.path.join(d, "kernel.so")
-    with open(target, "w") as f:  # rank 0 already replaced the shared temp name (this rank's build) onto it
+    with open(temp + ".rank1", "w") as f:
         f.write("build")
+    os.rename(temp + ".rank1", temp)  # this rank's build, published whole under the shared temp name
+    fsguard.patching.original("replace")(temp, target)  # rank 0's replace consumed it
     fired = False
 
     def rank2_publishes_its_temp(event, args):
@@ -241,7 +249,8 @@ REPUBLISHED_TEMP = (
 def test_replace_lost_to_a_republished_temp_is_absorbed(fsguard_python: Path) -> None:
     """Compiler cache, 3+ ranks: this rank's temp was consumed by a peer's replace, and a third rank publishes
     its temp under the same name before fsguard decides. Both parents exist, so ENOENT can only mean the
-    source was missing when the call ran: this lost replace is the same race and should be absorbed.
+    source was missing when the call ran: this lost replace is the same race and should be absorbed (an
+    ``absorbed`` record: this rank published its build whole, by a rename of its own, so nothing was mixed).
     An audit hook on fsguard's first directory listing plays the third rank, so the interleaving is certain.
     (Found by the random-pause version of the replace race: ~2-3 % of iterations re-raised before the fix.)
     """

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import ROOT, clean_env
 from tests.support.cli import run_cli
+from tests.support.env import TORCHRUN_ENV
 
 DATA = ROOT / "tests" / "data" / "audit"
 GUARDED = DATA / "guarded"
@@ -95,6 +96,7 @@ def test_json_schema(fsguard_python: Path) -> None:
         "first_epoch": 1796000604.5,
         "last_epoch": 1796000605.0,
         "evidence": "a peer renamed the tree while this rank removed it: 3 entries missing from /ckpt/checkpoint-50",
+        "deferred_by": [],
     }
     assert (mixed["decision"], mixed["decisions"], mixed["longest_wait_s"]) == (
         "unserialized",
@@ -289,3 +291,44 @@ def test_bench_audit_quick_runs(tmp_path: Path) -> None:
         "html/4": (1, 4 * (1 << 20) // 473),
         "html-1file/4": (1, 4 * (1 << 20) // 473),
     }
+
+
+DEFERRED = """
+import os, sys
+import fsguard.patching
+
+where = sys.argv[1]
+src, dst = os.path.join(where, "tmp-checkpoint-1"), os.path.join(where, "checkpoint-1")
+os.mkdir(src)
+fsguard.patching.original("rename")(src, dst)  # a peer's move, first
+try:
+    os.rename(src, dst)
+except FileNotFoundError:
+    print("handled")  # the program's own handling: it decides
+"""
+
+
+def test_a_deferred_record_says_what_deferred_it(fsguard_python: Path, tmp_path: Path) -> None:
+    """Issue 45: a ``deferred`` record names what decided instead of fsguard (the handler, where, and why), and
+    ``report`` shows it in every form."""
+    program, log = tmp_path / "program.py", tmp_path / "log"
+    program.write_text(DEFERRED)
+    (tmp_path / "work").mkdir()
+    env = {**TORCHRUN_ENV, "FSGUARD": "1", "FSGUARD_LOG": str(log)}
+    done = subprocess.run(
+        [str(fsguard_python), str(program), str(tmp_path / "work")], env=clean_env(env), capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout == "handled\n", done.stderr
+    status, doc, _ = report_json(fsguard_python, str(log))
+    assert status == 1
+    (group,) = doc["groups"]
+    assert (group["decision"], group["op"], group["count"]) == ("deferred", "rename", 1)
+    ((by,),) = [[entry["text"] for entry in group["deferred_by"]]]
+    assert by.startswith(f"except FileNotFoundError at {program}:10"), by
+    human = " ".join(fsguard(fsguard_python, "report", str(log)).stdout.split())  # its lines wrapped
+    assert f" defer except FileNotFoundError at {program}:10: " in human, human
+    markdown = fsguard(fsguard_python, "report", "--markdown", str(log)).stdout
+    assert f"deferred by: except FileNotFoundError at {program}:10" in markdown, markdown
+    fsguard(fsguard_python, "report", "--html", str(tmp_path / "report.html"), str(log))
+    page = (tmp_path / "report.html").read_text()
+    assert f"<b>deferred by</b> except FileNotFoundError at {program}:10" in page

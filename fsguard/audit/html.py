@@ -405,6 +405,7 @@ def _sites(collector: Collector) -> str:
             paths += f"<div><small>{_e(report.more_patterns(hidden))}</small></div>"
         mix = f"<div><b>mix</b> {_e(report.mix(g))}</div>" if len(g.decisions) > 1 else ""
         why = f'<div class="why"><b>why</b> {_e(g.evidence)}</div>' if g.evidence else ""
+        why += "".join(f'<div class="why"><b>deferred by</b> {_e(text)}</div>' for text in g.deferrals())
         rows.append(
             f'<tr class="{"attention" if g.attention else ""}"><td>{"!!" if g.attention else ""}</td>'
             f'<td><span class="tag" style="background:{_colour(g.decision)}">{_e(g.decision)}</span></td>'

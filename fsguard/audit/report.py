@@ -63,6 +63,7 @@ class Group(tables.Tally):
     last: float = float("-inf")
     evidence: str = ""
     evidence_severity: int = len(SEVERITY) + 1
+    deferred_by: Counter[str] = field(default_factory=Counter)  # what decided instead, per deferred record
 
     def add(self, record: Record) -> None:
         self.count += 1
@@ -76,6 +77,9 @@ class Group(tables.Tally):
         self.longest_wait = max(self.longest_wait, float(record.waited_s or 0.0))
         self.first = min(self.first, record.time)
         self.last = max(self.last, record.time)
+        by = record.deferred_by()
+        if by is not None and (by in self.deferred_by or len(self.deferred_by) < tables.MAX_PATTERNS):
+            self.deferred_by[by] += 1
         severity = _severity(record.decision)
         if severity < self.evidence_severity:  # the first record of the worst decision explains the group
             self.evidence, self.evidence_severity = record.evidence, severity
@@ -110,7 +114,15 @@ class Group(tables.Tally):
             "first_epoch": self.first,
             "last_epoch": self.last,
             "evidence": self.evidence,
+            "deferred_by": [{"text": text, "count": n} for text, n in self.deferred_by.most_common()],
         }
+
+    def deferrals(self, shown: int = 3) -> list[str]:
+        """What deferred the group's deferred records, most often first: ``except OSError at a.py:3: ... (x2)``."""
+        top = self.deferred_by.most_common(shown)
+        lines = [f"{text} (x{n})" if n > 1 else text for text, n in top]
+        hidden = len(self.deferred_by) - len(top)
+        return lines + ([f"(and {hidden} more)"] if hidden > 0 else [])
 
 
 class Collector:
@@ -271,6 +283,7 @@ def _row(g: Group) -> tables.Row:
         details.append(("hosts", ", ".join(sorted(g.hosts)), tables.WRAP))
     if g.evidence:
         details.append(("why", g.evidence, tables.WRAP))
+    details += [("defer" if i == 0 else "", text, tables.WRAP) for i, text in enumerate(g.deferrals())]
     return tables.Row(
         "!!" if g.attention else "",
         [
@@ -339,7 +352,7 @@ def _markdown_row(g: Group) -> list[str]:
         f"{g.longest_wait:.2f} s",
         tables.stamp(g.first),
         tables.stamp(g.last),
-        g.evidence,
+        g.evidence + "".join(f"<br>deferred by: {text}" for text in g.deferrals()),
     ]
 
 

@@ -66,7 +66,10 @@ from ..guards import (
 from . import inputs, ordering, patterns, tables
 from .tracebacks import Frame, Reader, Traceback
 
-VERDICT_ORDER = (SERIALIZE, ABSORBED, NOT_FIXABLE)
+# A race the traceback cannot prove fsguard absorbs: it absorbs only an error that would end its thread, and the
+# log shows the program's own handling on the way, or no way to the top (issue 45).
+DEPENDS = "depends"
+VERDICT_ORDER = (SERIALIZE, ABSORBED, DEPENDS, NOT_FIXABLE)
 MAX_PATTERNS = tables.MAX_PATTERNS
 MAX_SEEN_KEYS = 1_000_000  # dedupe memory bound; beyond it duplicates are counted, not dropped
 
@@ -164,6 +167,57 @@ def operation(frames: list[Frame]) -> tuple[str | None, Frame | None]:
     return _ALIASES.get(op, op) if op else None, site
 
 
+# The first frame of a thread or process: an error that reaches it ends the thread (the default hooks).
+_TOP = re.compile(
+    r"(?:^<frozen runpy>$|[/\\]runpy\.py$)|(?P<threading>[/\\]threading\.py$)"
+    r"|(?P<process>[/\\]multiprocessing[/\\]process\.py$)|(?P<record>[/\\]torch[/\\]distributed[/\\]elastic[/\\]multiprocessing[/\\]errors[/\\]__init__\.py$)"
+)
+# Standard modules whose frames on the way say the error was carried or may be suppressed.
+_CARRIED = re.compile(
+    r"[/\\](?:contextlib\.py|asyncio[/\\][^/\\]+\.py|concurrent[/\\]futures[/\\][^/\\]+\.py"
+    r"|multiprocessing[/\\]pool\.py|socketserver\.py|unittest[/\\][^/\\]+\.py)$"
+)
+_CONTEXT_LINE = re.compile(r"^(?:async\s+)?with\b|^yield\b|(?:^|[=(\s])await\s")
+DEPENDS_WHY = (
+    "{reason}: fsguard absorbs a race only where the error would end its thread; here that depends on the "
+    "program's handling (what a handler or context manager may swallow, fsguard leaves to the program: a deferred "
+    "record, the job as without fsguard)."
+)
+
+
+def _top(frame: Frame) -> bool:
+    """Whether ``frame`` is the first of a thread or process (a script's module, runpy, a thread's or process's
+    bootstrap; the re-raising ``@record`` wrapper of torch's elastic agent, where its summary's copy starts)."""
+    if frame.function == "<module>":
+        return True
+    found = _TOP.search(frame.file)
+    if found is None:
+        return False
+    if found["threading"]:
+        return frame.function in ("_bootstrap", "_bootstrap_inner")
+    if found["process"]:
+        return frame.function == "_bootstrap"
+    return not found["record"] or frame.function == "wrapper"
+
+
+def unproven(tb: Traceback) -> str | None:
+    """Why a traceback cannot prove its error ended its thread unhandled, or None: the exception was handled
+    (another followed it), was raised while handling another, never reaches a thread's top, or passed through a
+    frame that carries errors (a future, a task) or may suppress them (a context manager's exit, a generator)."""
+    if tb.chained:
+        return "the program handled it (another exception followed during its handling)"
+    if tb.handling:
+        return "it was raised while the program handled an earlier exception"
+    if not tb.frames or not _top(tb.frames[0]):
+        return "its traceback does not start at the top of a thread (a handler caught it there, or printed it)"
+    for frame in tb.frames:
+        if _CARRIED.search(frame.file) or frame.function in ("__exit__", "__aexit__"):
+            return f"it passed through {frame.text()}, which may carry or suppress it"
+        if _CONTEXT_LINE.search(frame.source):
+            return f"it passed through a context at {frame.text()} ({frame.source})"
+    return None
+
+
 def _unquote(text: str | None) -> str | None:
     return text[1:-1] if text else None
 
@@ -222,6 +276,7 @@ class Finding(tables.Tally):
     sources: set[str] = field(default_factory=set)
     ordering: bool = False  # a missing staging directory (``ordering.py``): decided once all inputs are read
     race: bool = False  # an ordering race that the inputs prove: counts for the exit status
+    unproven: str | None = None  # why one of its tracebacks cannot prove the crash (``unproven``)
     dirs: dict[str, set[int | None]] = field(default_factory=dict)  # ordering: missing directory -> ranks
 
     @property
@@ -320,6 +375,14 @@ def known_bug(tb: Traceback) -> tuple[KnownBug, Frame] | None:
     return None
 
 
+def _earlier(finding: Finding, tb: Traceback) -> None:
+    """Where a finding was first seen: the earliest line of its first input (a traceback is reported once the
+    next line of its stream says whether it was handled, so an interleaved one may come later)."""
+    if tb.source == finding.first_seen.source and tb.lineno < finding.first_seen.line:
+        finding.first_seen = Place(tb.source, tb.lineno)
+        finding.error = Raised(finding.error.type, finding.error.errno, tb.message)
+
+
 class Findings:
     """Tracebacks of filesystem operations, grouped; the same rank's traceback read twice counts once."""
 
@@ -359,6 +422,11 @@ class Findings:
             finding.ordering = bool(dirs)
         elif staging and not dirs:  # one staging tree among the call site's is enough for its row (rmtree's)
             finding.verdict, finding.why = verdict(op, errno_name, staging)
+        _earlier(finding, tb)
+        if finding.unproven is None and not dirs:
+            finding.unproven = unproven(tb)
+        if finding.unproven is not None and finding.verdict == ABSORBED:
+            finding.verdict, finding.why = DEPENDS, DEPENDS_WHY.format(reason=finding.unproven)
         self._count(finding, key, tb, paths, dirs)
 
     def _add_known(self, tb: Traceback) -> bool:
@@ -375,6 +443,7 @@ class Findings:
             raised, first = Raised(error_type, errno_name, tb.message), Place(tb.source, tb.lineno)
             finding = self.groups[key] = Finding(bug.op, site, raised, NOT_FIXABLE, bug.why, first)
             finding.race = True
+        _earlier(finding, tb)
         self._count(finding, key, tb, paths, [])
         return True
 
@@ -455,6 +524,18 @@ LEGEND = (
     "FSGUARD_SERIALIZE=1; not fixable: fsguard rightly re-raises it."
 )
 LEGEND_ORDERING = " !! not fixable: an ordering race that only a change to the program fixes."
+LEGEND_DEPENDS = (
+    " depends: a race fsguard absorbs only if the error would end its thread; the log shows the program's own "
+    "handling on the way, or cannot show it reached the top."
+)
+
+
+def _legend(found: list[Finding]) -> str:
+    return (
+        LEGEND
+        + (LEGEND_DEPENDS if any(f.verdict == DEPENDS for f in found) else "")
+        + (LEGEND_ORDERING if any(f.race for f in found) else "")
+    )
 
 
 def _summary(findings: Findings, read: int) -> str:
@@ -463,6 +544,10 @@ def _summary(findings: Findings, read: int) -> str:
     ordering_races = sum(1 for f in found if f.race)
     parts = [
         f"{counts[ABSORBED]} absorbed by default",
+        *(
+            [f"{counts[DEPENDS]} depend{'s' if counts[DEPENDS] == 1 else ''} on the program's handling"]
+            * bool(counts[DEPENDS])
+        ),
         f"{counts[SERIALIZE]} need serialization",
         f"{counts[NOT_FIXABLE]} not fixable" + (f" (ordering races: {ordering_races})" if ordering_races else ""),
     ]
@@ -499,8 +584,7 @@ def render_human(findings: Findings, read: int, width: int, wide: bool = False) 
         )
     lines = [*textwrap.wrap(f"fsguard scan: {_summary(findings, read)}", width, break_on_hyphens=False), ""]
     lines += tables.human(COLUMNS, rows, width, wide)
-    legend = LEGEND + (LEGEND_ORDERING if any(f.race for f in found) else "")
-    lines += ["", *textwrap.wrap(legend, width)]
+    lines += ["", *textwrap.wrap(_legend(found), width)]
     return "\n".join(lines)
 
 
@@ -529,6 +613,6 @@ def render_markdown(findings: Findings, read: int) -> str:
             "",
             *tables.markdown(headers, rows),
             "",
-            f"_{LEGEND}{LEGEND_ORDERING if any(f.race for f in found) else ''}_",
+            f"_{_legend(found)}_",
         ]
     )

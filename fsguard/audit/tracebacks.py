@@ -54,6 +54,15 @@ class Traceback:
     host: str | None
     source: str
     lineno: int
+    chained: bool = False  # another exception followed "during handling" of it (or "was the direct cause")
+    handling: bool = False  # raised while the program handled an earlier exception
+
+
+# What Python prints between the tracebacks of a chain: the one above was handled (or converted).
+CHAIN_MARKERS = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
 
 
 @dataclass
@@ -65,6 +74,7 @@ class _Open:
     frame_indent: int = -1
     source_indent: int = -1
     state: str = "frame"  # frame: expecting a File line or the exception; source; caret
+    handling: bool = False  # after a chain marker: raised while handling the traceback above
 
     def feed(self, body: str) -> str | tuple[str, str]:
         """``"more"``, ``"abandon"``, or ``(type, message)`` when the exception line ends it."""
@@ -117,24 +127,52 @@ class _Summary:
 class Reader:
     """The ``inputs.Sink`` that finds tracebacks; ``found`` is called with each complete one."""
 
-    markers: tuple[bytes, ...] = (b"Traceback (most recent call last)", b"ChildFailedError")
+    markers: tuple[bytes, ...] = (
+        b"Traceback (most recent call last)",
+        b"ChildFailedError",
+        *(marker.encode() for marker in CHAIN_MARKERS),
+    )
 
     def __init__(self, found: Callable[[Traceback], None]) -> None:
         self.found = found
         self._open: dict[str, _Open] = {}
         self._summaries: dict[str, _Summary] = {}
+        # A complete traceback waits for its stream's next line: a chain marker there says it was handled.
+        self._done: dict[str, Traceback] = {}
+        self._handling: set[str] = set()  # streams whose next traceback was raised while handling another
         self._source = ""
         self._default_rank: int | None = None
 
     def begin(self, source: str) -> None:
+        self._flush()
         self._open.clear()
         self._summaries.clear()
+        self._handling.clear()
         self._source = source
         match = _TORCHRUN_LOG.search(source)  # torchrun --log-dir: .../attempt_0/<local rank>/stderr.log
         self._default_rank = int(match.group(1)) if match else None
 
     def busy(self) -> bool:
-        return bool(self._open or self._summaries)
+        return bool(self._open or self._summaries or self._done)
+
+    def _flush(self) -> None:
+        for done in self._done.values():
+            self.found(done)
+        self._done.clear()
+
+    def _chain(self, stream: str, body: str) -> bool:
+        """The line after a complete traceback of ``stream``: True when it was a blank line or a chain marker
+        (consumed); the traceback is reported once its next non-blank line says whether it was handled."""
+        done = self._done.get(stream)
+        stripped = body.strip()
+        if done is None or not stripped:
+            return done is not None
+        del self._done[stream]
+        if stripped in CHAIN_MARKERS:
+            done.chained = True
+            self._handling.add(stream)
+        self.found(done)
+        return done.chained
 
     def feed(self, line: bytes, lineno: int) -> None:
         text = line.decode("utf-8", "replace")
@@ -144,6 +182,8 @@ class Reader:
         stream, rank, body = prefixes.split(text)
         if rank is None:
             rank = self._default_rank
+        if self._chain(stream, body):
+            return
         current = self._open.get(stream)
         if current is not None:
             outcome = current.feed(body)
@@ -151,10 +191,15 @@ class Reader:
                 return
             del self._open[stream]
             if isinstance(outcome, tuple):
-                self.found(
-                    Traceback(
-                        current.frames, outcome[0], outcome[1], current.rank, current.host, self._source, current.lineno
-                    )
+                self._done[stream] = Traceback(
+                    current.frames,
+                    outcome[0],
+                    outcome[1],
+                    current.rank,
+                    current.host,
+                    self._source,
+                    current.lineno,
+                    handling=current.handling,
                 )
                 if "ChildFailedError" in body:
                     self._summaries[stream] = _Summary()
@@ -164,14 +209,18 @@ class Reader:
             host = None
             if summary is not None and rank is None:
                 rank, host = summary.rank, summary.host
-            self._open[stream] = _Open(rank, host, lineno)
+            self._open[stream] = _Open(rank, host, lineno, handling=stream in self._handling)
+            self._handling.discard(stream)
             return
+        if body.strip():
+            self._handling.discard(stream)  # a chain marker not followed by a traceback
         if summary is not None and not summary.feed(body.strip()):
             del self._summaries[stream]
         elif "ChildFailedError" in body:
             self._summaries[stream] = _Summary()
 
     def end(self) -> list[str]:
+        self._flush()
         messages = []
         if self._open:
             where = ", ".join(f"line {t.lineno}" for t in self._open.values())

@@ -4,8 +4,9 @@
 2. checkpoints with rotation: every rank writes its shard into a staging directory, renames the staging
    directory to its final name (``os.rename``), removes the previous checkpoint (``shutil.rmtree``) and
    points the ``latest`` symlink at the new one (``os.remove`` of the old link, then ``os.symlink``);
-3. compile cache: every rank compiles the same kernels and publishes each one by writing a temporary file
-   whose name is derived from the kernel (so it is the same on every rank) and ``os.replace``-ing it;
+3. compile cache: every rank compiles the same kernels and publishes each one under a temporary name derived
+   from the kernel (so it is the same on every rank: its build written privately, then renamed there whole) and
+   ``os.replace``-s it onto the kernel's name;
 4. cleanup: every rank removes the job's ``RUNNING`` marker (``os.remove``).
 
 Each rank makes these calls itself, as unmodified training code does. File-based start gates line the
@@ -114,8 +115,10 @@ def compile_cache(r: Rank) -> None:
         temporary = final + ".tmp"  # derived from the kernel alone: every rank picks the same name
         missing = not os.path.exists(final)
         if missing:
-            with open(temporary, "wb") as f:
+            build = f"{temporary}.rank{r.rank}"  # written privately, published whole (never mixed with a peer's)
+            with open(build, "wb") as f:
                 f.write(b"\x7fELF compiled kernel %d" % kernel)
+            os.rename(build, temporary)
         r.gate(f"kernel{kernel}")
         if missing:
             os.replace(temporary, final)

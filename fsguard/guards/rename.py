@@ -75,10 +75,11 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     if st is None:
         if needs_ctime or directory:
             return reraise("destination not yet visible to this node's lookups: cannot tell whose it is", waited)
-        return absorb(
+        return _absorbed(
             f"source gone; destination in a fresh listing but not yet in this node's lookup "
             f"cache{later}: a peer renamed it moments ago",
             waited,
+            _shared_file(src, seen, None, world),
         )
     if directory and not stat.S_ISDIR(st.st_mode):
         return reraise("the call names directories (a trailing separator); no directory stands there", waited)
@@ -88,11 +89,39 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
     now = world.now()
     own_times = [t for t in (own_move, own_put) if t is not None]
     again = f", {now - max(own_times):.1f} s after this process's own move" if own_times else ""
-    return absorb(
+    return _absorbed(
         f"source gone{stale_source}{republished}, destination present and changed {now - st.st_ctime:.2f} s ago"
         f"{later}{again}: a peer did the same move",
         waited,
+        _shared_file(src, seen, st, world),
     )
+
+
+SHARED_FILE = (
+    "; but the source was a file several ranks renamed, written in place under the name they shared (no move or "
+    "link of this process put it there whole): their writes into it may be mixed in the destination"
+)
+
+
+def _absorbed(evidence: str, waited: float, shared_file: bool) -> Verdict:
+    """The absorbing verdict: a ``hazard`` where ranks renamed one file they shared (``_shared_file``)."""
+    if shared_file:
+        return absorb(evidence + SHARED_FILE, waited, decision="hazard", shared_source="file")
+    return absorb(evidence, waited)
+
+
+def _shared_file(src: str, seen: Look, st: os.stat_result | None, world: World) -> bool:
+    """Whether a peer renamed away a *file* this process had been writing under the same name: the destination
+    the peer's move made is a regular file, and no guarded call of this process put the source there whole (a
+    move or link onto the name: a private temp published atomically, as a compiler cache does). A file written
+    in place under a name several ranks share (``blobs/<etag>.incomplete`` appended by two nodes,
+    ``.metadata.tmp`` of two coordinators) holds whatever each wrote, in any order; a directory
+    (``tmp-checkpoint-N``, each rank's own files in it) does not mix writes."""
+    listed = seen.kind == "file" if seen.kind is not None else None  # what the fresh look said, where it says
+    if not (listed if listed is not None else st is not None and stat.S_ISREG(st.st_mode)):
+        return False
+    own = world.own_last(src)
+    return own is None or own.kind != "made"
 
 
 def _missing_source(error: OSError, src: str, dst: str, world: World) -> Verdict | str:

@@ -1,4 +1,4 @@
-"""The handler rule (``fsguard/handlers.py``), in-process, one row per sentence of its README paragraph:
+"""The handler rule (``fsguard/oracle/``), in-process, one row per sentence of its README paragraph:
 **fsguard absorbs only a would-be crash**: an error that would leave its thread's top frame, or reach only
 handlers that pass it on (re-raise, convert, exit); every other handler decides, and anything fsguard cannot
 read is left to the program.
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from fsguard import handlers
+from fsguard import oracle
 
 SEEN: list[dict[str, Any] | None] = []
 
@@ -32,7 +32,7 @@ SEEN: list[dict[str, Any] | None] = []
 def guarded(error: type[OSError] = FileExistsError) -> None:
     """The guarded call that fails: what would fsguard decide here?"""
     failure = error(errno.EEXIST if error is FileExistsError else errno.ENOENT, os.strerror(errno.EEXIST), "run-0")
-    SEEN.append(handlers.caller_handles(failure, sys._getframe(1)))
+    SEEN.append(oracle.caller_handles(failure, sys._getframe(1)))
     raise failure
 
 
@@ -41,7 +41,7 @@ def outcome(program: Callable[[], Any]) -> dict[str, Any] | None:
     SEEN.clear()
     escaped: list[BaseException] = []
     hook = threading.excepthook
-    threading.excepthook = lambda args: escaped.append(args.exc_value)  # type: ignore[assignment]
+    threading.excepthook = threading.__excepthook__  # the default: a program-set hook decides (issue 45)
     try:
         thread = threading.Thread(target=program)
         thread.start()
@@ -398,6 +398,194 @@ def retry_loop_around_a_broad_handler() -> None:
             continue
 
 
+# --- issue 45: read, not passed over -------------------------------------------------------------------------
+
+
+class TrainingArguments:
+    """transformers 4.36's ``main_process_first``: two yields, one under try/finally, one in an else; every
+    error passes on (the seed's case: ``save_on_each_node=True`` renames ``tmp-checkpoint-N`` inside it)."""
+
+    world_size = 2
+    is_local_main_process = True
+
+    @contextlib.contextmanager
+    def main_process_first(self, local: bool = True, desc: str = "work") -> Any:
+        if self.world_size > 1:
+            is_main_process = self.is_local_main_process
+            try:
+                if not is_main_process:
+                    print("waiting for", desc, file=sys.stderr)
+                yield
+            finally:
+                if is_main_process:
+                    print("releasing", desc, file=sys.stderr)
+        else:
+            yield
+
+
+class Trainer:
+    def __init__(self) -> None:
+        self.args = TrainingArguments()
+
+    def save(self) -> None:
+        with self.args.main_process_first(desc="renaming model checkpoint folder to true location"):
+            guarded()
+
+
+def transformers_main_process_first() -> None:
+    Trainer().save()
+
+
+ENABLE_PROFILE = False
+
+
+@contextlib.contextmanager
+def _profile() -> Any:
+    """torch 2.13's ``torch.distributed.checkpoint.utils._profile``: two yields, neither in an except."""
+    if ENABLE_PROFILE:
+        print("profiling", file=sys.stderr)
+        try:
+            yield
+        finally:
+            print("stats", file=sys.stderr)
+    else:
+        yield
+
+
+def dcp_profile() -> None:
+    with _profile():
+        guarded()
+
+
+@contextlib.contextmanager
+def timed_helper() -> Any:
+    try:
+        yield
+    finally:
+        print("done", file=sys.stderr)
+
+
+@timed_helper()
+def timed_decorated() -> None:
+    guarded()
+
+
+class Logged(contextlib.ContextDecorator):
+    def __enter__(self) -> Logged:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        print("left", file=sys.stderr)
+
+
+@Logged()
+def logged_decorated() -> None:
+    guarded()
+
+
+def finally_return_helper() -> bool:
+    """A "never raises" helper: the finally's return swallows the error."""
+    made = False
+    try:
+        guarded()
+        made = True
+    finally:
+        return made  # noqa: B012
+
+
+@ignoring(FileExistsError)
+def ignoring_decorated() -> None:
+    guarded()
+
+
+class Ignoring(contextlib.ContextDecorator):
+    def __init__(self, *classes: type[BaseException]) -> None:
+        self.classes = classes
+
+    def __enter__(self) -> Ignoring:
+        return self
+
+    def __exit__(self, kind: Any, *rest: object) -> bool:
+        return kind is not None and issubclass(kind, self.classes)
+
+
+@Ignoring(FileExistsError)
+def context_decorator_suppressing() -> None:
+    guarded()
+
+
+QUIET = True
+
+
+def conditional_manager() -> None:
+    with contextlib.suppress(FileExistsError) if QUIET else contextlib.nullcontext():
+        guarded()
+
+
+def conditional_manager_passing() -> None:
+    """Even where the branch taken passes: only the last branch used to be read."""
+    with contextlib.nullcontext() if QUIET else contextlib.suppress(FileExistsError):
+        guarded()
+
+
+def supervised_thread() -> None:
+    hook = threading.excepthook
+    threading.excepthook = lambda args: None  # type: ignore[assignment]
+    try:
+        guarded()
+    finally:
+        threading.excepthook = hook
+
+
+def finally_break_in_a_loop() -> None:
+    for _ in range(1):
+        try:
+            guarded()
+        finally:
+            break  # noqa: B012
+
+
+def manager_rebound_in_its_block() -> None:
+    cm: Any = contextlib.suppress(FileExistsError)
+    with cm:
+        cm = contextlib.nullcontext()
+        guarded()
+
+
+def exit_stack() -> None:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.nullcontext())
+        guarded()
+
+
+@contextlib.contextmanager
+def two_ways() -> Any:
+    if QUIET:
+        try:
+            yield
+        except OSError:
+            pass
+    else:
+        yield
+
+
+def multi_yield_one_suppressing() -> None:
+    with two_ways():
+        guarded()
+
+
+def multi_yield_object_at_its_yield() -> None:
+    """``with cm:`` of a started generator: read at the yield it is suspended at (its frame's f_lasti)."""
+    global QUIET
+    QUIET = False
+    try:
+        cm = two_ways()
+        with cm:
+            guarded()
+    finally:
+        QUIET = True
+
+
 ROWS: dict[str, tuple[Callable[[], Any], str | None]] = {
     # absorbed (a would-be crash): expected None
     "no handler": (no_handler, None),
@@ -416,6 +604,12 @@ ROWS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "twenty re-raising frames": (deep_reraising_stack, None),
     "handed to a method that re-raises it (ignite)": (handed_to_a_method_that_reraises, None),
     "with a @contextmanager method that passes it on": (with_a_contextmanager_method, None),
+    "transformers 4.36's main_process_first (two yields)": (transformers_main_process_first, None),
+    "torch 2.13 DCP's _profile (two yields)": (dcp_profile, None),
+    "a @contextmanager with try/finally as a decorator": (timed_decorated, None),
+    "a ContextDecorator whose __exit__ returns None, as a decorator": (logged_decorated, None),
+    "a conditional manager, either branch passing": (conditional_manager_passing, "?"),
+    "with cm: of a two-yield @contextmanager, at its passing yield": (multi_yield_object_at_its_yield, None),
     # deferred (the program decides): expected the handler (or "?" for a reason only)
     "a claim loop through a helper (errno idiom)": (claim_loop_through_a_helper, "except OSError"),
     "a broad handler two frames up": (broad_handler_far_up, "except Exception"),
@@ -431,6 +625,15 @@ ROWS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "asyncio.wait_for of a coroutine": (coroutine_in_a_task, "?"),
     "a broad handler in a retry loop": (retry_loop_around_a_broad_handler, "except Exception"),
     "handed to a method that swallows it": (handed_to_a_method_that_swallows, "except BaseException"),
+    "finally: return in a helper": (finally_return_helper, "finally"),
+    "finally: break in a loop": (finally_break_in_a_loop, "?"),
+    "@ignoring(FileExistsError) (a @contextmanager as a decorator)": (ignoring_decorated, "with self._recreate_cm()"),
+    "@Ignoring(FileExistsError) (a ContextDecorator)": (context_decorator_suppressing, "with self._recreate_cm()"),
+    "with (suppress(E) if c else nullcontext())": (conditional_manager, "?"),
+    "a program-set threading.excepthook (a supervised thread)": (supervised_thread, "?"),
+    "a manager's name rebound inside its block": (manager_rebound_in_its_block, "?"),
+    "ExitStack": (exit_stack, "?"),
+    "a two-yield @contextmanager, one yield suppressing": (multi_yield_one_suppressing, "with two_ways()"),
     "with a @contextmanager method that swallows it": (
         with_a_suppressing_contextmanager_method,
         "with accelerator.quietly()",

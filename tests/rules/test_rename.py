@@ -40,6 +40,49 @@ def test_a_source_published_again_by_a_peer_is_the_same_race(op: str, tmp_path: 
 
 
 @OPS
+def test_a_file_a_peer_renamed_away_from_a_shared_name_written_in_place_is_a_hazard(op: str, tmp_path: Path) -> None:
+    """Several ranks wrote one temp file in place (``blobs/<etag>.incomplete`` appended by two nodes) and a peer
+    renamed it first: absorbed, but a ``hazard``, since the destination may hold every rank's writes mixed."""
+    src, dst = str(tmp_path / "blob.incomplete"), str(tmp_path / "blob")
+    Path(dst).write_bytes(b"xx")
+    verdict = decide(rule, op, (src, dst), ENOENT, FakeWorld(), rules())
+    assert verdict.absorb and verdict.decision == "hazard", verdict
+    assert "their writes into it may be mixed" in verdict.evidence and verdict.detail == {"shared_source": "file"}
+
+
+@OPS
+def test_a_file_only_the_listing_shows_is_a_hazard_too(op: str, tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "blob.incomplete"), str(tmp_path / "blob")
+    Path(dst).write_bytes(b"xx")
+    world = FakeWorld(stale=True)
+    world.cached[dst] = None  # a negative lookup cache: the listing says what it is
+    verdict = decide(rule, op, (src, dst), ENOENT, world, rules())
+    assert verdict.absorb and verdict.decision == "hazard", verdict
+
+
+@OPS
+def test_a_file_this_process_published_whole_under_the_shared_name_stays_absorbed(op: str, tmp_path: Path) -> None:
+    """A compiler cache writes a private temp and renames it onto the shared temp name (atomic): each rank's
+    build stays whole, whichever the peer moved; the destination is one rank's, not a mixture."""
+    src, dst = str(tmp_path / "kernel.so.tmp"), str(tmp_path / "kernel.so")
+    Path(dst).write_bytes(b"build")
+    world = FakeWorld()
+    world.did(src, "made", time.time())  # this process's own rename of its private temp onto the name
+    verdict = decide(rule, op, (src, dst), ENOENT, world, rules())
+    assert verdict.absorb and verdict.decision == "absorbed", verdict
+
+
+@OPS
+def test_a_directory_a_peer_renamed_first_stays_absorbed(op: str, tmp_path: Path) -> None:
+    """``tmp-checkpoint-N``: each rank's own files in one shared directory; nothing mixed."""
+    src, dst = _paths(tmp_path)
+    os.mkdir(dst)
+    (Path(dst) / "rng_state_1.pth").write_bytes(b"x")
+    verdict = decide(rule, op, (src, dst), ENOENT, FakeWorld(), rules())
+    assert verdict.absorb and verdict.decision == "absorbed", verdict
+
+
+@OPS
 def test_a_destination_a_shared_filesystem_shows_late_is_waited_for(op: str, tmp_path: Path) -> None:
     src, dst = _paths(tmp_path)
     world = FakeWorld(stale=True)

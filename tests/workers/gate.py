@@ -39,14 +39,13 @@ def crash_of(function: Any, *args: Any) -> tuple[Any, BaseException | None]:
     escaped: list[BaseException] = []
 
     def run() -> None:
-        result[0] = function(*args)
+        try:
+            result[0] = function(*args)
+        except BaseException as error:  # seen, and the thread ends: a program-set excepthook would decide
+            escaped.append(error)
+            raise SystemExit from error  # (the default excepthook ends a thread on SystemExit quietly)
 
-    hook = threading.excepthook
-    threading.excepthook = lambda hooked: escaped.append(hooked.exc_value)  # type: ignore[assignment,arg-type]
-    try:
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
-    finally:
-        threading.excepthook = hook
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
     return result[0], (escaped[0] if escaped else None)

@@ -138,16 +138,15 @@ def in_a_thread(act: Callable[..., Any], *args: Any) -> Any:
     escaped: list[BaseException] = []
 
     def run() -> None:
-        result[0] = act(*args)
+        try:
+            result[0] = act(*args)
+        except BaseException as error:  # seen, and the thread ends: a program-set excepthook would decide
+            escaped.append(error)
+            raise SystemExit from error  # (the default excepthook ends a thread on SystemExit quietly)
 
-    hook = threading.excepthook
-    threading.excepthook = lambda hooked: escaped.append(hooked.exc_value)  # type: ignore[assignment,arg-type]
-    try:
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
-    finally:
-        threading.excepthook = hook
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
     if escaped:
         raise escaped[0]
     return result[0]

@@ -1,0 +1,57 @@
+"""One rank of a job whose nodes each save a ``torch.distributed.checkpoint`` with their own process group into
+one shared directory (issue 45): ``dcp.save(state, checkpoint_id=<out>/step-<n>, process_group=<this node's>)``.
+
+Each node's group has its own coordinator and its own group ranks (0 and 1 on every node), so the nodes write
+the same names: in ``FileSystemWriter.finish`` each rank writes ``__<group rank>.metadata.tmp`` and renames it
+to ``__<group rank>.metadata`` (``use_collectives=False``: no gather, every rank finishes its own save), and the
+two nodes' ranks of one group rank race on that rename. The state is the same on every rank (one seed), so
+whichever node's file wins holds the same checkpoint.
+
+Run as ``torchrun ... dcp_node_groups.py <out> <saves> [collectives]``; global rank 0 prints one JSON line at
+the end: the saves whose every ``__<r>.metadata`` loads back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+
+def main() -> None:
+    out, saves = sys.argv[1], int(sys.argv[2])
+    options = sys.argv[3:]
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    per_node = int(os.environ["LOCAL_WORLD_SIZE"])
+    groups = [dist.new_group(list(range(first, first + per_node))) for first in range(0, world, per_node)]
+    mine = groups[rank // per_node]
+    torch.manual_seed(0)
+    state = {"model": torch.nn.Linear(16, 16).state_dict()}
+    for step in range(saves):
+        dist.barrier()  # the nodes save together, as a job's checkpoint step does
+        where = os.path.join(out, f"step-{step}")
+        writer = dcp.FileSystemWriter(where, sync_files="nosync" not in options)
+        dcp.save(state, storage_writer=writer, process_group=mine, use_collectives="collectives" in options)
+    dist.barrier()
+    if rank == 0:
+        whole = []
+        for step in range(saves):
+            where = os.path.join(out, f"step-{step}")
+            names = [n for n in os.listdir(where) if n.endswith(".metadata")]
+            for name in names:
+                with open(os.path.join(where, name), "rb") as file:
+                    pickle.load(file)  # a whole metadata file, not one mixed with a peer's
+            if names:
+                whole.append(step)
+        print(json.dumps({"whole": whole}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -106,9 +106,8 @@ def without_user_xattrs(backing: Path, point: Path) -> Iterator[Path]:
             time.sleep(0.005)
         yield point
     finally:
-        if mounts_under(point):
-            if subprocess.run(["fusermount3", "-u", str(point)], check=False).returncode != 0:
-                subprocess.run(["fusermount3", "-u", "-z", str(point)], check=False)
+        if mounts_under(point) and subprocess.run(["fusermount3", "-u", str(point)], check=False).returncode != 0:
+            subprocess.run(["fusermount3", "-u", "-z", str(point)], check=False)
         try:
             daemon.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -229,7 +229,7 @@ def test_a_wrapt_first_on_the_programs_import_path_is_the_one_imported(fsguard_p
 
     try:
         vendored = pinned_site("wrapt==1.14.1")
-    except Exception as error:  # noqa: BLE001 - no package index here
+    except Exception as error:  # no package index here
         pytest.skip(f"wrapt 1.14.1 cannot be installed: {error}")
     result = run_python(fsguard_python, VENDORED, {**ENABLED, "VENDORED": str(vendored), "OUT": str(tmp_path)})
     assert result.returncode == 0, result.stderr

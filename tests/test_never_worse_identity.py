@@ -38,15 +38,24 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="jo
 
 
 def start(
-    python: Path, code: str, where: Path, args: list[str], guarded: bool, *options: str, log: str = "job"
+    python: Path,
+    code: str,
+    where: Path,
+    args: list[str],
+    guarded: bool,
+    *options: str,
+    log: str = "job",
+    standalone: bool = True,
 ) -> subprocess.Popen[str]:
     """One ``torchrun --standalone`` job of 2 ranks running ``code`` (``where/program.py``) with ``args``; its
-    records in ``where/log/<log>``."""
+    records in ``where/log/<log>``. ``standalone=False``: torchrun's defaults (static rendezvous, run id "none",
+    ``MASTER_ADDR`` 127.0.0.1)."""
     script = where / "program.py"
     if not script.exists():
         script.write_text(textwrap.dedent(code))
     env = clean_env({"FSGUARD": "1" if guarded else "0", "FSGUARD_LOG": str(where / "log" / log)})
-    command = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *options]
+    command = [str(python), "-m", "torch.distributed.run", *(["--standalone"] if standalone else [])]
+    command += ["--nproc_per_node", "2", *options]
     return subprocess.Popen(
         [*command, str(script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -421,3 +430,104 @@ def test_a_copied_tag_says_nothing(tmp_path: Path) -> None:
     assert evidence.job_tag_of(str(tmp_path / "staging")) is None
     (tmp_path / "untagged").mkdir()
     assert evidence.job_tag_of(str(tmp_path / "untagged")) == ""
+
+
+# --- a relaunch, a driver's jobs in turn, single-node jobs on two nodes: identical identities (issue 46) -----
+
+RELAUNCH = """
+    import json, os, sys, time
+    base, job = sys.argv[1], sys.argv[2]
+    run_dir = os.path.join(base, "runs", "exp")
+    if int(os.environ["RANK"]) == 0:
+        os.makedirs(run_dir)  # the script's guard against reusing a run name
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump({"job": job}, f)
+        if job == "job1":
+            time.sleep(0.3)
+            sys.exit(1)  # fails 0.3 s in
+"""
+
+
+def test_a_torchrun_relaunch_with_the_default_run_id_and_port_is_another_job(
+    fsguard_python: Path, tmp_path: Path
+) -> None:
+    """``torchrun`` with its defaults (static rendezvous, run id "none", one port: chosen once here, as 29500
+    would be, so parallel sessions do not collide), a job that fails 0.3 s in, relaunched at once with the same
+    run name: the second job's ``os.makedirs(run_dir)`` refuses the first's run dir and its ``config.json`` stays,
+    with and without fsguard (e3a2108 took it for the second job's own: identical identities, seconds apart)."""
+    from tests.support.net import free_port
+
+    port = free_port()
+    outcomes = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        options = ("--master-port", str(port), "--monitor-interval", "0.1")
+        for job in ("job1", "job2"):
+            job_run = start(
+                fsguard_python, RELAUNCH, base, [str(base), job], guarded, *options, log=job, standalone=False
+            )
+            code, err = finish(job_run)
+            assert code != 0, err[-3000:]
+        assert "FileExistsError" in err, err[-3000:]
+        outcomes[mode] = files(base)
+        if guarded:
+            assert decisions(base, "job2") == [], decisions(base, "job2")
+    assert outcomes["with"] == outcomes["without"] == {"runs/exp/config.json": '{"job": "job1"}'}, outcomes
+
+
+DRIVER = """
+    import os, subprocess, sys, time
+    base, python, rank_code, port = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    time.sleep(6)  # a long-lived driver (a notebook, a sweep runner): started long before its jobs
+    for job in ("job1", "job2"):
+        ranks = []
+        for rank in range(2):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, FSGUARD_LOG=os.path.join(base, "log", job))
+            ranks.append(subprocess.Popen([python, "-c", rank_code, base, job], env=env, stderr=subprocess.PIPE))
+        for rank, proc in enumerate(ranks):
+            _, err = proc.communicate()
+            print(job, rank, proc.returncode, err.decode()[-400:].replace(chr(10), " | "), flush=True)
+"""
+
+DRIVEN = """
+import json, os, sys
+base, job = sys.argv[1], sys.argv[2]
+run_dir = os.path.join(base, "runs", "exp")
+if int(os.environ["RANK"]) == 0:
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"job": job}, f)
+"""
+
+
+def test_a_drivers_second_job_is_not_its_first(fsguard_python: Path, tmp_path: Path) -> None:
+    """A driver started seconds before it starts its ranks (with ``RANK``, ``WORLD_SIZE``, a loopback
+    ``MASTER_ADDR``: no launcher fsguard knows) runs two jobs in turn: the second one's ``os.makedirs(run_dir)``
+    raises as without fsguard, the first job's ``config.json`` stays (e3a2108 took the driver's start for the
+    job's, so the first job's run dir, made moments before, counted as this job's)."""
+    from tests.support.net import free_port
+
+    port = str(free_port())
+    outcomes = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        env = clean_env({"FSGUARD": "1" if guarded else "0"})
+        args = [str(base), str(fsguard_python), DRIVEN, port]
+        done = subprocess.run(
+            [str(fsguard_python), "-c", textwrap.dedent(DRIVER), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("job1 0 0") and lines[2].startswith("job2 0 1"), done.stdout
+        assert "FileExistsError" in lines[2], done.stdout
+        outcomes[mode] = files(base)
+        if guarded:
+            assert decisions(base, "job2") == [], decisions(base, "job2")
+    assert outcomes["with"] == outcomes["without"] == {"runs/exp/config.json": '{"job": "job1"}'}, outcomes

@@ -531,3 +531,54 @@ def test_a_drivers_second_job_is_not_its_first(fsguard_python: Path, tmp_path: P
         if guarded:
             assert decisions(base, "job2") == [], decisions(base, "job2")
     assert outcomes["with"] == outcomes["without"] == {"runs/exp/config.json": '{"job": "job1"}'}, outcomes
+
+
+SWEEP_NODE = """
+    import os, sys, time
+    shared, node, rank = sys.argv[1], os.environ["FSG_NODE_NAME"], int(os.environ["RANK"])
+    run_dir = os.path.join(shared, "runs", "lr-0.1")
+    if node == "node1":
+        while not os.path.exists(os.path.join(shared, "started-node0")):  # node0's job made its run dir
+            time.sleep(0.01)
+    if rank == 0:
+        try:
+            os.makedirs(run_dir)
+        except FileExistsError:
+            print(f"{node}: FileExistsError", flush=True)
+            sys.exit(1)
+        with open(os.path.join(run_dir, "owner"), "w") as f:
+            f.write(node)
+        open(os.path.join(shared, f"started-{node}"), "w").close()
+    time.sleep(2 if node == "node0" else 0)
+"""
+
+
+@pytest.mark.cluster
+@pytest.mark.fuse
+def test_two_single_node_jobs_with_identical_identities_on_two_nodes(fsguard_python: Path, tmp_path: Path) -> None:
+    """Two single-node jobs of a sweep, one per node (``MASTER_ADDR`` 127.0.0.1, torchrun's run id "none", one
+    port, as torchrun states them: identical identities), started moments apart with one run name on a shared
+    filesystem: node1's ``os.makedirs(run_dir)`` raises as without fsguard, node0's owner stays (a single-node
+    job's identity names its host, and its node's journal, complete for it, has no such directory)."""
+    from tests.cluster.harness import cluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"simulated cluster: {reason}")
+    script = tmp_path / "sweep.py"
+    script.write_text(textwrap.dedent(SWEEP_NODE))
+    ranks = " ".join(f'RANK={r} LOCAL_RANK={r} $PROG "$FSG_SHARED" &' for r in (0, 1))  # the node's 2 ranks
+    outcomes = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        with cluster(2, root=tmp_path / mode) as made:
+            env = clean_env({"FSGUARD": "1" if guarded else "0", "FSGUARD_LOG": str(tmp_path / mode / "log")})
+            env.update(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+            env.update(TORCHELASTIC_RUN_ID="none", TORCHELASTIC_RESTART_COUNT="0")
+            env["PROG"] = f"{fsguard_python} {script}"
+            result = made.run(["bash", "-c", f"{ranks} wait"], env=env, timeout=90, name=mode)
+            assert not result.timed_out, result.output()[-3000:]
+            outcomes[mode] = (
+                (made.backing / "runs" / "lr-0.1" / "owner").read_text(),
+                "node1: FileExistsError" in result.nodes[1].stdout,
+            )
+    assert outcomes["with"] == outcomes["without"] == ("node0", True), outcomes

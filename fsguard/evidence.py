@@ -284,12 +284,14 @@ def job_start(launched: bool) -> float:
 def _parent_or_driver(own: float, parent: float) -> tuple[float, str]:
     """(start, how found) where no launcher is in sight: the parent's start, unless it started longer before this
     process than ``FSGUARD_FRESH_S``: then it is a driver that starts one job after another (a notebook, a sweep
-    runner), not a launcher starting its ranks, and the job started with the earliest of its living children,
-    this process among them (those of a job it ran before have ended)."""
-    if parent >= own - STATE.settings.fresh_s:
+    runner), not a launcher starting its ranks, and the job started with the earliest of its living children
+    started with this process (within ``FSGUARD_FRESH_S`` before it: not a job it ran before, nor a helper it
+    keeps running)."""
+    fresh_s = STATE.settings.fresh_s
+    if parent >= own - fresh_s:
         return min(own, parent), "the parent process's start"
     ppid = os.getppid()
-    starts = [found for found in map(_proc_start, _children(ppid)) if found is not None]
+    starts = [found for found in map(_proc_start, _children(ppid)) if found is not None and found >= own - fresh_s]
     return min([own, *starts]), f"the earliest start among the children of a driver (pid {ppid}) started long before"
 
 

@@ -6,15 +6,16 @@ setting but ``FSGUARD`` and ``FSGUARD_LOG``); the exit codes, the exception and 
 
 * two jobs of a sweep started seconds apart with one run name, rank 0 guarding against reuse with
   ``os.makedirs(run_dir)`` (or ``Path.mkdir``): the second job stops with ``FileExistsError``, the first job's
-  files stay (the directory's job tag, ``user.fsguard.job``, names the first job);
+  files stay (this node's journal of what each job made, ``fsguard.journal``, names the first job);
 * a restarted attempt (``torchrun --max-restarts 1``): attempt 0 published and crashed; attempt 1's
   ``os.replace(tmp, result.json)`` with no tmp raises ``FileNotFoundError``, its ``os.makedirs(ckpt)``
-  ``FileExistsError`` (the attempt's start, and the directory's tag of attempt 0);
+  ``FileExistsError`` (the attempt's start, and the journal's entry of attempt 0);
 * a previous job's run directory made 10 s before launch and its ``result.json`` published 15 s before: raised
   as without fsguard (the documented ``FSGUARD_FRESH_S``, 5 s);
 * a tree unpacked by ``tar`` (or copied by ``cp -r``) in a subprocess, then removed with ``shutil.rmtree``: no
-  yield window and no ``hazard`` record (no guarded call of a peer made it: no job tag where the filesystem
-  keeps them).
+  yield window and no ``hazard`` record (no guarded call of a peer made it: not in the single-node job's journal);
+* issue 46: a torchrun relaunch with the default run id and port, a driver's two jobs in turn, two single-node
+  jobs with identical identities on two simulated nodes: each second job is another job.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tests.support.records import from_log_dir
 
 TIMEOUT_S = 120
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="job tags are extended attributes (Linux)")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and /dev/shm (Linux)")
 
 
 def start(
@@ -79,18 +80,6 @@ def decisions(where: Path, job: str = "job") -> list[tuple[str, str]]:
     return [(r.op, r.decision) for r in from_log_dir(where / "log" / job)]
 
 
-def needs_tags(where: Path) -> None:
-    """Skip where the filesystem keeps no user extended attributes (there time alone decides)."""
-    probe = where / "xattr-probe"
-    probe.mkdir()
-    try:
-        os.setxattr(probe, "user.probe", b"1")
-    except OSError:
-        pytest.skip(f"the filesystem of {where} keeps no extended attributes: time alone decides there")
-    finally:
-        probe.rmdir()
-
-
 # --- two jobs of a sweep, one run name ---------------------------------------------------------------------
 
 SWEEP = """
@@ -119,7 +108,6 @@ SWEEP = """
 def test_two_jobs_of_a_sweep_with_one_run_name(fsguard_python: Path, tmp_path: Path, how: str) -> None:
     """The second job starts once the first one has made its run directory (seconds apart, both running): it
     stops with ``FileExistsError`` and the first job's owner and weights stay, with and without fsguard."""
-    needs_tags(tmp_path)
     outcomes = {}
     for mode, guarded in (("without", False), ("with", True)):
         base = tmp_path / mode
@@ -171,7 +159,6 @@ def test_a_restarted_attempt_is_not_a_peer(fsguard_python: Path, tmp_path: Path,
     """``torchrun --max-restarts 1``: attempt 0 published (or made its checkpoint directory) and crashed; attempt
     1's ``os.replace`` of a missing tmp raises ``FileNotFoundError`` (its ``os.makedirs``, ``FileExistsError``) and
     the job fails, with attempt 0's file left, with and without fsguard."""
-    needs_tags(tmp_path)
     outcomes = {}
     error = "FileNotFoundError" if how == "replace" else "FileExistsError"
     for mode, guarded in (("without", False), ("with", True)):
@@ -205,7 +192,6 @@ RESTARTED_PEERS = """
 def test_in_a_restarted_attempt_a_peers_directory_is_still_a_peers(fsguard_python: Path, tmp_path: Path) -> None:
     """The attempt's start is not too late: in attempt 1, rank 1's ``os.makedirs`` of the directory rank 0 of
     the same attempt made moments ago fails without fsguard and is absorbed with it (one record, by its tag)."""
-    needs_tags(tmp_path)
     runs = {}
     for mode, guarded in (("without", False), ("with", True)):
         base = tmp_path / mode
@@ -289,7 +275,6 @@ def test_a_restarted_two_node_jobs_peers_are_still_peers(fsguard_python: Path, t
     ranks of one attempt carry different restart counts. Node 1's ``os.makedirs`` of the directory node 0's rank
     of this attempt made moments ago crashes without fsguard, and is absorbed with it: the job tag says "this
     job", and time tells the attempt."""
-    needs_tags(tmp_path)
     marks = {}
     for mode, guarded, port in (("without", False, 29631), ("with", True, 29632)):
         base = tmp_path / mode
@@ -378,7 +363,6 @@ def dataset_archive(where: Path) -> Path:
 def test_a_tree_a_subprocess_made_is_no_peers(fsguard_python: Path, tmp_path: Path, how: str) -> None:
     """Each rank unpacks a dataset with ``tar -xf`` (or copies it with ``cp -r``), then removes it, three times: no
     ``hazard`` record (nothing was lost) and no wait, with the same files left as without fsguard."""
-    needs_tags(tmp_path)
     archive = dataset_archive(tmp_path / "input")
     outcomes = {}
     for mode, guarded in (("without", False), ("with", True)):
@@ -397,188 +381,40 @@ def test_a_tree_a_subprocess_made_is_no_peers(fsguard_python: Path, tmp_path: Pa
 
 
 def test_status_says_how_a_peer_is_told(fsguard_python: Path, tmp_path: Path) -> None:
-    """``fsguard status`` names the job tag a rank writes (or says that time alone decides, and why)."""
+    """``fsguard status`` names the job's tag and the journal it is kept in (or says that time alone decides)."""
     import json
 
     from tests.support.cli import run_cli
     from tests.support.env import TORCHRUN_ENV
 
-    needs_tags(tmp_path)
     done = run_cli(fsguard_python, "status", "--json", env={"FSGUARD": "1", **TORCHRUN_ENV}, cwd=tmp_path)
     ident = json.loads(done.stdout)["identity"]
-    assert ident["job_tag"] == "TORCHELASTIC_RUN_ID=test;MASTER_PORT=29500", ident
-    assert ident["filesystem_keeps_tags"] is True and ident["how"].startswith("job tag (user.fsguard.job)")
+    assert ident["job_tag"] == f"TORCHELASTIC_RUN_ID=test;MASTER_PORT=29500;host={os.uname().nodename}", ident
+    assert ident["single_node"] is True and ident["journal"] == f"/dev/shm/fsguard-{os.geteuid()}", ident
+    assert ident["how"].startswith("this node's journal of what each job made"), ident
     alone = run_cli(fsguard_python, "status", env={"FSGUARD": "force"}, cwd=tmp_path)
     assert "identity:    time only: no launcher variable names the job" in alone.stdout, alone.stdout
 
 
-def test_a_copied_tag_says_nothing(tmp_path: Path) -> None:
-    """``shutil.copytree`` ends with ``copystat``, which copies extended attributes: the copy's top would carry
-    its source's tag (a previous job's template copied into this job's staging directory). The tag names its
-    directory's inode, so a copied one reads as no evidence (time decides), never as another job's."""
+def test_a_copied_directory_is_nobodys(tmp_path: Path) -> None:
+    """The journal names paths, not inodes, and nothing travels with a copy: a previous job's template copied
+    into this job's staging directory (``shutil.copytree``) is in no journal, whatever the template's entry."""
     import shutil
 
-    from fsguard import evidence, patching
+    from fsguard import evidence, journal
+    from fsguard.state import STATE
 
-    needs_tags(tmp_path)
+    previous, this = "TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1", "TORCHELASTIC_RUN_ID=this;MASTER_PORT=1"
     template = tmp_path / "template"
     template.mkdir()
-    patching._tag(str(template), b"TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1")
-    assert evidence.job_tag_of(str(template)) == "TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1"
-    shutil.copytree(template, tmp_path / "staging")
-    assert os.getxattr(tmp_path / "staging", "user.fsguard.job").startswith(b"TORCHELASTIC_RUN_ID=previous")
-    assert evidence.job_tag_of(str(tmp_path / "staging")) is None
-    (tmp_path / "untagged").mkdir()
-    assert evidence.job_tag_of(str(tmp_path / "untagged")) == ""
-
-
-# --- a relaunch, a driver's jobs in turn, single-node jobs on two nodes: identical identities (issue 46) -----
-
-RELAUNCH = """
-    import json, os, sys, time
-    base, job = sys.argv[1], sys.argv[2]
-    run_dir = os.path.join(base, "runs", "exp")
-    if int(os.environ["RANK"]) == 0:
-        os.makedirs(run_dir)  # the script's guard against reusing a run name
-        with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump({"job": job}, f)
-        if job == "job1":
-            time.sleep(0.3)
-            sys.exit(1)  # fails 0.3 s in
-"""
-
-
-def test_a_torchrun_relaunch_with_the_default_run_id_and_port_is_another_job(
-    fsguard_python: Path, tmp_path: Path
-) -> None:
-    """``torchrun`` with its defaults (static rendezvous, run id "none", one port: chosen once here, as 29500
-    would be, so parallel sessions do not collide), a job that fails 0.3 s in, relaunched at once with the same
-    run name: the second job's ``os.makedirs(run_dir)`` refuses the first's run dir and its ``config.json`` stays,
-    with and without fsguard (e3a2108 took it for the second job's own: identical identities, seconds apart)."""
-    from tests.support.net import free_port
-
-    port = free_port()
-    outcomes = {}
-    for mode, guarded in (("without", False), ("with", True)):
-        base = tmp_path / mode
-        base.mkdir()
-        options = ("--master-port", str(port), "--monitor-interval", "0.1")
-        for job in ("job1", "job2"):
-            job_run = start(
-                fsguard_python, RELAUNCH, base, [str(base), job], guarded, *options, log=job, standalone=False
-            )
-            code, err = finish(job_run)
-            assert code != 0, err[-3000:]
-        assert "FileExistsError" in err, err[-3000:]
-        outcomes[mode] = files(base)
-        if guarded:
-            assert decisions(base, "job2") == [], decisions(base, "job2")
-    assert outcomes["with"] == outcomes["without"] == {"runs/exp/config.json": '{"job": "job1"}'}, outcomes
-
-
-DRIVER = """
-    import os, subprocess, sys, time
-    base, python, rank_code, port = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-    time.sleep(6)  # a long-lived driver (a notebook, a sweep runner): started long before its jobs
-    for job in ("job1", "job2"):
-        ranks = []
-        for rank in range(2):
-            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, FSGUARD_LOG=os.path.join(base, "log", job))
-            ranks.append(subprocess.Popen([python, "-c", rank_code, base, job], env=env, stderr=subprocess.PIPE))
-        for rank, proc in enumerate(ranks):
-            _, err = proc.communicate()
-            print(job, rank, proc.returncode, err.decode()[-400:].replace(chr(10), " | "), flush=True)
-"""
-
-DRIVEN = """
-import json, os, sys
-base, job = sys.argv[1], sys.argv[2]
-run_dir = os.path.join(base, "runs", "exp")
-if int(os.environ["RANK"]) == 0:
-    os.makedirs(run_dir)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump({"job": job}, f)
-"""
-
-
-def test_a_drivers_second_job_is_not_its_first(fsguard_python: Path, tmp_path: Path) -> None:
-    """A driver started seconds before it starts its ranks (with ``RANK``, ``WORLD_SIZE``, a loopback
-    ``MASTER_ADDR``: no launcher fsguard knows) runs two jobs in turn: the second one's ``os.makedirs(run_dir)``
-    raises as without fsguard, the first job's ``config.json`` stays (e3a2108 took the driver's start for the
-    job's, so the first job's run dir, made moments before, counted as this job's)."""
-    from tests.support.net import free_port
-
-    port = str(free_port())
-    outcomes = {}
-    for mode, guarded in (("without", False), ("with", True)):
-        base = tmp_path / mode
-        base.mkdir()
-        env = clean_env({"FSGUARD": "1" if guarded else "0"})
-        args = [str(base), str(fsguard_python), DRIVEN, port]
-        done = subprocess.run(
-            [str(fsguard_python), "-c", textwrap.dedent(DRIVER), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        lines = done.stdout.splitlines()
-        assert lines[0].startswith("job1 0 0") and lines[2].startswith("job2 0 1"), done.stdout
-        assert "FileExistsError" in lines[2], done.stdout
-        outcomes[mode] = files(base)
-        if guarded:
-            assert decisions(base, "job2") == [], decisions(base, "job2")
-    assert outcomes["with"] == outcomes["without"] == {"runs/exp/config.json": '{"job": "job1"}'}, outcomes
-
-
-SWEEP_NODE = """
-    import os, sys, time
-    shared, node, rank = sys.argv[1], os.environ["FSG_NODE_NAME"], int(os.environ["RANK"])
-    run_dir = os.path.join(shared, "runs", "lr-0.1")
-    if node == "node1":
-        while not os.path.exists(os.path.join(shared, "started-node0")):  # node0's job made its run dir
-            time.sleep(0.01)
-    if rank == 0:
-        try:
-            os.makedirs(run_dir)
-        except FileExistsError:
-            print(f"{node}: FileExistsError", flush=True)
-            sys.exit(1)
-        with open(os.path.join(run_dir, "owner"), "w") as f:
-            f.write(node)
-        open(os.path.join(shared, f"started-{node}"), "w").close()
-    time.sleep(2 if node == "node0" else 0)
-"""
-
-
-@pytest.mark.cluster
-@pytest.mark.fuse
-def test_two_single_node_jobs_with_identical_identities_on_two_nodes(fsguard_python: Path, tmp_path: Path) -> None:
-    """Two single-node jobs of a sweep, one per node (``MASTER_ADDR`` 127.0.0.1, torchrun's run id "none", one
-    port, as torchrun states them: identical identities), started moments apart with one run name on a shared
-    filesystem: node1's ``os.makedirs(run_dir)`` raises as without fsguard, node0's owner stays (a single-node
-    job's identity names its host, and its node's journal, complete for it, has no such directory)."""
-    from tests.cluster.harness import cluster, unavailable_reason
-
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"simulated cluster: {reason}")
-    script = tmp_path / "sweep.py"
-    script.write_text(textwrap.dedent(SWEEP_NODE))
-    ranks = " ".join(f'RANK={r} LOCAL_RANK={r} $PROG "$FSG_SHARED" &' for r in (0, 1))  # the node's 2 ranks
-    outcomes = {}
-    for mode, guarded in (("without", False), ("with", True)):
-        with cluster(2, root=tmp_path / mode) as made:
-            env = clean_env({"FSGUARD": "1" if guarded else "0", "FSGUARD_LOG": str(tmp_path / mode / "log")})
-            env.update(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-            env.update(TORCHELASTIC_RUN_ID="none", TORCHELASTIC_RESTART_COUNT="0")
-            env["PROG"] = f"{fsguard_python} {script}"
-            result = made.run(["bash", "-c", f"{ranks} wait"], env=env, timeout=90, name=mode)
-            assert not result.timed_out, result.output()[-3000:]
-            outcomes[mode] = (
-                (made.backing / "runs" / "lr-0.1" / "owner").read_text(),
-                "node1: FileExistsError" in result.nodes[1].stdout,
-            )
-    assert outcomes["with"] == outcomes["without"] == ("node0", True), outcomes
+    journal.made(str(template), previous)
+    STATE.job = this
+    try:
+        assert evidence.job_tag_of(str(template)) == previous
+        shutil.copytree(template, tmp_path / "staging")
+        assert os.listxattr(tmp_path / "staging") == []
+        assert evidence.job_tag_of(str(tmp_path / "staging")) is None  # a multi-node job: the journal cannot tell
+        STATE.job = this + ";host=n0"
+        assert evidence.job_tag_of(str(tmp_path / "staging")) == ""  # single-node: no peer made it
+    finally:
+        STATE.reset()

@@ -11,7 +11,7 @@ What it can tell: every guarded mkdir of every job of this user on this node, so
 ranks here: ``launcher.single_node``) a directory its journal lacks was made by no guarded call of this job.
 What it cannot: a peer on another node (its journal is on its own node: there time decides), a directory made
 by a tool or an unguarded process, one spelled differently (through a symlink) by its maker, or one made with
-``dir_fd``. Journals nobody wrote into for ``STALE_S`` are removed by the next process to open one.
+``dir_fd``. Journals nobody wrote into for ``STALE_S`` are removed by the next job to start on the node.
 """
 
 from __future__ import annotations
@@ -70,18 +70,29 @@ def directory() -> str | None:
 
 
 def _open(tag: str) -> int:
-    """This job's journal, opened for appending once per process (-1: none can be); old journals swept."""
+    """This job's journal, opened for appending once per process (-1: none can be); the process that creates
+    it sweeps old journals away."""
     caches = STATE.caches
     fd = -1
     where = directory()
     if where is not None:
-        _sweep(where)
+        path = os.path.join(where, file_name(tag))
         try:
-            fd = os.open(os.path.join(where, file_name(tag)), _FLAGS, 0o600)
+            fd = os.open(path, _FLAGS | os.O_EXCL, 0o600)
+            _sweep(where)  # the first process of a job on this node: once per job, not per process
+        except FileExistsError:
+            fd = _open_existing(path)
         except OSError:
             fd = -1
     caches.journal = (tag, fd)
     return fd
+
+
+def _open_existing(path: str) -> int:
+    try:
+        return os.open(path, _FLAGS, 0o600)
+    except OSError:
+        return -1
 
 
 def _sweep(where: str) -> None:

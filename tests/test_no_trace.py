@@ -139,3 +139,31 @@ def test_a_ranks_output_copies_to_a_filesystem_without_user_xattrs(fsguard_pytho
             assert cp.returncode == 0, (tree, cp.stderr)
         assert (dest / "rsync-rank" / "run" / "ckpt" / "weights").read_text() == "w"
         assert (dest / "cp-rank" / "run" / "ckpt" / "weights").read_text() == "w"
+
+
+# --- the journal itself (in-process) -------------------------------------------------------------------------
+
+
+def test_the_journal_names_the_newest_job_that_made_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries are whole paths (one inside another's name is not a match), the newest across jobs wins, relative
+    paths are noted absolute, and a tag with ``/`` or ``%`` names its file reversibly."""
+    from fsguard import journal
+    from fsguard.state import STATE
+
+    monkeypatch.setattr(journal, "CANDIDATES", (str(tmp_path),))
+    monkeypatch.chdir(tmp_path)
+    first, second = "MASTER_PORT=1;host=a/b%c", "MASTER_PORT=2;host=n"
+    assert journal.tag_of(journal.file_name(first)) == first
+    try:
+        journal.made("runs/exp", first)
+        journal.made(str(tmp_path / "x runs" / "exp"), first)  # " <path>" inside another entry's path
+        assert journal.newest(str(tmp_path / "runs" / "exp"), second)[1] == first  # type: ignore[index]
+        assert journal.newest(str(tmp_path / "exp"), second) is None
+        journal.made(str(tmp_path / "runs" / "exp"), second)
+        assert journal.newest("runs/exp", second)[1] == second  # type: ignore[index]
+        assert sorted(os.listdir(tmp_path / f"fsguard-{os.geteuid()}")) == sorted(
+            journal.file_name(tag) for tag in (first, second)
+        )
+        assert oct(os.stat(tmp_path / f"fsguard-{os.geteuid()}").st_mode & 0o777) == "0o700"
+    finally:
+        STATE.caches.clear()

@@ -10,7 +10,7 @@ wins.* So:
     (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), trees older than the job, and old generations
     of a rotation (another generation of the name stands beside the tree: ``checkpoint-2`` beside
     ``checkpoint-6``) are removed at once, and so are trees no guarded call of a peer of this attempt made (their
-    job tag, ``fsguard.evidence.job_tag_of``: another job's, or none where the filesystem keeps tags);
+    job tag in the node's journal, ``fsguard.evidence.job_tag_of``: another job's, or none in a single-node job);
   * a tree moved away while it is being removed is left alone at its new name: a ``hazard`` record says
     where it went and what was removed before the move (``moved_mid_walk``);
   * a peer's fresh tree that nobody moved within the window is removed, with a ``hazard`` record naming it:
@@ -78,8 +78,8 @@ def plan(path: str, top: os.stat_result | None, own: str | None, world: World, r
     kept best ``checkpoint-2`` beside the ``checkpoint-4`` removed; a staging tree a peer is about to commit has a
     name of its own) and for a mount point (a bind-mounted output directory), which no rename can move. Checked at
     once: a tree older than the job (or this attempt), when the window is off, and a tree no guarded call of a peer
-    of this attempt made: its job tag is another job's or attempt's, or it has none where the filesystem keeps
-    tags (unpacked by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then."""
+    of this attempt made: the node's journal names another job or attempt, or none in a single-node job (unpacked
+    by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then."""
     if top is None or not stat.S_ISDIR(top.st_mode):
         return "check"
     if not rules.peers or own == "made":

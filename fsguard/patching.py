@@ -13,7 +13,6 @@ import time
 
 from . import _later, _wrapt, callers, config, failure, launcher
 from .calls import FAMILY, Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
-from .journal import made
 from .state import STATE, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
@@ -106,7 +105,7 @@ def _wrapper(
     """One Python frame on the happy path: the call, one append, return. A failure goes to its one pipeline,
     ``failure.absorbs``, called from this frame (its frame questions count from here)."""
     state, getframe, absorbs = STATE, sys._getframe, failure.absorbs
-    makes, passes_fds = op == "makedirs", op in FAMILY
+    makes, passes_fds, notes = op == "makedirs", op in FAMILY, _journal_note()  # [the journal's note]
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not kwargs and state.serializer is None and (not makes or len(args) < 3):  # positional, not serialized
@@ -118,7 +117,7 @@ def _wrapper(
                 result = None
             else:
                 if tag is not None:
-                    made(args[0], tag)
+                    notes[0](args[0], tag)
             remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
             return result
         if makes and instance is not _LEVEL and getframe(1).f_code is parent_of and parent_of is not None:
@@ -139,7 +138,7 @@ def _wrapper(
             else:
                 result = wrapped(*args, **kwargs)
                 if tag is not None and kwargs.get("dir_fd") is None:
-                    made(first_path(op, args, kwargs), tag)
+                    notes[0](first_path(op, args, kwargs), tag)
         except OSError as error:
             if _leaf_found(std_makedirs, error) or not absorbs(Call(op, args, kwargs), error):
                 raise
@@ -257,7 +256,7 @@ def _makedirs_exist_ok(
     try:
         mkdir(name, mode)
         if STATE.job is not None:
-            made(name, STATE.job)
+            _note(name, STATE.job)
         return True
     except FileExistsError:
         existed = True
@@ -282,8 +281,31 @@ def _makedirs_exist_ok(
             raise
         return False
     if STATE.job is not None:
-        made(name, STATE.job)
+        _note(name, STATE.job)
     return True
+
+
+def _journal_note() -> list[Callable[[Any, str], None]]:
+    """A one-entry list holding the journal's note (``fsguard.journal.made``): at first a stand-in that imports
+    the journal at the first directory made (not at start-up), puts the note in its place and notes."""
+    slot: list[Callable[[Any, str], None]] = []
+
+    def first(path: Any, job: str) -> None:
+        from .journal import made
+
+        slot[0] = made
+        made(path, job)
+
+    slot.append(first)
+    return slot
+
+
+def _note(path: Any, job: str) -> None:
+    """Note a directory ``makedirs(exist_ok=True)`` made in the job's node-local journal (``fsguard.journal``,
+    imported at the first one, not at start-up)."""
+    from .journal import made
+
+    made(path, job)
 
 
 def _takes_onexc(function: Any) -> bool:

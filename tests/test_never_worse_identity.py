@@ -418,3 +418,40 @@ def test_a_copied_directory_is_nobodys(tmp_path: Path) -> None:
         assert evidence.job_tag_of(str(tmp_path / "staging")) == ""  # single-node: no peer made it
     finally:
         STATE.reset()
+
+
+ARRAY_TASK = """
+import os, sys
+run_dir = os.path.join(sys.argv[1], "runs", "shared-name")
+if os.environ["SLURM_PROCID"] == "0":
+    os.makedirs(run_dir)  # each array task guards its run name
+    with open(os.path.join(run_dir, "owner"), "w") as f:
+        f.write(os.environ["SLURM_ARRAY_TASK_ID"])
+"""
+
+
+def test_slurm_array_tasks_are_two_jobs(fsguard_python: Path, tmp_path: Path) -> None:
+    """Two tasks of a SLURM array on one node, moments apart (their ``SLURM_JOB_ID`` differ, their array's is one):
+    the second task's ``os.makedirs(run_dir)`` raises as without fsguard, the first task's owner stays. The
+    variables are srun's, set here by hand (a real SLURM: ``tests/test_launchers.py``)."""
+    outcomes = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        errors = []
+        for task, job_id in (("0", "101"), ("1", "102")):
+            env = {"FSGUARD": "1" if guarded else "0", "FSGUARD_LOG": str(base / "log" / task)}
+            env.update(SLURM_ARRAY_JOB_ID="100", SLURM_ARRAY_TASK_ID=task, SLURM_JOB_ID=job_id, SLURM_STEP_ID="0")
+            env.update(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NUM_NODES="1")
+            done = subprocess.run(
+                [str(fsguard_python), "-c", ARRAY_TASK, str(base)],
+                env=clean_env(env),
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+            )
+            errors.append("FileExistsError" in done.stderr)
+        outcomes[mode] = (files(base), errors)
+        if guarded:
+            assert decisions(base, "1") == [], decisions(base, "1")
+    assert outcomes["with"] == outcomes["without"] == ({"runs/shared-name/owner": "0"}, [False, True]), outcomes

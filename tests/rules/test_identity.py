@@ -1,9 +1,11 @@
-"""Identity before time (issue 34): a directory's job tag (``fsguard.evidence.job_tag_of``) and a restarted
-attempt's start (``Rules.attempt_start``) in the rules of makedirs/mkdir, rename/replace and rmtree.
+"""Identity before time (issues 34, 46): whose a directory is by the node's journal of what each job made
+(``fsguard.evidence.job_tag_of``, ``fsguard.journal``) and a restarted attempt's start (``Rules.attempt_start``)
+in the rules of makedirs/mkdir, rename/replace and rmtree.
 
-A tag can only turn an absorb into a raise (another job's, another attempt's) or take away a wait (a tree no
-guarded call of a peer made); a tag of this attempt is still subject to the time check; no tag to read means
-time alone, and the record says so (``identity``)."""
+The journal's answer can only turn an absorb into a raise (another job's, another attempt's, an earlier job's of
+the same identity, none in a single-node job) or take away a wait (a tree no guarded call of a peer made); an
+entry of this attempt is still subject to the time check; where the journal cannot tell (a peer on another
+node) time alone decides, and the record says so (``identity``)."""
 
 from __future__ import annotations
 

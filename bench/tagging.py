@@ -1,15 +1,16 @@
-"""The job tag's cost on the happy path (issue 34): one ``os.mkdir`` + ``os.rmdir`` pair, and one
-``os.makedirs(a/b/c)`` + removal, unpatched against patched, in a process that looks like rank 1 of a 4-rank
+"""The job's identity's cost on the happy path (issues 34, 46): one ``os.mkdir`` + ``os.rmdir`` pair, and one
+``os.makedirs(a/b/c)`` + removal, unpatched against patched, in a process that looks like rank 1 of a 4-rank, 2-node
 torchrun job (``fsguard.install()`` on the working tree).
 
 Arms, interleaved round by round:
 
 * ``unpatched``: the standard functions;
 * ``patched, no tag``: fsguard installed with no job to name (``TORCHELASTIC_RUN_ID`` and ``MASTER_PORT`` unset:
-  ``launcher.job_tag`` is None), so mkdir writes nothing: the wrapper alone;
-* ``patched, tag``: fsguard installed in the job, so each directory a guarded mkdir creates gets the
-  ``user.fsguard.job`` extended attribute: one ``setxattr`` per directory created;
-* ``setxattr alone``: the one syscall the tag adds, on a directory that exists.
+  ``launcher.job_tag`` is None), so mkdir notes nothing: the wrapper alone;
+* ``patched, tag``: fsguard installed in the job, so each directory a guarded mkdir creates is noted in the job's
+  node-local journal (``fsguard.journal``): one ``write`` to a file in ``/dev/shm``, nothing on the directory
+  (until issue 46, an ``lstat`` and a ``setxattr`` of ``user.fsguard.job`` on it);
+* ``journal alone``: that note, without the mkdir.
 
 Prints microseconds per pair (median of rounds) and the ratio to the unpatched arm, for the directory given
 (default: a temporary directory; pass one on tmpfs, NFS... to measure there).
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-JOB = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "FSGUARD": "1"}
+JOB = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "FSGUARD": "1"}  # 2 nodes
 NAMED = {"TORCHELASTIC_RUN_ID": "bench", "MASTER_PORT": "29500"}
 
 
@@ -60,15 +61,16 @@ def _nested(where: str, n: int) -> Callable[[], float]:
     return run
 
 
-def _setxattr(where: str, n: int) -> Callable[[], float]:
+def _journal(where: str, n: int) -> Callable[[], float]:
+    from fsguard import journal
+
     target = os.path.join(where, "x")
-    os.makedirs(target, exist_ok=True)
 
     def run() -> float:
-        setxattr = os.setxattr
+        made = journal.made
         started = time.perf_counter()
         for _ in range(n):
-            setxattr(target, "user.fsguard.job", b"TORCHELASTIC_RUN_ID=bench;MASTER_PORT=29500", follow_symlinks=False)
+            made(target, "TORCHELASTIC_RUN_ID=bench;MASTER_PORT=29500;host=bench")
         return (time.perf_counter() - started) / n * 1e6
 
     return run
@@ -88,7 +90,7 @@ def main() -> int:
     results: dict[str, dict[str, list[float]]] = {"mkdir+rmdir": {}, "makedirs(a/b/c)+3 rmdir": {}}
     with tempfile.TemporaryDirectory(dir=args.dir) as where:
         work = {"mkdir+rmdir": _pairs(where, n), "makedirs(a/b/c)+3 rmdir": _nested(where, n // 4)}
-        alone = _setxattr(where, n)
+        alone = _journal(where, n)
         setx: list[float] = []
         for _ in range(rounds):
             for arm, env in (("unpatched", None), ("patched, no tag", JOB), ("patched, tag", {**JOB, **NAMED})):
@@ -104,7 +106,7 @@ def main() -> int:
                     os.environ.clear()
                     os.environ.update(saved)
             setx.append(alone())
-    table: dict[str, object] = {"setxattr alone (us)": round(statistics.median(setx), 2), "directory": where}
+    table: dict[str, object] = {"journal alone (us)": round(statistics.median(setx), 2), "directory": where}
     print(f"job tag cost, {n} calls x {rounds} rounds in {where} (median microseconds; ratio to unpatched)")
     for what, arms in results.items():
         base = statistics.median(arms["unpatched"])
@@ -114,7 +116,7 @@ def main() -> int:
             row[arm] = {"us": round(median, 2), "ratio": round(median / base, 3)}
             print(f"  {what:<26} {arm:<16} {median:8.2f} us  x{median / base:.3f}")
         table[what] = row
-    print(f"  setxattr alone            {table['setxattr alone (us)']:8.2f} us")
+    print(f"  journal alone             {table['journal alone (us)']:8.2f} us")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(table, f, indent=2)

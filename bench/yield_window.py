@@ -56,9 +56,6 @@ JOB = {
 }
 
 
-JOB_NAMED = ("TORCHELASTIC_RUN_ID", "MASTER_PORT")  # what names the job (fsguard.launcher.job_tag)
-
-
 def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None:
     if made_by_makedirs:
         os.makedirs(path, exist_ok=exist_ok)
@@ -66,11 +63,12 @@ def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None
         import posix
 
         posix.mkdir(path)  # as a peer would: unguarded, so this process's memory has no trace of it
-        try:  # and with the job tag a peer's guarded mkdir writes (fsguard.launcher.job_tag)
-            tag = ";".join([*(f"{k}={JOB[k]}" for k in JOB_NAMED), f"ino={os.lstat(path).st_ino}"])
-            os.setxattr(path, "user.fsguard.job", tag.encode())
-        except OSError:
-            pass  # a filesystem without extended attributes: time alone decides, as for any peer tree there
+        from fsguard import journal
+        from fsguard.launcher import job_tag
+
+        tag = job_tag(os.environ)  # noted in this node's journal, as a peer's guarded mkdir notes it
+        if tag is not None:
+            journal.made(path, tag)
     for i in range(FILES):
         with open(os.path.join(path, f"shard-{i}"), "w") as f:
             f.write("x")

@@ -73,14 +73,15 @@ def _extension_alone() -> type[Any] | None:
             for name in [m for m in sys.modules if m.startswith(PACKAGE + ".")]:
                 del sys.modules[name]  # as if nothing had been tried: ``import wrapt`` starts afresh
             return None
-        sys.meta_path.insert(0, _Deferred(package, spec))
+        loaded = [m for m in sys.modules if m.startswith(PACKAGE + ".")]
+        sys.meta_path.insert(0, _Deferred(package, spec, loaded))
         return found
 
 
-def _find_spec() -> ModuleSpec | None:
-    for finder in sys.meta_path:
+def _find_spec(skip: object = None) -> ModuleSpec | None:
+    for finder in list(sys.meta_path):
         find = getattr(finder, "find_spec", None)
-        if find is not None:
+        if find is not None and finder is not skip and not isinstance(finder, _Deferred):
             spec: ModuleSpec | None = find(PACKAGE, None)
             if spec is not None:
                 return spec
@@ -88,14 +89,22 @@ def _find_spec() -> ModuleSpec | None:
 
 
 class _Deferred:
-    """Hands the unexecuted package to the first ``import wrapt``, which then executes it (once)."""
+    """Hands the unexecuted package to the first ``import wrapt``, which then executes it (once), where the import
+    path then finds that very package; where it finds another (a pinned wrapt the program put first on
+    ``sys.path``), it steps aside for good: the program imports and finds its own, and fsguard's wrappers keep
+    the type of the extension imported at start-up (callable, unwrappable: ``__wrapped__``)."""
 
-    def __init__(self, package: ModuleType, spec: ModuleSpec) -> None:
+    def __init__(self, package: ModuleType, spec: ModuleSpec, loaded: list[str]) -> None:
         self.package = package
         self.spec = spec
+        self.loaded = loaded  # the submodules imported beneath it (the extension, and what it imports)
 
     def find_spec(self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None) -> Any:
         if name != PACKAGE:
+            return None
+        now = _find_spec(self)
+        if now is None or now.origin != self.spec.origin:
+            self.step_aside()
             return None
         spec: ModuleSpec = _BOOTSTRAP.ModuleSpec(name, self, origin=self.spec.origin, is_package=True)
         spec.submodule_search_locations = self.spec.submodule_search_locations
@@ -114,6 +123,16 @@ class _Deferred:
         loader: Any = self.spec.loader
         loader.exec_module(module)
         module.__spec__ = self.spec  # the package's own spec and loader, as an ordinary import leaves them
+
+    def step_aside(self) -> None:
+        """Leave ``sys.meta_path`` and forget the submodules imported beneath the unexecuted package (still
+        referenced by fsguard's wrappers' type), so that another wrapt imports its own."""
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        for name in self.loaded:
+            sys.modules.pop(name, None)
 
 
 def pending() -> bool:

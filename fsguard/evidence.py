@@ -9,17 +9,13 @@ own ``lstat`` is already the truth: no listing, and nothing to wait for.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import sys
 import time
 
-from . import mounts
-from .launcher import (
-    JOB_TAG,  # the extended attribute guarded mkdir writes its job's tag in (fsguard.patching)
-    MAKER,
-)
+from . import journal, mounts
+from .launcher import is_single_node
 
 # Own memory lives in fsguard.memory; the rules ask for it here with the rest of the evidence.
 from .memory import DIRS as DIRS
@@ -264,7 +260,8 @@ def _launcher_ancestor(limit: int = 8) -> tuple[str, float, int] | None:
 def job_start(launched: bool) -> float:
     """When this job started on this node, as well as this process can tell (``job_start_source`` says how):
     inside a launch, the start of the nearest launcher ancestor (see above); without one it can see (a PID
-    namespace, an unknown launcher), ``SLURM_JOB_START_TIME``, else its parent's start; outside a launch
+    namespace, an unknown launcher), ``SLURM_JOB_START_TIME``, else its parent's start (a driver's children's,
+    ``_parent_or_driver``); outside a launch
     (``FSGUARD=force``), this process's own start."""
     found = STATE.caches.job_start
     if found is None:
@@ -279,9 +276,23 @@ def job_start(launched: bool) -> float:
             elif slurm.isdigit():
                 source, start = "SLURM_JOB_START_TIME", min(start, float(slurm))
             elif parent is not None:
-                source, start = "the parent process's start", min(start, parent)
+                start, source = _parent_or_driver(start, parent)
         found = STATE.caches.job_start = (start, source)
     return found[0]
+
+
+def _parent_or_driver(own: float, parent: float) -> tuple[float, str]:
+    """(start, how found) where no launcher is in sight: the parent's start, unless it started longer before this
+    process than ``FSGUARD_FRESH_S``: then it is a driver that starts one job after another (a notebook, a sweep
+    runner), not a launcher starting its ranks, and the job started with the earliest of its living children
+    started with this process (within ``FSGUARD_FRESH_S`` before it: not a job it ran before, nor a helper it
+    keeps running)."""
+    fresh_s = STATE.settings.fresh_s
+    if parent >= own - fresh_s:
+        return min(own, parent), "the parent process's start"
+    ppid = os.getppid()
+    starts = [found for found in map(_proc_start, _children(ppid)) if found is not None and found >= own - fresh_s]
+    return min([own, *starts]), f"the earliest start among the children of a driver (pid {ppid}) started long before"
 
 
 def __getattr__(name: str) -> str:
@@ -327,47 +338,31 @@ def attempt_start(launched: bool) -> float | None:
 
 
 def job_tag_of(path: str) -> str | None:
-    """The job tag on the directory at ``path`` (``fsguard.launcher.job_tag``, written by the guarded mkdir or
-    makedirs that created it in a job with peers): its text; ``""`` where the filesystem keeps tags and there is
-    none (not made by such a call: a tool such as ``tar``, a process without fsguard); None where no tag can be
-    read (a filesystem without extended attributes, another error), or where it names another inode than the
-    directory's own: copied with the attributes of another directory (``shutil.copystat``), it says nothing."""
-    try:
-        raw = os.getxattr(path, JOB_TAG, follow_symlinks=False).decode("utf-8", "replace")
-        job, _, ino = raw.rpartition(";ino=")
-        job = job.partition(MAKER)[0]  # the rank that made it: ``tag_maker_of``
-        return job if job and ino == str(os.lstat(path).st_ino) else None
-    except OSError as error:
-        return "" if error.errno == errno.ENODATA else None
-    except (AttributeError, TypeError, ValueError):  # no xattrs on this platform, an odd path
+    """Whose the directory at ``path`` is, by this node's journal of what each job made (``fsguard.journal``;
+    nothing is read from the directory itself): the tag of the job whose guarded mkdir made it last; this job's
+    tag with ``;made N s before this job started`` where an earlier job of the same identity made it (torchrun's
+    default run id and port relaunched, a driver's jobs in turn); ``""`` in a single-node job
+    (``launcher.single_node``) when no job of this node made it: no guarded call of a peer did; None where the
+    journal cannot tell (a peer on another node, no tag of this job's own)."""
+    own = STATE.job
+    if own is None:
         return None
+    found = journal.newest(path, own)
+    if found is None:
+        return "" if is_single_node(own) else None
+    when, tag, _ = found
+    started = STATE.caches.job_start
+    if tag == own and started is not None and when < started[0]:
+        return f"{tag};made {started[0] - when:.1f} s before this job started"
+    return tag
 
 
-def tag_maker_of(path: str) -> str | None:
-    """The rank whose process made the directory at ``path``, as its job tag names it (``fsguard.launcher.maker``:
-    ``host/rank``); None where the tag names none (written by an earlier fsguard), or none can be read."""
-    try:
-        raw = os.getxattr(path, JOB_TAG, follow_symlinks=False).decode("utf-8", "replace")
-        job, _, ino = raw.rpartition(";ino=")
-        by = job.partition(MAKER)[2]
-        return by if by and ino == str(os.lstat(path).st_ino) else None
-    except (OSError, AttributeError, TypeError, ValueError):
-        return None
-
-
-def keeps_tags(path: str) -> bool | None:
-    """Whether the filesystem of ``path`` keeps job tags (for ``fsguard status``): None when it cannot be told."""
-    found = job_tag_of(path)
-    if found is not None:
-        return True
-    try:
-        os.getxattr(path, JOB_TAG)
-    except OSError as error:
-        if error.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
-            return False
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return None
+def made_by_rank(path: str, rank: int) -> bool:
+    """Whether this job's newest journal entry for ``path`` names ``rank`` as its maker: a process of that rank,
+    the rank itself or its children (a ``multiprocessing.Pool``'s), made the directory there last."""
+    own = STATE.job
+    found = None if own is None else journal.newest(path, own)
+    return found is not None and found[1] == own and found[2] == rank
 
 
 def birth_time(path: str) -> float | None:

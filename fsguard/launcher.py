@@ -123,7 +123,8 @@ def detect(env: Mapping[str, str]) -> Launch | None:
 # What a launcher tells every rank of one job alike, on every node: together, the job's identity. Not
 # MASTER_ADDR: nodes of one job may spell its master differently (a name on one, an address on another), and a
 # rank that took its peers for another job would re-raise their duplicates. torchrun's default run id is
-# "none": two such jobs on one port look alike, and time tells them apart (``Rules.is_fresh``).
+# "none": two such jobs on one port look alike; on one node, fsguard's journal of what each job made
+# (``fsguard.journal``) and the job's start tell them apart.
 _JOB_VARIABLES = (
     "TORCHELASTIC_RUN_ID",
     "MASTER_PORT",
@@ -139,6 +140,15 @@ _ATTEMPT_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 # other nodes' agents restart theirs (the rendezvous changed) without counting. Ranks of one attempt on two nodes
 # may carry different values, so a tag differing only here is this job's, its attempt told by time.
 NODE_ATTEMPT = "TORCHELASTIC_RESTART_COUNT"
+# The part of a single-node job's tag that names its node: two such jobs on two nodes are two jobs.
+HOST_PART = "host="
+_LOOPBACK = ("localhost", "ip6-localhost", "ip6-loopback", "::1", "0:0:0:0:0:0:0:1")
+# (a job's size, its size on this node): equal, every rank is on this node
+_LOCAL_SIZES = (
+    ("WORLD_SIZE", "LOCAL_WORLD_SIZE"),
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_SIZE", "MPI_LOCALNRANKS"),
+)
 
 
 def same_job(tag: str, other: str) -> bool:
@@ -149,25 +159,38 @@ def same_job(tag: str, other: str) -> bool:
     ]
 
 
-# The extended attribute a guarded mkdir writes its job's tag in (fsguard.patching), read by fsguard.evidence.
-JOB_TAG = "user.fsguard.job"
-MAKER = ";by="  # a job tag's part naming the rank whose process made the directory (``maker``)
+def single_node(env: Mapping[str, str]) -> bool:
+    """Whether the launcher states that every rank of this job is on this node. Its counts first: a job's size
+    and its size here (torchrun's ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``, Open MPI's, MPICH's) equal; one node
+    in the SLURM step (``SLURM_STEP_NUM_NODES``, else the job's). Where it states none, a loopback
+    ``MASTER_ADDR``: no other node could reach it (simulated nodes sharing one loopback state their counts)."""
+    for size, local in _LOCAL_SIZES:
+        total, here = _int(env, size), _int(env, local)
+        if total is not None and here is not None:
+            return total == here
+    if "SLURM_PROCID" in env:
+        nodes = _int(env, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+        if nodes is not None:
+            return nodes == 1
+    master = env.get("MASTER_ADDR", "").strip().lower().strip("[]")
+    return master.startswith("127.") or master in _LOOPBACK
 
 
-def maker(launch: Launch | None) -> str | None:
-    """The rank a process belongs to, as a job tag names it (``host/rank``): the same in the rank's own children (a
-    ``multiprocessing.Pool``'s, forked or spawned: they inherit the launcher's variables); None outside a job."""
-    return None if launch is None else f"{launch.host}/{launch.rank}"
+def is_single_node(tag: str | None) -> bool:
+    """Whether a job tag is a single-node job's (it names its host: ``HOST_PART``)."""
+    return tag is not None and any(part.startswith(HOST_PART) for part in tag.split(";"))
 
 
 def job_tag(env: Mapping[str, str]) -> str | None:
     """This job's and this attempt's identity, as its launcher states it to every rank alike
-    (``TORCHELASTIC_RUN_ID=3f2a...;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0``), or None where no launcher
-    variable names the job (then "made by this job" is told by time alone)."""
+    (``TORCHELASTIC_RUN_ID=3f2a...;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0``), and in a single-node job its
+    host (``;host=node7``); None where nothing names the job (then "made by this job" is told by time alone).
+    Kept in fsguard's own journal (``fsguard.journal``), never on users' files."""
     job = [f"{name}={env[name]}" for name in _JOB_VARIABLES if env.get(name)]
-    if not job:
+    host = [HOST_PART + hostname(env)] if single_node(env) else []
+    if not job and not host:
         return None
-    return ";".join(job + [f"{name}={env[name]}" for name in _ATTEMPT_VARIABLES if env.get(name)])
+    return ";".join(job + [f"{name}={env[name]}" for name in _ATTEMPT_VARIABLES if env.get(name)] + host)
 
 
 def restart_count(env: Mapping[str, str]) -> int:

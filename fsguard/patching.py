@@ -85,8 +85,9 @@ def _path_wrapper(op: str) -> Callable[..., Any]:
     # mkdir: the standard makedirs' own call, whose FileExistsError it settles itself (exist_ok, or its
     # decided re-raise), goes straight back to it: told by its caller's code object, one frame up.
     std_makedirs = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if op == "mkdir" else None
-    # mkdir tags what it creates with the job's tag (in a job with peers); makedirs' levels are its mkdir calls.
-    tag = _job_tag() if op == "mkdir" else None
+    # mkdir notes what it creates in its job's node-local journal (fsguard.journal), in a job with a tag;
+    # makedirs' levels are its mkdir calls.
+    tag = STATE.job if op == "mkdir" else None
     # makedirs: the standard makedirs' own call for a missing parent, told the same way (see _parents_in_turn)
     makes = op == "makedirs"
     parent_of = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if makes else None
@@ -98,13 +99,13 @@ def _wrapper(
     remember: Callable[[tuple[Any, ...]], None],
     now: Callable[[], float] | None,
     std_makedirs: Any,
-    tag: bytes | None,
+    tag: str | None,
     parent_of: Any,
 ) -> Callable[..., Any]:
     """One Python frame on the happy path: the call, one append, return. A failure goes to its one pipeline,
     ``failure.absorbs``, called from this frame (its frame questions count from here)."""
     state, getframe, absorbs = STATE, sys._getframe, failure.absorbs
-    makes, passes_fds = op == "makedirs", op in FAMILY
+    makes, passes_fds, notes = op == "makedirs", op in FAMILY, _journal_note()  # [the journal's note]
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not kwargs and state.serializer is None and (not makes or len(args) < 3):  # positional, not serialized
@@ -116,7 +117,7 @@ def _wrapper(
                 result = None
             else:
                 if tag is not None:
-                    _tag(args[0], tag)
+                    notes[0](args[0], tag)
             remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
             return result
         if makes and instance is not _LEVEL and getframe(1).f_code is parent_of and parent_of is not None:
@@ -137,7 +138,7 @@ def _wrapper(
             else:
                 result = wrapped(*args, **kwargs)
                 if tag is not None and kwargs.get("dir_fd") is None:
-                    _tag(first_path(op, args, kwargs), tag)
+                    notes[0](first_path(op, args, kwargs), tag)
         except OSError as error:
             if _leaf_found(std_makedirs, error) or not absorbs(Call(op, args, kwargs), error):
                 raise
@@ -169,27 +170,6 @@ def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
     if not passes_fds:
         return True
     return not (sys._getframe(2).f_code is std_makedirs or callers.left_to_caller(sys._getframe(1)))
-
-
-def _job_tag() -> bytes | None:
-    """What a guarded mkdir writes on the directory it creates (``launcher.JOB_TAG``): this job's and
-    attempt's identity, in a job with peers where the launcher names the job; None: nothing to write."""
-    if STATE.job is None:
-        return None
-    by = launcher.maker(STATE.launch)  # which rank's process made it (fsguard.guards.rmtree.plan)
-    return (STATE.job if by is None else f"{STATE.job}{launcher.MAKER}{by}").encode()
-
-
-def _tag(path: Any, tag: bytes) -> None:
-    """Write the job tag on a directory this call created, with its inode number: ``shutil.copystat`` (the end of
-    every ``copytree``) copies extended attributes, and a copied tag, naming another inode, must say nothing
-    (``fsguard.evidence.job_tag_of``). A filesystem without extended attributes (``ENOTSUP``), a refusal
-    (``EPERM``), anything else: no tag there, and the rules decide by time (``Rules.whose``)."""
-    try:
-        ino = os.lstat(path).st_ino
-        os.setxattr(path, launcher.JOB_TAG, b"%s;ino=%d" % (tag, ino), follow_symlinks=False)
-    except (OSError, TypeError, ValueError, AttributeError):
-        pass
 
 
 _LEVEL = object()  # passed as ``instance``: one level of a makedirs taken in turn (_parents_in_turn)
@@ -275,9 +255,8 @@ def _makedirs_exist_ok(
     mkdir = STATE.originals.get("mkdir", os.mkdir)
     try:
         mkdir(name, mode)
-        tag = _job_tag()
-        if tag is not None:
-            _tag(name, tag)
+        if STATE.job is not None:
+            _note(name, STATE.job)
         return True
     except FileExistsError:
         existed = True
@@ -301,10 +280,32 @@ def _makedirs_exist_ok(
         if not os.path.isdir(name):
             raise
         return False
-    tag = _job_tag()
-    if tag is not None:
-        _tag(name, tag)
+    if STATE.job is not None:
+        _note(name, STATE.job)
     return True
+
+
+def _journal_note() -> list[Callable[[Any, str], None]]:
+    """A one-entry list holding the journal's note (``fsguard.journal.made``): at first a stand-in that imports
+    the journal at the first directory made (not at start-up), puts the note in its place and notes."""
+    slot: list[Callable[[Any, str], None]] = []
+
+    def first(path: Any, job: str) -> None:
+        from .journal import made
+
+        slot[0] = made
+        made(path, job)
+
+    slot.append(first)
+    return slot
+
+
+def _note(path: Any, job: str) -> None:
+    """Note a directory ``makedirs(exist_ok=True)`` made in the job's node-local journal (``fsguard.journal``,
+    imported at the first one, not at start-up)."""
+    from .journal import made
+
+    made(path, job)
 
 
 def _takes_onexc(function: Any) -> bool:

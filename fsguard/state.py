@@ -69,6 +69,7 @@ class Caches:
         "failed_rules",
         "handler_layers",
         "job_start",
+        "journal",
         "mounts",
         "pass_through",
         "site_dirs",
@@ -83,6 +84,7 @@ class Caches:
         self.job_start: tuple[float, str] | None = None  # (when this job started here, how that was found): evidence
         self.attempt_start: tuple[float | None] | None = None  # (when a restarted attempt started here,): evidence
         self.boot_time: float | None = None  # wall-clock time of boot: evidence
+        self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1): journal
         self.statx: Any = None  # libc's statx and a buffer maker, False where there is none: evidence
         self.site_dirs: Any = None  # the directory prefixes a call site is told by: runtime
         self.handler_layers: dict[Any, Any] = {}  # (code, offset) -> the layers handling it: oracle

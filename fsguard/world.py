@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import evidence, launcher, memory, mounts
+from . import evidence, memory, mounts
 from .state import STATE
 
 T = TypeVar("T")
@@ -62,8 +62,8 @@ class Live:
         return evidence.job_tag_of(path)
 
     def made_by_this_rank(self, path: str) -> bool:
-        mine = launcher.maker(STATE.launch)
-        return mine is not None and evidence.tag_maker_of(path) == mine
+        launch = STATE.launch
+        return launch is not None and evidence.made_by_rank(path, launch.rank)
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         return evidence.is_mount_point(path, st)

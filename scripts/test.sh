@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one test command (README and .ci/run): installs what the tests need, then runs every check: lint, the
 # documentation's strict build, pytest under coverage.
-# Debian packages (bindfs, fuse3, openmpi-bin, slurmctld/slurmd/slurm-client, chromium, glusterfs-server/-client) are installed when missing and we are root; the Python
+# Debian packages (bindfs, fuse3, openmpi-bin, slurmctld/slurmd/slurm-client, chromium, rsync, glusterfs-server/-client) are installed when missing and we are root; the Python
 # test dependencies go into .venv (torch pinned to the CPU build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ command -v slurmd >/dev/null || missing+=(slurmd)
 command -v srun >/dev/null || missing+=(slurm-client)
 command -v nsenter >/dev/null || missing+=(util-linux)
 command -v chromium >/dev/null || missing+=(chromium)  # tests/test_report_html.py: the page in a real browser
+command -v rsync >/dev/null || missing+=(rsync)  # tests/test_no_trace.py: a rank's output copied with rsync -aX
 command -v glusterd >/dev/null || missing+=(glusterfs-server)  # tests/cluster/backends.py: a real GlusterFS
 command -v mount.glusterfs >/dev/null || missing+=(glusterfs-client)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsguard.config", "fsguard.launcher"),
     ("fsguard.state",),  # the one process state and the one at-fork hook
     ("fsguard.callers",),  # who called: the standard library's own business (frame questions, no import)
-    ("fsguard.memory", "fsguard.mounts", "fsguard.records"),  # mounts: what each filesystem honours
+    ("fsguard.memory", "fsguard.journal", "fsguard.mounts", "fsguard.records"),  # mounts: what each filesystem honours
     ("fsguard.evidence", "fsguard.runtime"),
     ("fsguard.world",),  # the live World the rules ask: evidence, memory and the clock
     ("fsguard.guards",),  # policy: pure decisions returning a Verdict

@@ -6,15 +6,16 @@ setting but ``FSGUARD`` and ``FSGUARD_LOG``); the exit codes, the exception and 
 
 * two jobs of a sweep started seconds apart with one run name, rank 0 guarding against reuse with
   ``os.makedirs(run_dir)`` (or ``Path.mkdir``): the second job stops with ``FileExistsError``, the first job's
-  files stay (the directory's job tag, ``user.fsguard.job``, names the first job);
+  files stay (this node's journal of what each job made, ``fsguard.journal``, names the first job);
 * a restarted attempt (``torchrun --max-restarts 1``): attempt 0 published and crashed; attempt 1's
   ``os.replace(tmp, result.json)`` with no tmp raises ``FileNotFoundError``, its ``os.makedirs(ckpt)``
-  ``FileExistsError`` (the attempt's start, and the directory's tag of attempt 0);
+  ``FileExistsError`` (the attempt's start, and the journal's entry of attempt 0);
 * a previous job's run directory made 10 s before launch and its ``result.json`` published 15 s before: raised
   as without fsguard (the documented ``FSGUARD_FRESH_S``, 5 s);
 * a tree unpacked by ``tar`` (or copied by ``cp -r``) in a subprocess, then removed with ``shutil.rmtree``: no
-  yield window and no ``hazard`` record (no guarded call of a peer made it: no job tag where the filesystem
-  keeps them).
+  yield window and no ``hazard`` record (no guarded call of a peer made it: not in the single-node job's journal);
+* issue 46: a torchrun relaunch with the default run id and port, a driver's two jobs in turn, two single-node
+  jobs with identical identities on two simulated nodes: each second job is another job.
 """
 
 from __future__ import annotations
@@ -34,19 +35,28 @@ from tests.support.records import from_log_dir
 
 TIMEOUT_S = 120
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="job tags are extended attributes (Linux)")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and /dev/shm (Linux)")
 
 
 def start(
-    python: Path, code: str, where: Path, args: list[str], guarded: bool, *options: str, log: str = "job"
+    python: Path,
+    code: str,
+    where: Path,
+    args: list[str],
+    guarded: bool,
+    *options: str,
+    log: str = "job",
+    standalone: bool = True,
 ) -> subprocess.Popen[str]:
     """One ``torchrun --standalone`` job of 2 ranks running ``code`` (``where/program.py``) with ``args``; its
-    records in ``where/log/<log>``."""
+    records in ``where/log/<log>``. ``standalone=False``: torchrun's defaults (static rendezvous, run id "none",
+    ``MASTER_ADDR`` 127.0.0.1)."""
     script = where / "program.py"
     if not script.exists():
         script.write_text(textwrap.dedent(code))
     env = clean_env({"FSGUARD": "1" if guarded else "0", "FSGUARD_LOG": str(where / "log" / log)})
-    command = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *options]
+    command = [str(python), "-m", "torch.distributed.run", *(["--standalone"] if standalone else [])]
+    command += ["--nproc_per_node", "2", *options]
     return subprocess.Popen(
         [*command, str(script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -68,18 +78,6 @@ def files(root: Path) -> dict[str, str]:
 
 def decisions(where: Path, job: str = "job") -> list[tuple[str, str]]:
     return [(r.op, r.decision) for r in from_log_dir(where / "log" / job)]
-
-
-def needs_tags(where: Path) -> None:
-    """Skip where the filesystem keeps no user extended attributes (there time alone decides)."""
-    probe = where / "xattr-probe"
-    probe.mkdir()
-    try:
-        os.setxattr(probe, "user.probe", b"1")
-    except OSError:
-        pytest.skip(f"the filesystem of {where} keeps no extended attributes: time alone decides there")
-    finally:
-        probe.rmdir()
 
 
 # --- two jobs of a sweep, one run name ---------------------------------------------------------------------
@@ -110,7 +108,6 @@ SWEEP = """
 def test_two_jobs_of_a_sweep_with_one_run_name(fsguard_python: Path, tmp_path: Path, how: str) -> None:
     """The second job starts once the first one has made its run directory (seconds apart, both running): it
     stops with ``FileExistsError`` and the first job's owner and weights stay, with and without fsguard."""
-    needs_tags(tmp_path)
     outcomes = {}
     for mode, guarded in (("without", False), ("with", True)):
         base = tmp_path / mode
@@ -162,7 +159,6 @@ def test_a_restarted_attempt_is_not_a_peer(fsguard_python: Path, tmp_path: Path,
     """``torchrun --max-restarts 1``: attempt 0 published (or made its checkpoint directory) and crashed; attempt
     1's ``os.replace`` of a missing tmp raises ``FileNotFoundError`` (its ``os.makedirs``, ``FileExistsError``) and
     the job fails, with attempt 0's file left, with and without fsguard."""
-    needs_tags(tmp_path)
     outcomes = {}
     error = "FileNotFoundError" if how == "replace" else "FileExistsError"
     for mode, guarded in (("without", False), ("with", True)):
@@ -196,7 +192,6 @@ RESTARTED_PEERS = """
 def test_in_a_restarted_attempt_a_peers_directory_is_still_a_peers(fsguard_python: Path, tmp_path: Path) -> None:
     """The attempt's start is not too late: in attempt 1, rank 1's ``os.makedirs`` of the directory rank 0 of
     the same attempt made moments ago fails without fsguard and is absorbed with it (one record, by its tag)."""
-    needs_tags(tmp_path)
     runs = {}
     for mode, guarded in (("without", False), ("with", True)):
         base = tmp_path / mode
@@ -279,7 +274,6 @@ def test_a_restarted_two_node_jobs_peers_are_still_peers(fsguard_python: Path, t
     ranks of one attempt carry different restart counts. Node 1's ``os.makedirs`` of the directory node 0's rank
     of this attempt made moments ago crashes without fsguard, and is absorbed with it: the job tag says "this
     job", and time tells the attempt."""
-    needs_tags(tmp_path)
     marks = {}
     for mode, guarded, port in (("without", False, 29631), ("with", True, 29632)):
         base = tmp_path / mode
@@ -368,7 +362,6 @@ def dataset_archive(where: Path) -> Path:
 def test_a_tree_a_subprocess_made_is_no_peers(fsguard_python: Path, tmp_path: Path, how: str) -> None:
     """Each rank unpacks a dataset with ``tar -xf`` (or copies it with ``cp -r``), then removes it, three times: no
     ``hazard`` record (nothing was lost) and no wait, with the same files left as without fsguard."""
-    needs_tags(tmp_path)
     archive = dataset_archive(tmp_path / "input")
     outcomes = {}
     for mode, guarded in (("without", False), ("with", True)):
@@ -387,36 +380,77 @@ def test_a_tree_a_subprocess_made_is_no_peers(fsguard_python: Path, tmp_path: Pa
 
 
 def test_status_says_how_a_peer_is_told(fsguard_python: Path, tmp_path: Path) -> None:
-    """``fsguard status`` names the job tag a rank writes (or says that time alone decides, and why)."""
+    """``fsguard status`` names the job's tag and the journal it is kept in (or says that time alone decides)."""
     import json
 
     from tests.support.cli import run_cli
     from tests.support.env import TORCHRUN_ENV
 
-    needs_tags(tmp_path)
     done = run_cli(fsguard_python, "status", "--json", env={"FSGUARD": "1", **TORCHRUN_ENV}, cwd=tmp_path)
     ident = json.loads(done.stdout)["identity"]
-    assert ident["job_tag"] == "TORCHELASTIC_RUN_ID=test;MASTER_PORT=29500", ident
-    assert ident["filesystem_keeps_tags"] is True and ident["how"].startswith("job tag (user.fsguard.job)")
+    assert ident["job_tag"] == f"TORCHELASTIC_RUN_ID=test;MASTER_PORT=29500;host={os.uname().nodename}", ident
+    assert ident["single_node"] is True and ident["journal"] == f"/dev/shm/fsguard-{os.geteuid()}", ident
+    assert ident["how"].startswith("this node's journal of what each job made"), ident
     alone = run_cli(fsguard_python, "status", env={"FSGUARD": "force"}, cwd=tmp_path)
     assert "identity:    time only: no launcher variable names the job" in alone.stdout, alone.stdout
 
 
-def test_a_copied_tag_says_nothing(tmp_path: Path) -> None:
-    """``shutil.copytree`` ends with ``copystat``, which copies extended attributes: the copy's top would carry
-    its source's tag (a previous job's template copied into this job's staging directory). The tag names its
-    directory's inode, so a copied one reads as no evidence (time decides), never as another job's."""
+def test_a_copied_directory_is_nobodys(tmp_path: Path) -> None:
+    """The journal names paths, not inodes, and nothing travels with a copy: a previous job's template copied
+    into this job's staging directory (``shutil.copytree``) is in no journal, whatever the template's entry."""
     import shutil
 
-    from fsguard import evidence, patching
+    from fsguard import evidence, journal
+    from fsguard.state import STATE
 
-    needs_tags(tmp_path)
+    previous, this = "TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1", "TORCHELASTIC_RUN_ID=this;MASTER_PORT=1"
     template = tmp_path / "template"
     template.mkdir()
-    patching._tag(str(template), b"TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1")
-    assert evidence.job_tag_of(str(template)) == "TORCHELASTIC_RUN_ID=previous;MASTER_PORT=1"
-    shutil.copytree(template, tmp_path / "staging")
-    assert os.getxattr(tmp_path / "staging", "user.fsguard.job").startswith(b"TORCHELASTIC_RUN_ID=previous")
-    assert evidence.job_tag_of(str(tmp_path / "staging")) is None
-    (tmp_path / "untagged").mkdir()
-    assert evidence.job_tag_of(str(tmp_path / "untagged")) == ""
+    journal.made(str(template), previous)
+    STATE.job = this
+    try:
+        assert evidence.job_tag_of(str(template)) == previous
+        shutil.copytree(template, tmp_path / "staging")
+        assert os.listxattr(tmp_path / "staging") == []
+        assert evidence.job_tag_of(str(tmp_path / "staging")) is None  # a multi-node job: the journal cannot tell
+        STATE.job = this + ";host=n0"
+        assert evidence.job_tag_of(str(tmp_path / "staging")) == ""  # single-node: no peer made it
+    finally:
+        STATE.reset()
+
+
+ARRAY_TASK = """
+import os, sys
+run_dir = os.path.join(sys.argv[1], "runs", "shared-name")
+if os.environ["SLURM_PROCID"] == "0":
+    os.makedirs(run_dir)  # each array task guards its run name
+    with open(os.path.join(run_dir, "owner"), "w") as f:
+        f.write(os.environ["SLURM_ARRAY_TASK_ID"])
+"""
+
+
+def test_slurm_array_tasks_are_two_jobs(fsguard_python: Path, tmp_path: Path) -> None:
+    """Two tasks of a SLURM array on one node, moments apart (their ``SLURM_JOB_ID`` differ, their array's is one):
+    the second task's ``os.makedirs(run_dir)`` raises as without fsguard, the first task's owner stays. The
+    variables are srun's, set here by hand (a real SLURM: ``tests/test_launchers.py``)."""
+    outcomes = {}
+    for mode, guarded in (("without", False), ("with", True)):
+        base = tmp_path / mode
+        base.mkdir()
+        errors = []
+        for task, job_id in (("0", "101"), ("1", "102")):
+            env = {"FSGUARD": "1" if guarded else "0", "FSGUARD_LOG": str(base / "log" / task)}
+            env.update(SLURM_ARRAY_JOB_ID="100", SLURM_ARRAY_TASK_ID=task, SLURM_JOB_ID=job_id, SLURM_STEP_ID="0")
+            env.update(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NUM_NODES="1")
+            done = subprocess.run(
+                [str(fsguard_python), "-c", ARRAY_TASK, str(base)],
+                env=clean_env(env),
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+            )
+            errors.append("FileExistsError" in done.stderr)
+        outcomes[mode] = (files(base), errors)
+        if guarded:
+            assert decisions(base, "1") == [], decisions(base, "1")
+    assert outcomes["with"] == outcomes["without"] == ({"runs/shared-name/owner": "0"}, [False, True]), outcomes

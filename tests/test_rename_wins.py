@@ -71,12 +71,12 @@ def test_the_rename_wins(fsguard_python: Path, tmp_path: Path, mode: str, reques
 
 ROTATION = """
     import json, os, posix, shutil, sys, time
-    from fsguard.launcher import JOB_TAG, job_tag
+    from fsguard import journal
+    from fsguard.launcher import job_tag
     out = sys.argv[1]
     def peer_tree(name):  # written by a peer rank: not made by this process's guarded calls
         posix.mkdir(os.path.join(out, name))
-        ino = os.lstat(os.path.join(out, name)).st_ino  # the tag a peer's guarded mkdir writes
-        os.setxattr(os.path.join(out, name), JOB_TAG, f"{job_tag(os.environ)};ino={ino}".encode())
+        journal.made(os.path.join(out, name), job_tag(os.environ))  # noted as a peer's guarded mkdir notes it
         with open(os.path.join(out, name, "shard.bin"), "w") as f:
             f.write("x")
     posix.mkdir(out)

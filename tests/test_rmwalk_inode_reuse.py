@@ -39,9 +39,10 @@ WORKER = """
 
         mounts.STATE.caches.mounts[os.stat(root).st_dev] = mounts.Mount(root, "fuse.simulated", "test", {}, stale=True, shared=True)
         posix.mkdir(top)  # a peer's fresh tree: the walk first waits for a peer to move it away
-        from fsguard.launcher import JOB_TAG, job_tag  # with the tag a peer's guarded mkdir writes
+        from fsguard import journal
+        from fsguard.launcher import job_tag  # noted in this node's journal, as a peer's guarded mkdir notes it
 
-        os.setxattr(top, JOB_TAG, f"{job_tag(os.environ)};ino={os.lstat(top).st_ino}".encode())
+        journal.made(top, job_tag(os.environ))
         posix.mkdir(os.path.join(top, "d"))
     open(os.path.join(top, "d", "f"), "w").close()
     inode = os.lstat(top).st_ino

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +77,14 @@ def _storm(
     target: Path,
     extra: dict[str, str] | None = None,
     strace: bool = False,
+    before_gate: Callable[[], None] | None = None,
 ) -> tuple[list[dict[str, Any]], Path]:
     gate = tmp_path / "gate"
     env = _env(tmp_path, port, len(ops), extra)
     procs = [_rank(python, env, rank, op, target, gate, strace) for rank, op in enumerate(ops)]
     _wait_for([f"{gate}.ready{r}" for r in range(len(ops))], procs)
+    if before_gate is not None:
+        before_gate()
     gate.touch()
     answers, _ = _answers(procs)
     return answers, tmp_path / "logs"
@@ -93,16 +97,6 @@ def _tree(top: Path) -> Path:
         for j in range(20):
             (top / f"d{i}" / f"f{j}").write_bytes(b"x")
     return top
-
-
-def _keeps_tags(where: Path) -> bool:
-    """Whether the filesystem of ``where`` keeps user extended attributes (fsguard's job tags)."""
-    try:
-        os.setxattr(where, "user.probe", b"1")
-    except OSError:
-        return False
-    os.removexattr(where, "user.probe")
-    return True
 
 
 def _unlinkats(gate: Path, ranks: int) -> int:
@@ -178,18 +172,24 @@ def test_default_mode_rmtree_storm_removes_each_entry_about_once(fsguard_python:
 
 
 def test_8_ranks_one_rmtree_walk_the_tree_once(fsguard_python: Path, tmp_path: Path, store_port: int) -> None:
-    from fsguard.launcher import JOB_TAG, job_tag
+    from fsguard import journal
+    from fsguard.launcher import job_tag
 
     tree = _tree(tmp_path / "scratch")
     ranks = 8  # every rank runs under strace: 16 took a minute of the suite on 2 cores
     strace = shutil.which("strace") is not None
-    # A peer's tree, as a Trainer's ranks leave one: made by a guarded mkdir of this job (its tag, where the
-    # filesystem keeps them). A tree no peer made is removed at once: a walk too short for the ranks of a loaded
-    # machine to meet in (0 shared, once in a full run).
-    if _keeps_tags(tmp_path):
-        tag = job_tag(_env(tmp_path, store_port, ranks))
-        os.setxattr(tree, JOB_TAG, f"{tag};ino={os.lstat(tree).st_ino}".encode())
-    answers, logs = _storm(fsguard_python, tmp_path, store_port, ["rmtree"] * ranks, tree, strace=strace)
+    # A peer's tree, as a Trainer's ranks leave one: made by a guarded mkdir of this job (in this node's journal,
+    # once the job has started). A tree no peer made is removed at once: a walk too short for the ranks of a
+    # loaded machine to meet in (0 shared, once in a full run).
+    tag = job_tag(_env(tmp_path, store_port, ranks))
+    assert tag is not None
+
+    def peer_made_it() -> None:
+        journal.made(str(tree), tag)
+
+    answers, logs = _storm(
+        fsguard_python, tmp_path, store_port, ["rmtree"] * ranks, tree, strace=strace, before_gate=peer_made_it
+    )
     assert all(a["ok"] for a in answers), answers
     assert not tree.exists()
     found = [r for r in records(logs) if r["args"] == [str(tree)]]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import TORCHRUN_ENV, run_python
 
 ENABLED = {**TORCHRUN_ENV, "FSGUARD": "1"}
@@ -177,3 +179,62 @@ print(isinstance(os.makedirs, wrapt.FunctionWrapper), type(os.makedirs).__mro__[
     result = run_python(fsguard_python, code, {**ENABLED, "WRAPT_DISABLE_EXTENSIONS": "1"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True"]
+
+
+VENDORED = """
+import importlib.util, json, os, sys
+vendored = os.environ["VENDORED"]
+patched = hasattr(os.makedirs, "__wrapped__")
+sys.path.insert(0, vendored)  # the program's own pinned wrapt, first on its import path
+found = importlib.util.find_spec("wrapt")
+import wrapt
+
+@wrapt.decorator
+def plus_one(wrapped, instance, args, kwargs):
+    return wrapped(*args, **kwargs) + 1
+
+@plus_one
+def one():
+    return 1
+
+target = os.path.join(os.environ["OUT"], "made")
+os.makedirs(target)  # fsguard's wrapper, still callable
+try:
+    os.makedirs(target)
+except FileExistsError:
+    raised = True
+else:
+    raised = False
+import fsguard
+inner = os.makedirs.__wrapped__
+fsguard.uninstall()
+print(json.dumps({
+    "patched": patched,
+    "version": wrapt.__version__,
+    "file": wrapt.__file__,
+    "found": found.origin,
+    "extension": sys.modules["wrapt._wrappers"].__file__ if "wrapt._wrappers" in sys.modules else None,
+    "decorated": one(),
+    "raised": raised,
+    "unwrapped": os.makedirs is inner and not hasattr(os.makedirs, "__wrapped__"),
+}))
+"""
+
+
+def test_a_wrapt_first_on_the_programs_import_path_is_the_one_imported(fsguard_python: Path, tmp_path: Path) -> None:
+    """A program that puts its own pinned wrapt (``pip install --target`` of 1.14.1) first on ``sys.path`` imports
+    and finds that one, not the site-packages wrapt fsguard's start-up found (issue 46), and fsguard keeps
+    working: its wrappers stay callable, an error passes through, ``uninstall`` unwraps them."""
+    from tests.support.pinned import pinned_site
+
+    try:
+        vendored = pinned_site("wrapt==1.14.1")
+    except Exception as error:  # no package index here
+        pytest.skip(f"wrapt 1.14.1 cannot be installed: {error}")
+    result = run_python(fsguard_python, VENDORED, {**ENABLED, "VENDORED": str(vendored), "OUT": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["patched"] and seen["version"] == "1.14.1", seen
+    for key in ("file", "found", "extension"):
+        assert seen[key].startswith(str(vendored)), (key, seen)
+    assert seen["decorated"] == 2 and seen["raised"] and seen["unwrapped"], seen

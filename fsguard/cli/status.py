@@ -127,19 +127,22 @@ def _shown(value: object) -> Any:
 
 
 def identity(env: Any, launch: launcher.Launch | None, path: str) -> dict[str, Any]:
-    """How a rank tells "made by a peer of this job" here: by the job tag guarded mkdir writes on what it creates
-    (where the launcher names the job and the filesystem keeps extended attributes), else by time alone."""
-    from .. import evidence
+    """How a rank tells "made by a peer of this job" here: by this node's journal of what each job's guarded
+    mkdir/makedirs created (``fsguard.journal``, in fsguard's own node-local directory: nothing on users' files),
+    complete for a single-node job, and by time."""
+    from .. import journal
 
     tag = launcher.job_tag(env) if launch is not None and launch.distributed else None
-    keeps = evidence.keeps_tags(path)
+    where = journal.directory() if tag is not None else None
     if tag is None:
         how = "time only: no launcher variable names the job (FSGUARD_FRESH_S)"
-    elif keeps is False:
-        how = f"time only: the filesystem of {path} keeps no extended attributes (FSGUARD_FRESH_S)"
+    elif where is None:
+        how = "time only: no private node-local directory for the journal (/dev/shm, /tmp) (FSGUARD_FRESH_S)"
+    elif launcher.is_single_node(tag):
+        how = f"this node's journal of what each job made ({where}), complete for this single-node job, then time"
     else:
-        how = f"job tag ({launcher.JOB_TAG}) on the directories guarded mkdir/makedirs create, then time"
-    return {"job_tag": tag, "attribute": launcher.JOB_TAG, "filesystem_keeps_tags": keeps, "how": how}
+        how = f"this node's journal of what each job made ({where}); peers on other nodes by time (FSGUARD_FRESH_S)"
+    return {"job_tag": tag, "journal": where, "single_node": launcher.is_single_node(tag), "how": how}
 
 
 def filesystem(path: str, settle_s: float) -> dict[str, Any]:

@@ -68,12 +68,12 @@ class World(Protocol):
         beside ``checkpoint-2``)."""
 
     def job_tag(self, path: str) -> str | None:
-        """The job tag on the directory at ``path`` (``fsguard.evidence.job_tag_of``): its text, ``""`` where the
-        filesystem keeps tags and it has none, None where no tag can be read."""
+        """Whose the directory at ``path`` is by this node's journal (``fsguard.evidence.job_tag_of``): the tag of
+        the job that made it, ``""`` where no job of a single-node job's node made it, None where it cannot tell."""
 
     def made_by_this_rank(self, path: str) -> bool:
-        """Whether the directory's job tag names this rank as its maker (``fsguard.evidence.tag_maker_of``): made by
-        a process of this rank, this one or its children (a ``multiprocessing.Pool``'s)."""
+        """Whether this job's journal names this rank as the directory's maker (``fsguard.evidence.made_by_rank``):
+        made by a process of this rank, this one or its children (a ``multiprocessing.Pool``'s)."""
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         """Whether ``path`` (whose ``lstat`` is ``st``) is the root of a mount."""
@@ -182,9 +182,9 @@ class Rules(Frozen):
         """Whose a directory is by its job tag (``World.job_tag``): ``"this attempt"``; ``"this job"`` (the same
         job, another node's restart count: torchrun's agents count restarts per node, so ranks of one attempt
         may differ there; the attempt is told by time, ``is_fresh``); ``"another job"`` (another job's or
-        another attempt's tag: never a peer's); ``"untagged"`` (the filesystem keeps tags and this directory has
-        none: no guarded mkdir or makedirs of a job with peers made it); ``"unknown"`` (no tag can be read there,
-        or this process has no tag of its own to compare with)."""
+        another attempt's tag: never a peer's); ``"untagged"`` (a single-node job, whose node's journal is
+        complete: no guarded mkdir or makedirs of this job made it); ``"unknown"`` (the journal cannot tell: a
+        peer on another node, or this process has no tag of its own to compare with)."""
         if self.job is None or tag is None:
             return "unknown"
         if tag == "":

@@ -6,9 +6,10 @@ Absorbed:
     anything below it);
   * ``exist_ok=True``: the fresh parent listing shows a directory although the (cached) lookup said it
     was missing: a peer's ``mkdir`` that this node's lookup cache has not seen yet.
-Re-raised: a file or symlink in the way, a directory older than the job, one whose job tag is another job's or
-another attempt's (``fsguard.evidence.job_tag_of``), one this process made itself, and every other error.
-Without a tag (a filesystem without extended attributes, a directory made by a tool) time alone decides.
+Re-raised: a file or symlink in the way, a directory older than the job, one this node's journal says another
+job or attempt made (``fsguard.evidence.job_tag_of``), one no guarded call of a single-node job made (its journal
+is complete), one this process made itself, and every other error. Where the journal cannot tell (a peer on
+another node) time alone decides.
 """
 
 from __future__ import annotations
@@ -55,17 +56,18 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
         )
     if kind_of(st) != "dir":
         return reraise("", waited)
-    # Who made it, where the directory says (its job tag): another job's or attempt's is never a peer's.
-    tag = world.job_tag(path)
-    whose = rules.whose(tag)
-    if whose == "another job":
-        return reraise(f"directory made by another job or attempt (its job tag {tag!r}; this one's {rules.job!r})")
     # Made before this job (its birth time, where the filesystem keeps one): never a peer's duplicate.
     made, what = world.created(path, st)
     now = world.now()
     age = now - made
     if not rules.is_fresh(made):
         return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since(now)})", waited)
+    # Who made it, by this node's journal of what each job made (never the directory itself).
+    tag, whose, waited = _whose(path, world, rules, age, waited)
+    if whose == "another job":
+        return reraise(f"directory made by another job or attempt (its job tag {tag!r}; this one's {rules.job!r})")
+    if whose == "untagged":
+        return reraise(f"no guarded mkdir of this single-node job made it (not in its journal; {rules.job!r})", waited)
     later = f", listed {waited:.2f} s later" if waited > 0.001 else ""
     told = {
         "this attempt": "its job tag is this attempt's",
@@ -74,6 +76,17 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
     return absorb(
         f"directory {what} by a peer {age:.2f} s ago, during this job{later} ({told})", waited, identity=by_tag(whose)
     )
+
+
+def _whose(path: str, world: World, rules: Rules, age: float, waited: float) -> tuple[str | None, str, float]:
+    """(job tag, ``Rules.whose`` of it, seconds waited in all). Where no job of this node made it yet in a
+    single-node job, a peer's mkdir may have just succeeded and not yet noted it (one ``write`` later): wait for
+    that, bounded by ``settle_s`` from the directory's making (a directory older than that has no note coming)."""
+    tag = world.job_tag(path)
+    if tag == "" and rules.job is not None:
+        noted, extra = world.wait_for(lambda: world.job_tag(path) or None, max(0.0, min(rules.settle_s - age, 1.0)))
+        tag, waited = (noted if noted is not None else ""), waited + extra
+    return tag, rules.whose(tag), waited
 
 
 def directory_in_listing(path: str, world: World) -> bool | None:

@@ -10,7 +10,7 @@ wins.* So:
     (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), trees older than the job, and old generations
     of a rotation (another generation of the name stands beside the tree: ``checkpoint-2`` beside
     ``checkpoint-6``) are removed at once, and so are trees no guarded call of a peer of this attempt made (their
-    job tag, ``fsguard.evidence.job_tag_of``: another job's, or none where the filesystem keeps tags);
+    job tag in the node's journal, ``fsguard.evidence.job_tag_of``: another job's, or none in a single-node job);
   * a tree moved away while it is being removed is left alone at its new name: a ``hazard`` record says
     where it went and what was removed before the move (``moved_mid_walk``);
   * a peer's fresh tree that nobody moved within the window is removed, with a ``hazard`` record naming it:
@@ -94,9 +94,9 @@ def plan(
     kept best ``checkpoint-2`` beside the ``checkpoint-4`` removed; a staging tree a peer is about to commit has a
     name of its own) and for a mount point (a bind-mounted output directory), which no rename can move. Checked at
     once: a tree older than the job (or this attempt), when the window is off, and a tree no guarded call of a peer
-    of this attempt made: its job tag is another job's or attempt's, or it has none where the filesystem keeps
-    tags (unpacked by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then.
-    Checked at once too: a tree another process of this rank made (its job tag names this rank: a
+    of this attempt made: the node's journal names another job or attempt, or none in a single-node job (unpacked
+    by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then. Checked at once
+    too: a tree another process of this rank made (the journal names this rank as its maker: a
     ``multiprocessing.Pool``'s child of this process), and a tree this process made with ``makedirs(exist_ok=True)``
     at a path where it already removed such a tree of its own after a window no peer used (``scratch``: a per-step
     scratch directory; peers do not commit trees at that path)."""
@@ -110,7 +110,7 @@ def plan(
         return "check"
     if rules.whose(world.job_tag(path)) in ("untagged", "another job"):
         return "check"  # not made by a guarded call of a peer of this attempt: a tool's tree (tar), another job's
-    if own != "made-shared" and world.made_by_this_rank(path):  # one xattr: before the parent's listing below
+    if own != "made-shared" and world.made_by_this_rank(path):  # the journal: before the parent's listing below
         return "check"  # another process of this rank made it (its Pool's child): no peer's commit
     if world.generation_beside(path) is not None or world.is_mount_point(path, top):
         return "plain"

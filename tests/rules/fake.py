@@ -32,7 +32,7 @@ class FakeWorld:
         self.peers: list[Callable[[], None]] = []  # what peers do, one step per wait
         self.waits: list[float] = []  # the budget of each wait asked for
         self.tags: dict[str, str] = {}  # job tags on directories ("": none, where tags are kept); else unknown
-        self.this_rank: set[str] = set()  # directories whose job tag names this rank as their maker
+        self.this_rank: set[str] = set()  # directories the journal names this rank as the maker of
 
     def did(self, path: str, kind: str, when: float | None = None) -> None:
         """This process's own guarded call did ``kind`` to ``path`` (``made``, ``removed``...)."""

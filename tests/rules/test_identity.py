@@ -1,9 +1,11 @@
-"""Identity before time (issue 34): a directory's job tag (``fsguard.evidence.job_tag_of``) and a restarted
-attempt's start (``Rules.attempt_start``) in the rules of makedirs/mkdir, rename/replace and rmtree.
+"""Identity before time (issues 34, 46): whose a directory is by the node's journal of what each job made
+(``fsguard.evidence.job_tag_of``, ``fsguard.journal``) and a restarted attempt's start (``Rules.attempt_start``)
+in the rules of makedirs/mkdir, rename/replace and rmtree.
 
-A tag can only turn an absorb into a raise (another job's, another attempt's) or take away a wait (a tree no
-guarded call of a peer made); a tag of this attempt is still subject to the time check; no tag to read means
-time alone, and the record says so (``identity``)."""
+The journal's answer can only turn an absorb into a raise (another job's, another attempt's, an earlier job's of
+the same identity, none in a single-node job) or take away a wait (a tree no guarded call of a peer made); an
+entry of this attempt is still subject to the time check; where the journal cannot tell (a peer on another
+node) time alone decides, and the record says so (``identity``)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ OTHER_JOB = "TORCHELASTIC_RUN_ID=a;MASTER_PORT=29511;TORCHELASTIC_RESTART_COUNT=
 # A SLURM job requeued: SLURM_RESTART_COUNT is the job's, alike on every node (torchrun's count is each node's)
 SLURM_THIS = "SLURM_JOB_ID=7;SLURM_STEP_ID=0;SLURM_RESTART_COUNT=1"
 SLURM_EARLIER = "SLURM_JOB_ID=7;SLURM_STEP_ID=0;SLURM_RESTART_COUNT=0"
+SINGLE = "TORCHELASTIC_RUN_ID=none;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0;host=node0"
 
 
 def numbers(job: str | None = THIS, attempt_ago: float | None = None, started_ago: float = 100.0) -> Rules:
@@ -82,17 +85,39 @@ def test_a_tag_of_this_attempt_is_still_subject_to_time(op: str, tmp_path: Path)
     assert not verdict.absorb and "before this job started" in verdict.evidence, verdict
 
 
-@pytest.mark.parametrize("tag", ["", None])
-def test_without_a_tag_time_decides_and_the_record_says_so(tag: str | None, tmp_path: Path) -> None:
-    """Untagged (made by a tool, or by ``open``'s kind of call) or unreadable (no xattrs): time alone."""
+def test_where_the_journal_cannot_tell_time_decides_and_the_record_says_so(tmp_path: Path) -> None:
+    """No entry a rank can read (a peer on another node of a multi-node job): time alone, and the record says so."""
     world = FakeWorld()
     path = tmp_path / "run"
     path.mkdir()
-    if tag is not None:
-        tagged(world, path, tag)
     verdict = decide(makedirs_rule, "makedirs", (str(path),), EEXIST, world, numbers())
     assert verdict.absorb and verdict.detail == {"identity": "time only"}, verdict
     assert "told by time only" in verdict.evidence
+
+
+@pytest.mark.parametrize("op", ["makedirs", "mkdir"])
+def test_in_a_single_node_job_a_directory_its_journal_lacks_is_no_peers(op: str, tmp_path: Path) -> None:
+    """Every rank of a single-node job notes what it makes in its node's journal, so a fresh directory the journal
+    lacks (``""``: made by another single-node job on another node with the same identity, by a tool) was made
+    by no guarded call of this job: raised as without fsguard, after a bounded wait for a note in flight."""
+    world = FakeWorld()
+    path = tmp_path / "run"
+    path.mkdir()
+    verdict = decide(makedirs_rule, op, (tagged(world, path, ""),), EEXIST, world, numbers(job=SINGLE))
+    assert not verdict.absorb and "not in its journal" in verdict.evidence, verdict
+    world.tags[str(path)] = SINGLE
+    assert decide(makedirs_rule, op, (str(path),), EEXIST, world, numbers(job=SINGLE)).absorb
+
+
+def test_a_previous_job_of_the_same_identity_is_another_job(tmp_path: Path) -> None:
+    """torchrun relaunched with its default run id and port, a driver's second job: the journal names this very
+    tag, noted before this job started (``fsguard.evidence.job_tag_of`` says so): another job."""
+    world = FakeWorld()
+    path = tmp_path / "run"
+    path.mkdir()
+    before = tagged(world, path, SINGLE + ";made 1.2 s before this job started")
+    verdict = decide(makedirs_rule, "makedirs", (before,), EEXIST, world, numbers(job=SINGLE))
+    assert not verdict.absorb and "another job or attempt" in verdict.evidence, verdict
 
 
 def test_a_process_without_a_job_of_its_own_compares_no_tags(tmp_path: Path) -> None:
@@ -133,7 +158,7 @@ def test_a_destination_directory_of_another_job_is_not_a_peers_move(op: str, tmp
     [("", "check"), (OTHER_JOB, "check"), (EARLIER_ATTEMPT, "wait"), (THIS, "wait"), (None, "wait")],
 )
 def test_only_a_tree_a_peer_of_this_attempt_may_have_made_waits(tag: str | None, plan: str, tmp_path: Path) -> None:
-    """A tree unpacked by ``tar`` (no tag where the filesystem keeps tags), another job's or attempt's: no window,
+    """A tree unpacked by ``tar`` (not in a single-node job's journal), another job's or attempt's: no window,
     no hazard for removing it (a real move mid-walk still is one). A peer's tree, or no tags to read: the window;
     this job's with another node's restart count too, where time says it is this attempt's (see below)."""
     top = tmp_path / "tmp-checkpoint-10"
@@ -170,3 +195,20 @@ def test_the_job_tag_is_what_the_launcher_tells_every_rank_alike() -> None:
         "SLURM_JOB_ID=7;SLURM_STEP_ID=0;SLURM_RESTART_COUNT=1"
     )
     assert job_tag({"RANK": "0", "WORLD_SIZE": "2"}) is None  # nothing names the job: time alone
+
+
+def test_a_single_node_job_names_its_host() -> None:
+    """What the launcher states: a loopback ``MASTER_ADDR``, a job's size equal to its size on this node, one node
+    in the SLURM step: every rank is here, so two such jobs on two nodes are two jobs."""
+    from fsguard.launcher import is_single_node, job_tag, single_node
+
+    base = {"TORCHELASTIC_RUN_ID": "none", "MASTER_PORT": "29500", "FSGUARD_HOST": "n7"}
+    for addr in ("127.0.0.1", "localhost", "::1", "[::1]"):
+        assert job_tag({**base, "MASTER_ADDR": addr}) == "TORCHELASTIC_RUN_ID=none;MASTER_PORT=29500;host=n7"
+    assert single_node({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0"})
+    assert single_node({"SLURM_PROCID": "0", "SLURM_STEP_NUM_NODES": "1", "SLURM_JOB_NUM_NODES": "2"})
+    assert not single_node({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0"})
+    assert not single_node({"SLURM_PROCID": "0", "SLURM_STEP_NUM_NODES": "2"})
+    assert not is_single_node(job_tag({**base, "MASTER_ADDR": "node0"}))
+    # simulated nodes sharing one loopback (tests/cluster): the counts say two nodes
+    assert not single_node({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})

@@ -42,7 +42,7 @@ def test_a_tree_made_with_makedirs_exist_ok_waits_too(tmp_path: Path) -> None:
 
 
 def test_a_tree_another_process_of_this_rank_made_is_removed_at_once_with_checks(tmp_path: Path) -> None:
-    """Its job tag names this rank: a child of this process (a ``multiprocessing.Pool``'s) made it, not a peer.
+    """The journal names this rank as its maker: a child of this process (a ``multiprocessing.Pool``'s) made it, not a peer.
     Flipped: made by this process with ``exist_ok=True`` (maybe first of several ranks), the window stays."""
     world = FakeWorld()
     world.this_rank.add(str(tmp_path / "tmp-checkpoint-10"))

@@ -86,6 +86,10 @@ from typing import Any
 from ..state import Unforkable, forkable
 from ..waiting import Backoff
 from .base import Held, LockTimeout, Unreachable, process_nonce
+from .flight import REUSED  # a finished flight whose outcome later identical calls may reuse: ``=ok <moves>``
+
+MOVE_START = 1 << 32  # the job's moves counter: started moves in its high bits, ended moves in its low bits
+MOVE_ENDS = MOVE_START - 1
 
 SEAL = 1 << 40  # added to a flight's waiter count by its performer when it ends: once for "ok", twice for "err"
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
@@ -107,6 +111,7 @@ class _Lease:
     seq: int = 0
     released: bool = False
     ticket: int = 0  # a lock's place in its queue (0: a flight)
+    epoch: int | None = None  # a reusable flight: the job's moves counter read before it was performed
 
     def value(self) -> bytes:
         if self.ticket:
@@ -681,7 +686,7 @@ class _Flights:
         self._lease_s = lease_s
         self._tokens = itertools.count()
 
-    def claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
+    def claim(self, flight: str, what: str, reuse: bool = False) -> tuple[bool, Any] | None:
         """See ``StoreBackend.flight_claim``."""
         self._requests.connect()
         if self._requests.tcp is None:
@@ -691,10 +696,28 @@ class _Flights:
             b"%s.f%d" % (process_nonce().encode(), next(self._tokens)),
             what.encode("utf-8", "replace"),
         )
-        current = self._requests.cas(lease.key, b"", lease.value())
-        if current != lease.value():
-            return False, current
-        return True, self._renewer.hold(Held(flight, lease))
+        moves = self.moves() if reuse else None  # before the call is made (see ``StoreBackend.moved``)
+        expected = b""
+        for _ in range(4):  # a finished flight is taken over in turn by one rank per move of the job at most
+            current = self._requests.cas(lease.key, expected, lease.value())
+            if current == lease.value():
+                if moves is not None and moves >> 32 == moves & MOVE_ENDS:  # no move under way: reusable
+                    lease.epoch = moves
+                return True, self._renewer.hold(Held(flight, lease))
+            if not current.startswith(REUSED):
+                return False, current  # performed right now: wait for its outcome
+            if moves is not None and current == b"%s %d" % (REUSED, moves):
+                return False, REUSED  # performed and returned, and no move of the job started since
+            expected = current  # a move since (or not reusable by this call): perform it again
+        return None
+
+    def moves(self) -> int:
+        """The job's moves counter (``StoreBackend.moved``): those started times ``MOVE_START``, plus those
+        ended."""
+        return self._requests.add(self._prefix + "moved", 0)
+
+    def moved(self, ended: bool) -> None:
+        self._requests.add(self._prefix + "moved", 1 if ended else MOVE_START)
 
     def wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
         """See ``StoreBackend.flight_wait``."""
@@ -704,13 +727,19 @@ class _Flights:
         if joined > SEAL:
             return _sealed(joined), True, "gone"
         started = since = time.monotonic()
-        seen, stale = value, None
+        seen, stale, current = value, None, b""
         backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only where no blocking wait can
         while True:
-            current = self._requests.cas(key, b"\0", b"\0")  # a peek: the value ("" or b"\0" when ended)
+            if not current:
+                current = value  # first, wait on the value the claim saw: no peek before
+            else:  # woken (or polling): the sealed count is the common answer, in one request
+                sealed = self._outcome(key, token)
+                if sealed is not None:
+                    return sealed, False, "gone"
+                current = self._requests.cas(key, b"\0", b"\0")  # a peek: the value ("" or b"\0" when ended)
+                if not current.startswith(token + b"#"):
+                    return self._outcome(key, token), False, "gone"
             now = time.monotonic()
-            if not current.startswith(token + b"#"):
-                return self._outcome(key, token), False, "gone"
             if current != seen:
                 seen, since = current, now
             elif now - since >= self._lease_s:
@@ -741,7 +770,8 @@ class _Flights:
             seal = SEAL if outcome == b"ok" else 2 * SEAL
             shared = self._requests.add(count_key, seal) - seal
             ended = lease.value()
-            self._requests.cas(lease.key, ended, b"")
+            after = b"%s %d" % (REUSED, lease.epoch) if outcome == b"ok" and lease.epoch is not None else b""
+            self._requests.cas(lease.key, ended, after)
         if shared:
             self._wakes.post(lease.key, ended)  # wake them (a later joiner has the outcome without waiting)
         self._wakes.expire(count_key)
@@ -820,11 +850,28 @@ class StoreBackend:
 
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
-    def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
+    def flight_claim(self, flight: str, what: str, reuse: bool = False) -> tuple[bool, Any] | None:
         """(True, the flight's ``Held``) for the performer, (False, the flight's current value) for a waiter;
         None when this store cannot wait on keys (no singleflight). A flight is a lease like a lock: renewed by
-        the holder's renewal thread while it is performed, so that its waiters can tell a killed performer."""
-        return self._flights.claim(flight, what)
+        the holder's renewal thread while it is performed, so that its waiters can tell a killed performer.
+
+        ``reuse``: the call's outcome stays true until something of the job is removed or renamed (a
+        ``makedirs``: the directory exists). Its performer then leaves ``=ok <moves>`` behind, and a later
+        identical call gets (False, ``REUSED``) while the job's moves counter still reads the same: the outcome
+        applies without a filesystem call. After a move, the first rank to come performs the call again."""
+        return self._flights.claim(flight, what, reuse)
+
+    def moved(self, ended: bool) -> None:
+        """A removal or rename of this job starts (``ended`` False), or ended: outcomes published before no
+        longer apply. One counter, read in one request, says both how many started and how many ended: an
+        outcome is left for reuse only by a call made while no move was under way (a move under way may undo
+        it after the fact), and reused only while no move started since."""
+        try:
+            self._flights.moved(ended)
+        except Unreachable:
+            raise
+        except Exception as error:
+            raise self.requests.broken(error) from error
 
     def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
         """(outcome, late, why): the outcome the performer of flight ``value`` published (``ok`` or ``err``),

@@ -265,7 +265,7 @@ class Serializer:
 
     def _abandoned(self, backend: Any, op: str, paths: list[str], value: bytes, why: str, waited: float) -> None:
         """A record: this rank waited for a peer's identical call, got no outcome, and made its own call."""
-        from .store import holder_of
+        from .connection import holder_of
 
         performer = holder_of(value) or "an unknown performer"
         because = {

@@ -452,3 +452,11 @@ def _enable_serializer() -> None:
     except ImportError:
         return
     STATE.serializer = locks.serializer(STATE.settings, STATE.launch)
+    if STATE.serializer is not None:
+        STATE.serializer.crashes = _crashes
+
+
+def _crashes(error: type[OSError]) -> bool:
+    """Whether an ``error`` raised at the serialized call being made would crash its thread (no handler of the
+    program's decides): asked before a claim gets a peer's outcome (``fsguard.locks.flight.claim_error``)."""
+    return failure._handlers().caller_handles(error(), sys._getframe(1)) is None

@@ -7,6 +7,7 @@ launcher's agent store. No timings are asserted (bench/scale.py measures them).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -16,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import clean_env
 from tests.support.net import free_port
@@ -299,3 +302,93 @@ def test_the_outcome_rides_on_the_seal_of_the_waiter_count(store_port: int) -> N
     in_time.join(20)
     assert answers == [(b"err", False, "gone")], answers
     assert late.flight_wait("shared", joined[1], 20.0) == (b"err", True, "gone")
+
+
+# --- claims and reused outcomes (issue 47) -------------------------------------------------------------------
+
+CLAIMS = {  # what every losing rank gets from the standard library, as the program sees it
+    "claim_makedirs": lambda t: ("FileExistsError", errno.EEXIST, t),
+    "claim_mkdir": lambda t: ("FileExistsError", errno.EEXIST, t),
+    "claim_rename": lambda t: ("FileNotFoundError", errno.ENOENT, f"{t}.src"),
+    "claim_excl": lambda t: ("FileExistsError", errno.EEXIST, t),
+}
+
+
+def _staged(target: Path, op: str, ranks: int) -> None:
+    if op == "claim_rename":
+        (target.parent / f"{target.name}.src").mkdir()
+    for rank in range(ranks if op == "claim_rename_own" else 0):
+        own = target.parent / f"{target.name}.src{rank}"
+        own.mkdir()
+        (own / "rank").write_text(str(rank))
+
+
+@pytest.mark.parametrize("op", [*CLAIMS, "claim_rename_own"])
+def test_a_claim_has_exactly_one_winner_and_the_others_get_the_standard_error(
+    fsguard_python: Path, tmp_path: Path, store_port: int, op: str
+) -> None:
+    # 12 ranks claim one name at once, each in a ``try`` of its own: without fsguard exactly one wins and every
+    # other gets the standard library's error. Serialized, a peer's outcome must never be handed to a rank
+    # whose program tells winning from losing: each makes its own call (before issue 47, identical makedirs and
+    # renames were collapsed: every waiting rank "won").
+    ranks = 12
+    target = tmp_path / "claimed"
+    _staged(target, op, ranks)
+    answers, logs = _storm(fsguard_python, tmp_path, store_port, [op] * ranks, target)
+    winners = [rank for rank, a in enumerate(answers) if a["won"]]
+    assert len(winners) == 1, answers
+    losers = [a for a in answers if not a["won"]]
+    if op == "claim_rename_own":  # a directory onto a non-empty one: ENOTEMPTY (or EEXIST), the loser's source
+        assert all(a["type"] == "OSError" and a["errno"] in (errno.ENOTEMPTY, errno.EEXIST) for a in losers), losers
+        assert (target / "rank").read_text() == str(winners[0])
+    else:
+        kind, number, name = CLAIMS[op](str(target))
+        want = {"type": kind, "errno": number, "filename": name}
+        assert all(a == {"won": False, **want} for a in losers), losers
+    assert not [r for r in records(logs) if r["decision"] in ("absorbed", "shared")], records(logs)
+
+
+def _alone(python: Path, env: dict[str, str], rank: int, op: str, target: Path, tmp_path: Path) -> dict[str, Any]:
+    """One rank's call made alone (after the others'), under strace: its answer; its file syscalls are in
+    ``<tmp_path>/alone<rank>.strace``."""
+    gate = tmp_path / f"alone{rank}"
+    gate.touch()  # no waiting: the call is made as soon as the rank is up
+    trace = ["strace", "-f", "-e", "trace=%file", "-o", f"{tmp_path}/alone{rank}.strace"]
+    proc = subprocess.Popen(
+        [*trace, str(python), str(WORKER), op, str(target), str(gate)],
+        env=clean_env(dict(env, RANK=str(rank), LOCAL_RANK=str(rank))),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def _named(tmp_path: Path, rank: int, path: Path) -> list[str]:
+    """The file syscalls of rank ``rank``'s ``_alone`` run that name ``path`` itself."""
+    return [line for line in (tmp_path / f"alone{rank}.strace").read_text().splitlines() if f'"{path}"' in line]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_a_makedirs_a_peer_made_returns_without_a_filesystem_call_until_the_job_removes_it(
+    fsguard_python: Path, tmp_path: Path, store_port: int
+) -> None:
+    # makedirs(p, exist_ok=True) after a peer's identical call returned: the same outcome, from the job's store
+    # (before issue 47, every later rank made its own mkdir and stat of p). A removal by a rank of the job ends
+    # that: the next identical call makes p again, and the one after it reuses that.
+    target = tmp_path / "results"
+    env = _env(tmp_path, store_port, 5, {"KEEP_WARM": "1"})  # the workers' warm-up removes nothing
+    assert _alone(fsguard_python, env, 0, "makedirs_exist_ok", target, tmp_path) == {"ok": True}
+    assert target.is_dir()
+    assert _alone(fsguard_python, env, 1, "makedirs_exist_ok", target, tmp_path) == {"ok": True}
+    assert _named(tmp_path, 1, target) == []  # no mkdir, no stat of p: the peer's outcome
+    assert _alone(fsguard_python, env, 2, "rmtree", target, tmp_path) == {"ok": True}
+    assert not target.exists()
+    assert _alone(fsguard_python, env, 3, "makedirs_exist_ok", target, tmp_path) == {"ok": True}
+    assert target.is_dir(), "an outcome from before the removal was reused"
+    assert [line for line in _named(tmp_path, 3, target) if "mkdir" in line], "rank 3 did not make p again"
+    assert _alone(fsguard_python, env, 4, "makedirs_exist_ok", target, tmp_path) == {"ok": True}
+    assert _named(tmp_path, 4, target) == []
+    assert not [r for r in records(tmp_path / "logs") if r["decision"] not in ("shared", "absorbed", "hazard")]

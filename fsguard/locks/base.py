@@ -69,7 +69,9 @@ class Backend(Protocol):
     every process the backend's ``scope`` covers.
 
     Singleflight: ``flight_claim`` returns None where the backend cannot share one call's outcome with peers
-    (then ``flight_wait``/``flight_done`` are never called).
+    (then ``flight_wait``/``flight_done`` are never called). With ``reuse``, a finished call's outcome may be
+    handed to a later identical call (``(False, REUSED)``) until ``moved`` says that a removal or rename of the
+    job started.
 
     ``prepare`` opens what the first serialized call would open (a connection), ahead of it, from a background
     thread; it may do nothing. Errors are the first call's to report."""
@@ -89,7 +91,9 @@ class Backend(Protocol):
 
     def pending(self, key: str) -> bool: ...
 
-    def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None: ...
+    def flight_claim(self, flight: str, what: str, reuse: bool = False) -> tuple[bool, Any] | None: ...
+
+    def moved(self, ended: bool) -> None: ...
 
     def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]: ...
 

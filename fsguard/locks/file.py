@@ -186,8 +186,11 @@ class FileBackend:
 
     # --- singleflight: not on node-local locks (a flight's outcome is shared through the job's store) ---
 
-    def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
+    def flight_claim(self, flight: str, what: str, reuse: bool = False) -> tuple[bool, Any] | None:
         return None
+
+    def moved(self, ended: bool) -> None:
+        """Nothing to count: no flight's outcome is reused on node-local locks."""
 
     def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
         raise NotImplementedError("file locks share no flights: flight_claim returned None")

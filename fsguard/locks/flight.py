@@ -43,17 +43,30 @@ from ..calls import Call
 
 PLAIN = (int, str, bytes, bool, float, type(None))
 SHARED = frozenset(("makedirs", "rename", "replace", "rmtree"))  # the operations whose calls can be shared
+REUSABLE = frozenset(("makedirs",))  # outcomes that stay true until something is removed or renamed
+MOVES = frozenset(("rmtree", "rmdir", "remove", "unlink", "rename", "replace"))  # what ends such an outcome
+KNOWN = 4096  # directories whose st_dev a process keeps
+REUSED = b"=ok"  # what a backend's ``flight_claim`` answers when a finished identical call's outcome applies
 
 
-def shared_fs(dev: int) -> bool:
-    """Whether the filesystem of device ``dev`` is one all nodes see (``fsguard.mounts``; unknown: local)."""
-    return mounts.shared(dev)
+def claim_error(call: Call) -> type[OSError] | None:
+    """The error this call would get alone where a peer's identical call went first, for a call that claims
+    something (only one of N identical calls succeeds without fsguard: ``makedirs`` without ``exist_ok``,
+    ``rename``/``replace``, ``rmtree`` without ``ignore_errors``), or None for one whose outcome is the same
+    whoever goes first (``makedirs(exist_ok=True)``, ``rmtree(ignore_errors=True)``)."""
+    if call.op == "makedirs":
+        return None if call.options.exist_ok else FileExistsError
+    if call.op == "rmtree" and call.on_error.ignore_errors:
+        return None
+    return FileNotFoundError
 
 
-def flight_key(call: Call, paths: list[str], host: str) -> str | None:
+def flight_key(call: Call, paths: list[str], host: str, known: dict[str, int] | None = None) -> str | None:
     """The key naming this call among the job's identical calls, or None for a call that is never shared: a
     caller's error handler decides what each rank's failure means, and must see it; a directory descriptor is
-    this process's own; an argument that is not a plain value cannot be compared across processes."""
+    this process's own; an argument that is not a plain value cannot be compared across processes.
+    ``known``: the ``st_dev`` of directories found before (a directory's filesystem does not change while
+    it exists), filled in here."""
     if call.op not in SHARED or not call.bound:
         return None
     if call.on_error.onerror is not None or call.on_error.onexc is not None or call.fds:
@@ -64,33 +77,46 @@ def flight_key(call: Call, paths: list[str], host: str) -> str | None:
     devices: list[Any] = []
     local = False
     for path in paths:
-        dev = _device(path)
+        dev = _device(path, known if known is not None else {})
         if dev is None:
             return None  # nothing to name the filesystem by: every rank makes its own call
-        devices.append(dev)
-        local = local or not shared_fs(dev)
+        found = mounts.mount_of(dev)
+        if found.shared and found.source:  # every node's client of one filesystem: the same on each node
+            devices.append((found.fstype, found.source, found.point))
+        else:
+            devices.append(dev)
+            local = True
     if call.op == "rmtree":  # the same tree: the object at the path, not only the filesystem it is on
         try:
             st = os.lstat(paths[0])
         except (OSError, ValueError):
             return None  # nothing there: each rank's own call says what that means
-        devices.append((st.st_dev, st.st_ino))
+        devices.append((st.st_dev, st.st_ino) if local else st.st_ino)  # a shared one's inodes: every node's
     text = repr((call.op, paths, options, devices, host if local else ""))
     return sha1(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _device(path: str) -> int | None:
+def _device(path: str, known: dict[str, int]) -> int | None:
     """``st_dev`` of the nearest existing directory above ``path`` (``makedirs`` of a deep path: its parents may
-    not exist yet), or None."""
+    not exist yet), or None; ``known``: the answers found before, by directory (at most ``KNOWN`` kept)."""
     parent = os.path.dirname(path)
     for _ in range(64):
+        dev = known.get(parent)
+        if dev is not None:
+            return dev
         try:
-            return os.stat(parent or ".").st_dev
+            dev = os.stat(parent or ".").st_dev
         except FileNotFoundError:
             up = os.path.dirname(parent)
             if up == parent:
                 return None
             parent = up
+            continue
         except (OSError, ValueError):
             return None
+        if len(known) >= KNOWN:
+            known.clear()
+        if parent and os.path.isabs(parent):
+            known[parent] = dev
+        return dev
     return None

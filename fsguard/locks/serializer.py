@@ -28,6 +28,7 @@ from ..state import Unforkable, forkable, report_late_forks
 from ..waiting import wait_for
 from . import flight
 from .base import Backend, Held, LockTimeout, Unreachable, holder_text
+from .flight import REUSED
 
 STRIPES_HEX = 3  # 16**3 = 4096 stripes
 WAIT_RECORD_S = 1.0  # a wait at least this long becomes part of the operation's record
@@ -75,6 +76,11 @@ class Serializer:
         self._host = host
         self._local = threading.local()
         self._choosing = threading.Lock()
+        self._devices: dict[str, int] = {}  # a directory's st_dev, asked once (``flight.flight_key``)
+        # Whether an error of a given class, raised where the call is being made, would crash its thread (no
+        # handler of the program's decides): ``fsguard.patching`` sets it (the caller's context is
+        # ``fsguard.handlers``', a module of this layer that ``locks`` does not import). None: never assumed.
+        self.crashes: Callable[[type[OSError]], bool] | None = None
         forkable(self)
 
     def after_fork_in_child(self) -> None:
@@ -154,22 +160,48 @@ class Serializer:
         def locked(*call_args: Any, **call_kwargs: Any) -> Any:
             return self.call(op, paths, wrapped, call_args, call_kwargs)
 
-        return self.flown(call, lambda: guarded_call(locked, args, kwargs), paths=paths)
+        # The performer of a shared makedirs(exist_ok=True) takes no lock: the identical calls are one call
+        # already, and the standard makedirs(exist_ok=True) tolerates any other call on its path.
+        unlocked = op in flight.REUSABLE and flight.claim_error(call) is None
+        return self.flown(
+            call,
+            lambda: guarded_call(locked, args, kwargs),
+            paths=paths,
+            performer=(lambda: guarded_call(wrapped, args, kwargs)) if unlocked else None,
+        )
 
     # --- singleflight (fsguard.locks.flight) -----------------------------------------------------------
 
-    def flown(self, call: Call, perform: Callable[[], Any], shared: Any = None, paths: list[str] | None = None) -> Any:
+    def flown(
+        self,
+        call: Call,
+        perform: Callable[[], Any],
+        shared: Any = None,
+        paths: list[str] | None = None,
+        performer: Callable[[], Any] | None = None,
+    ) -> Any:
         """``perform()`` (the whole guarded call), or, when peers make the identical call at this moment, one
         of them performs it and the others return ``shared`` as soon as its ``perform()`` returned. When it
         raised (or ended without an outcome: killed, frozen, too slow), every waiting rank calls its own
-        ``perform()``, so each gets its own result and its own error object."""
+        ``perform()``, so each gets its own result and its own error object (``performer``: what the rank
+        that performs a shared call calls instead of ``perform``). A ``makedirs`` that a peer made
+        and returned from earlier returns ``shared`` at once while nothing of the job was removed or renamed
+        since (``flight.REUSABLE``). A claim (``flight.claim_error``) shares a peer's outcome only where its
+        own error would crash its thread (``crashes``): a caller that handles it makes its own call."""
         op = call.op
         paths = paths or call.targets()
-        flight = self._claim(call, paths) if paths else None
-        if flight is None or paths is None:
+        claimed = self._claim(call, paths) if paths else None
+        if claimed is None or paths is None:
             return perform()
-        backend, name, token, performer = flight
-        if not performer:
+        backend, name, token, performs = claimed
+        if not performs:
+            lost = flight.claim_error(call)
+            if lost is not None and not self._crashes(lost):
+                return perform()  # its caller handles the error: it gets its own, as without fsguard
+            if token == REUSED:
+                if lost is not None:
+                    self._reused_record(backend, op, paths, lost)
+                return shared  # a peer's identical call returned, and nothing of the job moved since
             outcome, late = self._wait_flight(backend, op, paths, name, token)
             if late and outcome is not None:
                 self._shared_record(backend, op, paths, 1, outcome)  # the performer counted its waiters before
@@ -177,12 +209,24 @@ class Serializer:
                 return shared  # the performer's call returned: so does this one, without a filesystem call
             return perform()  # it raised: this rank makes (and fails) its own call
         try:
-            result = perform()
+            result = (performer or perform)()
         except BaseException:
             self._land(backend, op, paths, name, token, b"err")
             raise
         self._land(backend, op, paths, name, token, b"ok")
         return result
+
+    def _crashes(self, error: type[OSError]) -> bool:
+        """Whether an ``error`` of the call being made would crash its thread (no handler of the program's
+        decides); False where that cannot be told (no ``crashes`` set: ``fsguard.patching`` sets it)."""
+        crashes = self.crashes
+        if crashes is None:
+            return False
+        try:
+            with runtime.Busy():
+                return bool(crashes(error))
+        except Exception:  # noqa: BLE001 - not understood: the program's own call decides
+            return False
 
     def _claim(self, call: Call, paths: list[str]) -> tuple[Any, str, Any, bool] | None:
         """(backend, flight, token, performer?) for a call identical calls of peers can share, else None."""
@@ -193,11 +237,13 @@ class Serializer:
                 backend = self.backend
                 if backend.scope != "job":
                     return None
-                name = flight.flight_key(call, paths, self._host)
+                name = flight.flight_key(call, paths, self._host, self._devices)
                 if name is None:
                     return None
                 what = f"{call.op} {' -> '.join(paths)}"
-                claimed = backend.flight_claim(name, holder_text(self._rank, self._host, what))
+                claimed = backend.flight_claim(
+                    name, holder_text(self._rank, self._host, what), call.op in flight.REUSABLE
+                )
         except Exception:  # noqa: BLE001 - no singleflight: the call goes to the lock as before
             return None
         if claimed is None:
@@ -219,7 +265,7 @@ class Serializer:
 
     def _abandoned(self, backend: Any, op: str, paths: list[str], value: bytes, why: str, waited: float) -> None:
         """A record: this rank waited for a peer's identical call, got no outcome, and made its own call."""
-        from .store import holder_of
+        from .connection import holder_of
 
         performer = holder_of(value) or "an unknown performer"
         because = {
@@ -247,6 +293,17 @@ class Serializer:
         if count > 0:
             self._shared_record(backend, op, paths, count, outcome)
 
+    def _reused_record(self, backend: Any, op: str, paths: list[str], lost: type[OSError]) -> None:
+        runtime.record(
+            op,
+            "shared",
+            f"a peer rank's identical call returned earlier and nothing of the job was removed or renamed since: "
+            f"returned as it did, without a filesystem call (alone, this call would have raised {lost.__name__}, "
+            "which would have ended its thread)",
+            paths,
+            detail={"backend": backend.name, "ranks": 1, "outcome": "ok", "reused": True},
+        )
+
     def _shared_record(self, backend: Any, op: str, paths: list[str], count: int, outcome: bytes) -> None:
         ending = "returned as it did, without a filesystem call" if outcome == b"ok" else "made their own calls"
         runtime.record(
@@ -269,12 +326,17 @@ class Serializer:
         # A rename says first that it is coming: an rmtree of its source that holds (or waits for) the lock
         # lets it go first (the rename wins; see fsguard.rmwalk).
         announced = self._announce(paths[0]) if op in ("rename", "replace") else None
+        moves = op in flight.MOVES
         try:
             backend, held = self._acquire(op, paths, keys, what)
             mine.update(h.key for h in held)
             try:
+                if moves:
+                    self._moved(False)  # before it starts: no outcome published before is reused
                 return function(*args, **kwargs)
             finally:
+                if moves:
+                    self._moved(True)  # and after: an outcome of a call made meanwhile was never left for reuse
                 mine.difference_update(h.key for h in held)
                 if backend is not None:
                     self._release(op, paths, backend, held)
@@ -296,6 +358,15 @@ class Serializer:
         try:
             with runtime.Busy():
                 backend.withdraw(token)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _moved(self, ended: bool) -> None:
+        """Count a removal or rename of the job (``Backend.moved``); a store out of reach: no outcome is
+        reused meanwhile either (``flight_claim`` fails too, and every call is made)."""
+        try:
+            with runtime.Busy():
+                self.backend.moved(ended)
         except Exception:  # noqa: BLE001
             pass
 

@@ -6,29 +6,7 @@ before that, the launcher's store at ``MASTER_ADDR:MASTER_PORT`` (torchrun's age
 once it has started one). Its keys live under ``/fsguard/lock/<restart>/`` where no torch key lives. torch is
 imported on the first serialized call, never at startup.
 
-Connections: requests go through the default process group's own store client where one exists on that
-server (c10d serializes its requests and ours), otherwise through a client connection of fsguard's own,
-given up for the group's client once a group on the same server exists. Blocking waits use one more
-connection of their own (see below): a c10d client serves one request at a time, so a ``wait`` on the group's
-client would hold up the job's own store requests until it ends (measured: a ``set`` behind a 1.5 s ``wait``
-took 1.5 s), and a wait bounded without c10d's timeout warnings needs a second connection to set its key.
-Each new c10d client connection reverse-resolves the store's address
-(``getnameinfo`` for its log text, in the client's ``SocketImpl``; to ``127.0.0.1`` it is the IPv4-mapped
-``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list): when many ranks connect at once, the resolver waits
-out its 5 s timeout for queries a busy DNS server dropped, and c10d says "The hostname of the client socket
-cannot be retrieved. err=-3" when one fails. So the connections are opened ahead of the first serialized call,
-off its critical path (``prepare``: by a background thread once the program has imported ``torch.distributed``),
-and a call that comes first opens one connection at most on its own path: the one for waits is opened by a
-background thread, and until it is open the call's waits poll (with ``waiting.Backoff``'s steps, up to 50 ms).
-
-Forks: opening a connection (``_Requests._open``, ``_Wakes.open``, and the connect-ahead thread's whole ``prepare``)
-imports modules (the idna codec, for ``socket.create_connection``) and makes name lookups inside c10d and the C
-library; a child forked meanwhile would wait forever for a lock that thread held (measured: a rank forking 500
-children right after importing ``torch.distributed`` left 1 to 12 of them hung in their first ``getaddrinfo``,
-in 3 of 8 runs). So it is a ``state.Unforkable`` section: a fork from another thread waits for it to end
-(milliseconds; at most ``state.FORK_WAIT_S``). The other threads (alarm, lease renewal) only send requests on
-connections already open, which a forked child never uses (``after_fork_in_child``: its backend starts afresh);
-one that has to reconnect opens the connection in the same section.
+Connections (the requests', the one for waits, the alarms that bound waits): ``fsguard.locks.connection``.
 
 The lock: a ticket queue under key ``/fsguard/lock/<restart>/<stripe>`` (``K``). A caller takes a ticket
 ``t = add(K/n, 1)``; the lock's value is either a reservation, free for one ticket only (``=<t>``; empty for
@@ -42,7 +20,7 @@ take): store requests per hand-off do not grow with the queue.
 Waiting is not polling: a waiter blocks in the store's ``wait`` on its own go key. Waits use a client connection
 of their own, so a thread blocked in one never delays the renewal of a lock this process holds. A wait ends by
 a key being set, never by the socket timing out (c10d prints two warning lines for every wait that times out):
-at the end of its bound, the waiter's own alarm thread adds 0 to the key it waits on (``_Alarms``); the waiter
+at the end of its bound, the waiter's own alarm thread adds 0 to the key it waits on (``Alarms``); the waiter
 then deletes the key and looks at the lock's value again (a hand-off in between shows in the value), so a go
 key never wakes it twice. The go key of a ticket is deleted by its holder when it gives the lock back.
 
@@ -66,8 +44,8 @@ peer of a killed holder is then served *serialized* after at most one lease, wel
 renewal keeps a long ``rmtree`` of a live holder safe however long it takes (its waiters time out and go
 on unserialized, with a record, rather than "taking over" from a live process).
 
-Parts, one class each (a forked child makes them all afresh): ``_Requests``, the connection requests go
-through; ``_Wakes``, the connection for waits, the waiters' alarms and the keys that wake them; ``_Renewer``,
+Parts, one class each (a forked child makes them all afresh): ``Requests``, the connection requests go
+through; ``Wakes``, the connection for waits, the waiters' alarms and the keys that wake them; ``_Renewer``,
 the thread that renews what this process holds; ``_Tickets``, the lock's ticket queue; ``_Flights``,
 singleflight. ``StoreBackend`` is the ``Backend`` the serializer calls, made of them.
 """
@@ -75,21 +53,22 @@ singleflight. ``StoreBackend`` is the ``Backend`` the serializer calls, made of 
 from __future__ import annotations
 
 import itertools
-import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..state import Unforkable, forkable
+from ..state import forkable
 from ..waiting import Backoff
 from .base import Held, LockTimeout, Unreachable, process_nonce
+from .connection import Requests, Wakes, holder_of, running
+from .flight import REUSED  # a finished flight whose outcome later identical calls may reuse: ``=ok <moves>``
+
+MOVE_START = 1 << 32  # the job's moves counter: started moves in its high bits, ended moves in its low bits
+MOVE_ENDS = MOVE_START - 1
 
 SEAL = 1 << 40  # added to a flight's waiter count by its performer when it ends: once for "ok", twice for "err"
-RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
-BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only when the store fails to set a key
 DEPART = 1 << 30  # added to a ticket's go counter by its waiter when it gives up: a hand-off passes the turn on
 
 
@@ -107,6 +86,7 @@ class _Lease:
     seq: int = 0
     released: bool = False
     ticket: int = 0  # a lock's place in its queue (0: a flight)
+    epoch: int | None = None  # a reusable flight: the job's moves counter read before it was performed
 
     def value(self) -> bytes:
         if self.ticket:
@@ -143,331 +123,12 @@ def _go_key(name: str, ticket: int) -> str:
     return f"{name}/go/{ticket}"
 
 
-def _running(thread: threading.Thread | None, target: Callable[[], None], name: str) -> threading.Thread:
-    """``thread`` while it runs, otherwise a new daemon thread running ``target`` (started once a lock or an alarm
-    needs it, and again in a forked child, which has none of its parent's threads)."""
-    if thread is not None and thread.is_alive():
-        return thread
-    thread = threading.Thread(target=target, name=name, daemon=True)
-    thread.start()
-    return thread
-
-
-class _Alarms:
-    """A waiter's own bound on a blocking ``wait``: at the deadline, this thread sets the key waited for (through
-    the other connection), so that a wait ends by a key being set, never by its socket timing out. c10d reports
-    a timed-out wait on stderr (two ``[c10d] waitForInput`` warning lines) even when the caller expects it, and a
-    waiter on a killed holder would print them at every wait; with the alarm, only a store that fails to answer
-    (``BACKSTOP_S`` later) still shows its warnings, as it should.
-
-    A key set by an alarm is the key that the holder of the value waited on would set when that value stops being
-    current: other waiters on it wake too, see the value unchanged, and poll (with backoff) instead of waiting on
-    it again; the alarm's owner is then about to change the value itself (take the lock over, close a flight)."""
-
-    def __init__(self, fire: Callable[[str], None]) -> None:
-        self._fire = fire
-        self._cond = threading.Condition()
-        self._due: dict[int, tuple[float, str]] = {}
-        self._fired: set[int] = set()
-        self._ids = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def at(self, when: float, name: str) -> int:
-        with self._cond:
-            ident = next(self._ids)
-            self._due[ident] = (when, name)
-            self._thread = _running(self._thread, self._run, "fsguard-alarm")
-            self._cond.notify()
-        return ident
-
-    def cancel(self, ident: int) -> bool:
-        """Forget alarm ``ident``; True when it had gone off already."""
-        with self._cond:
-            self._due.pop(ident, None)
-            fired = ident in self._fired
-            self._fired.discard(ident)
-            return fired
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    now = time.monotonic()
-                    ready = [(i, name) for i, (when, name) in self._due.items() if when <= now]
-                    if ready:
-                        break
-                    self._cond.wait(min((when for when, _ in self._due.values()), default=now + 3600.0) - now)
-                for ident, _ in ready:
-                    del self._due[ident]
-                    self._fired.add(ident)
-            for _, name in ready:
-                self._fire(name)
-
-
-def holder_of(value: bytes) -> str | None:
-    """The holder text of a lock value, or None for a free lock."""
-    if not value or value.startswith(b"="):
-        return None
-    return value.partition(b" ")[2].decode("utf-8", "replace") or value.decode("utf-8", "replace")
-
-
-def _next_key(key: str, value: bytes) -> str:
-    """The key a flight's waiters that saw ``value`` block on: set when the value changes (``_Wakes.post``)."""
-    return key + "/next/" + value.partition(b" ")[0].decode("ascii", "replace")
-
-
-class _Requests:
-    """The connection every request goes through: the process group's own client where one talks to the same
-    server, otherwise one of fsguard's own. One class opens it (at most once per ``RETRY_S`` after a failure),
-    joins a group that appears later, and forgets a connection that broke, so that the lock, the flights and the
-    lease renewals share one client and one lock around its requests."""
-
-    def __init__(self, lock_timeout: float, env: Mapping[str, str], opened: Callable[[], None]) -> None:
-        self.op_timeout = min(max(lock_timeout, 1.0), 30.0)
-        self._address = (env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""))
-        self._opened = opened  # a TCP server was found: open the connection for waits (off this path)
-        self.store: Any = None
-        self.address: str | None = None
-        self._failure: tuple[float, str, bool] | None = None  # (when, why, process group was up)
-        self._lock = threading.Lock()  # held while connecting
-        self.io = threading.Lock()  # around each request: a c10d client serves one at a time
-        self.tcp: tuple[str, int] | None = None  # where a second connection for waits can be opened
-        self._may_join = False  # requests on our own connection until a process group on the same server exists
-
-    def connect(self) -> Any:
-        store = self.store
-        if store is not None and not (self._may_join and _group_initialized()):
-            return store
-        with self._lock:
-            if self.store is not None:
-                if self._may_join and _group_initialized():
-                    self._join_group()
-                return self.store
-            if self._failure is not None:
-                when, why, had_group = self._failure
-                if time.monotonic() - when < RETRY_S and (had_group or not _group_initialized()):
-                    raise Unreachable(why)
-            try:
-                self.store = self._open()
-            except Exception as error:
-                why = str(error) if isinstance(error, Unreachable) else f"{type(error).__name__}: {error}"
-                self._failure = (time.monotonic(), why, _group_initialized())
-                raise Unreachable(why) from error
-            self._failure = None
-            return self.store
-
-    @staticmethod
-    def _group_store() -> Any:
-        """The default process group's store with its ``PrefixStore`` layers unwrapped (torch imported)."""
-        import torch.distributed as dist
-
-        root = dist.distributed_c10d._get_default_store()
-        while isinstance(root, getattr(dist, "PrefixStore")):  # noqa: B009
-            root = root.underlying_store
-        return root
-
-    def _join_group(self) -> None:
-        """A process group now exists: send requests through its client instead of this process's own
-        connection when it talks to the same server (the same keys: peers still on their own connections meet
-        it there), and close ours; the connection for waits stays. Another server: ours stays for good (peers
-        without a group could not meet us there)."""
-        self._may_join = False  # asked once
-        try:
-            root = self._group_store()
-            if (str(root.host), int(root.port)) != self.tcp:
-                return
-        except Exception:  # noqa: BLE001 - not a TCPStore, or no group after all: keep our connection
-            return
-        self.store = root
-        self.address = f"{root.host}:{root.port} (the process group's client)"
-
-    def _open(self) -> Any:
-        try:
-            import torch.distributed as dist
-        except ImportError as error:
-            raise Unreachable(f"torch is not importable ({error})") from error
-        if not dist.is_available():
-            raise Unreachable("this torch build has no torch.distributed")
-        with Unforkable():  # imports (the idna codec's, c10d's) and name lookups: no fork may split them
-            return self._open_client(dist)
-
-    def _open_client(self, dist: Any) -> Any:
-        host, port = self._address
-        tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for type checkers
-        group = None
-        if dist.is_initialized():
-            root = self._group_store()
-            if not isinstance(root, tcp_store):
-                self.address = type(root).__name__
-                return root  # a FileStore or HashStore the job shares already: use it as it is
-            host, port, group = root.host, str(root.port), root
-        elif not (host and port):
-            raise Unreachable("no process group yet and no MASTER_ADDR/MASTER_PORT to find the job's store")
-
-        # A plain connect first: "nothing listens there" then fails in microseconds, without the retry
-        # loop and the C++ stack traces that a TCPStore client prints for the same answer.
-        try:
-            socket.create_connection((host, int(port)), timeout=min(self.op_timeout, 5.0)).close()
-        except (OSError, ValueError) as error:
-            raise Unreachable(f"the job's store at {host}:{port} does not answer ({error})") from error
-        self.tcp = (str(host), int(port))
-        if group is not None:  # requests through the group's client (c10d serializes its requests and ours)
-            self.address = f"{host}:{port} (the process group's client)"
-            store = group
-        else:
-            store = self.client(tcp_store, host, int(port))
-            self.address = f"{host}:{port}"
-            self._may_join = True
-        self._opened()  # the second connection, off this path (``prepare`` opens it itself)
-        return store
-
-    def client(self, tcp_store: Any, host: str, port: int) -> Any:
-        """A new client connection to the store's server."""
-        from datetime import timedelta
-
-        return tcp_store(
-            host, port, is_master=False, timeout=timedelta(seconds=self.op_timeout), wait_for_workers=False
-        )
-
-    def cas(self, key: str, expected: bytes, desired: bytes) -> bytes:
-        store = self.connect()
-        with self.io:
-            result = store.compare_set(key, expected, desired)
-        return bytes(result)
-
-    def add(self, name: str, amount: int) -> int:
-        store = self.connect()
-        with self.io:
-            return int(store.add(name, amount))
-
-    def delete(self, name: str) -> None:
-        store = self.connect()
-        with self.io:
-            store.delete_key(name)
-
-    def broken(self, error: BaseException) -> Unreachable:
-        """Forget a connection that failed mid-use; the next call reconnects (after ``RETRY_S``)."""
-        why = f"the job's store failed ({type(error).__name__}: {error})"
-        with self._lock:
-            self.store = None
-            self._failure = (time.monotonic(), why, _group_initialized())
-        return Unreachable(why)
-
-
-class _Wakes:
-    """How a waiter blocks without polling: on a connection of its own (a c10d client serves one request at a
-    time, so a wait on the requests' connection would hold up the job's own requests and this process's lease
-    renewals), bounded by its own alarm rather than a socket timeout, on keys that are deleted a lease after they
-    were set (``post``), when every waiter has seen them."""
-
-    def __init__(self, requests: _Requests, lease_s: float) -> None:
-        self._requests = requests
-        self._lease_s = lease_s
-        self.waiter: Any = None  # the connection for waits
-        self._io = threading.Lock()  # one wait at a time on it
-        self._opening = threading.Lock()  # held while the connection for waits is being opened
-        self._posted: deque[tuple[float, str]] = deque()  # keys set for waiters, deleted a lease later
-        self._alarms = _Alarms(self._ring)
-
-    def open(self) -> None:
-        """Open the connection for waits, if none is open or being opened (another thread). Never raises: until
-        it exists, waits poll (``wait``)."""
-        tcp = self._requests.tcp
-        if self.waiter is not None or tcp is None or not self._opening.acquire(blocking=False):
-            return
-        try:
-            if self.waiter is None:
-                import torch.distributed as dist
-
-                with Unforkable():  # c10d's name lookups: no fork may split them (``_Requests._open``)
-                    self.waiter = self._requests.client(getattr(dist, "TCPStore"), *tcp)  # noqa: B009
-        except Exception:  # noqa: BLE001 - waits keep polling; the next wait tries again
-            pass
-        finally:
-            self._opening.release()
-
-    def open_soon(self) -> None:
-        """The connection for waits, opened off the calling thread: each new c10d connection reverse-resolves
-        the store's address, which costs seconds where a DNS server drops a burst of queries (many ranks at
-        once), so only one connection is ever opened on a call's path."""
-        if self.waiter is None and self._requests.tcp is not None and not self._opening.locked():
-            threading.Thread(target=self.open, name="fsguard-wait-connect", daemon=True).start()
-
-    def wait(self, name: str, timeout: float) -> bool | None:
-        """Block until key ``name`` exists, at most ``timeout``: True when someone set it, False when this
-        waiter's own bound did (``_Alarms``: a timeout without c10d's warnings), None when this store cannot
-        wait (not a TCPStore) or its connection for waits is not open yet (being opened in the background): the
-        caller polls."""
-        if self._requests.tcp is None or timeout <= 0:
-            return None
-        if self.waiter is None:
-            self.open_soon()
-            return None
-        from datetime import timedelta
-
-        # One wait at a time on the connection: another thread's wait is bounded too (by its own bound here,
-        # answered as an alarm: the caller looks again).
-        if not self._io.acquire(timeout=timeout):
-            return False
-        try:
-            waiter = self.waiter
-            if waiter is None:  # dropped by another thread's failed wait: poll until it is open again
-                self.open_soon()
-                return None
-            alarm = self._alarms.at(time.monotonic() + timeout, name)
-            try:
-                waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
-            except Exception as error:
-                self._alarms.cancel(alarm)
-                if "timeout" not in str(error).lower():
-                    self.waiter = None
-                    raise
-                return False
-            return not self._alarms.cancel(alarm)
-        finally:
-            self._io.release()
-
-    def wait_for_change(self, key: str, value: bytes, timeout: float) -> bool | None:
-        """Block until the holder of ``value`` renews or gives the lock back, at most ``timeout`` (see
-        ``wait``)."""
-        return self.wait(_next_key(key, value), timeout)
-
-    def post(self, key: str, value: bytes) -> None:
-        """Wake the waiters that saw ``value``: it is no longer the lock's value. Never raises."""
-        try:
-            store = self._requests.connect()
-            name = _next_key(key, value)
-            now = time.monotonic()
-            with self._requests.io:
-                store.set(name, b"1")
-                while self._posted and now - self._posted[0][0] > self._lease_s:
-                    store.delete_key(self._posted.popleft()[1])
-            self._posted.append((now, name))
-        except Exception:  # noqa: BLE001 - waiters then wake at the end of their bounded wait
-            pass
-
-    def expire(self, name: str) -> None:
-        """Delete key ``name`` a lease from now (with the next ``post``)."""
-        self._posted.append((time.monotonic(), name))
-
-    def _ring(self, name: str) -> None:
-        """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""
-        try:
-            store = self._requests.connect()
-            with self._requests.io:
-                store.add(name, 0)  # a go key is a counter (``_Tickets._hand``); a flight's next key only has to exist
-            if "/go/" not in name:  # a go key is deleted by its waiter
-                self.expire(name)
-        except Exception:  # noqa: BLE001 - the wait then ends at its backstop, and c10d says why
-            pass
-
-
 class _Renewer:
     """The holder's side of a lease: one daemon thread rewrites the value of every lock and flight this process
     holds every quarter lease, so that a waiter can tell a live holder (however long its call takes) from one
     that was killed or froze, without comparing clocks."""
 
-    def __init__(self, requests: _Requests, wakes: _Wakes, lease_s: float) -> None:
+    def __init__(self, requests: Requests, wakes: Wakes, lease_s: float) -> None:
         self._requests = requests
         self._wakes = wakes
         self._lease_s = lease_s
@@ -478,7 +139,7 @@ class _Renewer:
     def hold(self, held: Held) -> Held:
         with self._cond:
             self._held[id(held)] = held
-            self._thread = _running(self._thread, self._loop, "fsguard-lease")
+            self._thread = running(self._thread, self._loop, "fsguard-lease")
             self._cond.notify()
         return held
 
@@ -526,7 +187,7 @@ class _Tickets:
     only, a ticket that gave up or never came is passed over, and a holder whose lease stopped being renewed is
     taken over by exactly one waiter."""
 
-    def __init__(self, requests: _Requests, wakes: _Wakes, renewer: _Renewer, prefix: str, lease_s: float) -> None:
+    def __init__(self, requests: Requests, wakes: Wakes, renewer: _Renewer, prefix: str, lease_s: float) -> None:
         self._requests = requests
         self._wakes = wakes
         self._renewer = renewer
@@ -673,7 +334,7 @@ class _Flights:
     flight is a lease like a lock (renewed while it is performed, so its waiters can tell a killed performer),
     and its outcome rides on the seal added to its waiter count."""
 
-    def __init__(self, requests: _Requests, wakes: _Wakes, renewer: _Renewer, prefix: str, lease_s: float) -> None:
+    def __init__(self, requests: Requests, wakes: Wakes, renewer: _Renewer, prefix: str, lease_s: float) -> None:
         self._requests = requests
         self._wakes = wakes
         self._renewer = renewer
@@ -681,7 +342,7 @@ class _Flights:
         self._lease_s = lease_s
         self._tokens = itertools.count()
 
-    def claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
+    def claim(self, flight: str, what: str, reuse: bool = False) -> tuple[bool, Any] | None:
         """See ``StoreBackend.flight_claim``."""
         self._requests.connect()
         if self._requests.tcp is None:
@@ -691,10 +352,28 @@ class _Flights:
             b"%s.f%d" % (process_nonce().encode(), next(self._tokens)),
             what.encode("utf-8", "replace"),
         )
-        current = self._requests.cas(lease.key, b"", lease.value())
-        if current != lease.value():
-            return False, current
-        return True, self._renewer.hold(Held(flight, lease))
+        moves = self.moves() if reuse else None  # before the call is made (see ``StoreBackend.moved``)
+        expected = b""
+        for _ in range(4):  # a finished flight is taken over in turn by one rank per move of the job at most
+            current = self._requests.cas(lease.key, expected, lease.value())
+            if current == lease.value():
+                if moves is not None and moves >> 32 == moves & MOVE_ENDS:  # no move under way: reusable
+                    lease.epoch = moves
+                return True, self._renewer.hold(Held(flight, lease))
+            if not current.startswith(REUSED):
+                return False, current  # performed right now: wait for its outcome
+            if moves is not None and current == b"%s %d" % (REUSED, moves):
+                return False, REUSED  # performed and returned, and no move of the job started since
+            expected = current  # a move since (or not reusable by this call): perform it again
+        return None
+
+    def moves(self) -> int:
+        """The job's moves counter (``StoreBackend.moved``): those started times ``MOVE_START``, plus those
+        ended."""
+        return self._requests.add(self._prefix + "moved", 0)
+
+    def moved(self, ended: bool) -> None:
+        self._requests.add(self._prefix + "moved", 1 if ended else MOVE_START)
 
     def wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
         """See ``StoreBackend.flight_wait``."""
@@ -704,13 +383,19 @@ class _Flights:
         if joined > SEAL:
             return _sealed(joined), True, "gone"
         started = since = time.monotonic()
-        seen, stale = value, None
+        seen, stale, current = value, None, b""
         backoff = Backoff(timeout, 0.0002, 0.05, started=started)  # its steps: only where no blocking wait can
         while True:
-            current = self._requests.cas(key, b"\0", b"\0")  # a peek: the value ("" or b"\0" when ended)
+            if not current:
+                current = value  # first, wait on the value the claim saw: no peek before
+            else:  # woken (or polling): the sealed count is the common answer, in one request
+                sealed = self._outcome(key, token)
+                if sealed is not None:
+                    return sealed, False, "gone"
+                current = self._requests.cas(key, b"\0", b"\0")  # a peek: the value ("" or b"\0" when ended)
+                if not current.startswith(token + b"#"):
+                    return self._outcome(key, token), False, "gone"
             now = time.monotonic()
-            if not current.startswith(token + b"#"):
-                return self._outcome(key, token), False, "gone"
             if current != seen:
                 seen, since = current, now
             elif now - since >= self._lease_s:
@@ -741,7 +426,8 @@ class _Flights:
             seal = SEAL if outcome == b"ok" else 2 * SEAL
             shared = self._requests.add(count_key, seal) - seal
             ended = lease.value()
-            self._requests.cas(lease.key, ended, b"")
+            after = b"%s %d" % (REUSED, lease.epoch) if outcome == b"ok" and lease.epoch is not None else b""
+            self._requests.cas(lease.key, ended, after)
         if shared:
             self._wakes.post(lease.key, ended)  # wake them (a later joiner has the outcome without waiting)
         self._wakes.expire(count_key)
@@ -774,8 +460,8 @@ class StoreBackend:
 
     def _reset(self) -> None:
         """Fresh parts (also in a forked child: the parent's connections and threads are not ours)."""
-        self.requests = _Requests(self._lock_timeout, self._env, lambda: self.wakes.open_soon())
-        self.wakes = _Wakes(self.requests, self.lease_s)
+        self.requests = Requests(self._lock_timeout, self._env, lambda: self.wakes.open_soon())
+        self.wakes = Wakes(self.requests, self.lease_s)
         renewer = _Renewer(self.requests, self.wakes, self.lease_s)
         self._tickets = _Tickets(self.requests, self.wakes, renewer, self.prefix, self.lease_s)
         self._flights = _Flights(self.requests, self.wakes, renewer, self.prefix, self.lease_s)
@@ -820,11 +506,28 @@ class StoreBackend:
 
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
-    def flight_claim(self, flight: str, what: str) -> tuple[bool, Any] | None:
+    def flight_claim(self, flight: str, what: str, reuse: bool = False) -> tuple[bool, Any] | None:
         """(True, the flight's ``Held``) for the performer, (False, the flight's current value) for a waiter;
         None when this store cannot wait on keys (no singleflight). A flight is a lease like a lock: renewed by
-        the holder's renewal thread while it is performed, so that its waiters can tell a killed performer."""
-        return self._flights.claim(flight, what)
+        the holder's renewal thread while it is performed, so that its waiters can tell a killed performer.
+
+        ``reuse``: the call's outcome stays true until something of the job is removed or renamed (a
+        ``makedirs``: the directory exists). Its performer then leaves ``=ok <moves>`` behind, and a later
+        identical call gets (False, ``REUSED``) while the job's moves counter still reads the same: the outcome
+        applies without a filesystem call. After a move, the first rank to come performs the call again."""
+        return self._flights.claim(flight, what, reuse)
+
+    def moved(self, ended: bool) -> None:
+        """A removal or rename of this job starts (``ended`` False), or ended: outcomes published before no
+        longer apply. One counter, read in one request, says both how many started and how many ended: an
+        outcome is left for reuse only by a call made while no move was under way (a move under way may undo
+        it after the fact), and reused only while no move started since."""
+        try:
+            self._flights.moved(ended)
+        except Unreachable:
+            raise
+        except Exception as error:
+            raise self.requests.broken(error) from error
 
     def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
         """(outcome, late, why): the outcome the performer of flight ``value`` published (``ok`` or ``err``),
@@ -834,7 +537,7 @@ class StoreBackend:
         take-over serves it), or because the performer ended without an outcome to share (``"gone"``).
 
         No polling: the waiter blocks on the flight's hand-off key, which the performer sets at each renewal
-        and when it ends (``_Wakes.post``), and its own alarm at the end of the lease."""
+        and when it ends (``Wakes.post``), and its own alarm at the end of the lease."""
         return self._flights.wait(flight, value, timeout)
 
     def flight_done(self, flight: str, held: Held, outcome: bytes) -> int:
@@ -843,14 +546,3 @@ class StoreBackend:
         joins later knows it was not counted and has the outcome in the answer to its joining. An uncontended
         flight costs three requests: the claim, the seal, the close."""
         return self._flights.done(held, outcome)
-
-
-def _group_initialized() -> bool:
-    """Whether a default process group exists (False, without importing torch, if torch is not loaded)."""
-    import sys
-
-    dist = sys.modules.get("torch.distributed")
-    try:
-        return bool(dist is not None and dist.is_available() and dist.is_initialized())
-    except Exception:  # noqa: BLE001
-        return False

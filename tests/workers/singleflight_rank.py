@@ -1,6 +1,7 @@
 """One rank of tests/test_singleflight.py: connect (a first serialized call), wait for the start file, then
 make the call named on the command line and print what it returned or raised, as JSON. ``rmtree_stuck``: an
-rmtree that stops inside the walk (see ``stuck``), for a test that kills it there."""
+rmtree that stops inside the walk (see ``stuck``), for a test that kills it there. ``claim_*``: a call that
+claims a name, in a ``try`` of the program's own (``claim``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from gate import crash_of  # run as a script: this directory is on sys.path
 
 op, target, gate = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(target + f".warm{os.environ['RANK']}", exist_ok=True)  # the store connection, before the gate
-os.rmdir(target + f".warm{os.environ['RANK']}")
+if not os.environ.get("KEEP_WARM"):  # a removal: it ends the reuse of every makedirs outcome made before it
+    os.rmdir(target + f".warm{os.environ['RANK']}")
 open(gate + f".ready{os.environ['RANK']}", "w").close()
 deadline = time.monotonic() + 600  # bounded: a test that timed out before opening the gate leaves no rank behind
 while not os.path.exists(gate):
@@ -28,6 +30,33 @@ def stuck(path: object, *args: object, **kwargs: object) -> None:
     its flight and its lock, until the test kills it."""
     open(gate + ".stuck", "w").close()
     time.sleep(600)
+
+
+def claim() -> dict[str, object]:
+    """A call that claims a name, its error handled by the program (``except OSError``): did this rank win,
+    and if not, the standard library's error as the program saw it."""
+    rank = os.environ["RANK"]
+    try:
+        if op == "claim_makedirs":
+            os.makedirs(target)
+        elif op == "claim_mkdir":
+            os.mkdir(target)
+        elif op == "claim_rename":  # every rank renames the one staging directory
+            os.rename(target + ".src", target)
+        elif op == "claim_rename_own":  # each rank renames its own directory onto the one name
+            os.rename(target + f".src{rank}", target)
+        elif op == "claim_excl":
+            os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        else:
+            raise ValueError(op)
+    except OSError as error:
+        return {"won": False, "type": type(error).__name__, "errno": error.errno, "filename": error.filename}
+    return {"won": True}
+
+
+if op.startswith("claim_"):
+    print(json.dumps(claim()))
+    raise SystemExit(0)
 
 
 def call() -> None:  # the error is handled one frame up: fsguard decides as for an unhandled error

@@ -459,4 +459,4 @@ def _enable_serializer() -> None:
 def _crashes(error: type[OSError]) -> bool:
     """Whether an ``error`` raised at the serialized call being made would crash its thread (no handler of the
     program's decides): asked before a claim gets a peer's outcome (``fsguard.locks.flight.claim_error``)."""
-    return failure._handlers().caller_handles(error(), sys._getframe(1)) is None
+    return failure._oracle().caller_handles(error(), sys._getframe(1)) is None

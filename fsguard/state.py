@@ -71,6 +71,7 @@ class Caches:
         "job_start",
         "mounts",
         "pass_through",
+        "rotations",
         "site_dirs",
         "source_trees",
         "statx",
@@ -83,13 +84,14 @@ class Caches:
         self.job_start: tuple[float, str] | None = None  # (when this job started here, how that was found): evidence
         self.attempt_start: tuple[float | None] | None = None  # (when a restarted attempt started here,): evidence
         self.boot_time: float | None = None  # wall-clock time of boot: evidence
-        self.statx: Any = None  # libc's statx and a buffer maker, False where there is none: evidence
+        self.statx: Any = None  # libc's statx, a buffer maker and get_errno, False where there is none: evidence
         self.site_dirs: Any = None  # the directory prefixes a call site is told by: runtime
         self.handler_layers: dict[Any, Any] = {}  # (code, offset) -> the layers handling it: handlers
         self.pass_through: frozenset[Any] | None = None  # standard wrappers' code objects: handlers
         self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: handlers
         self.failed_rules: set[str] = set()  # operations whose rule failed (reported once each): patching
         self.mounts: dict[int, Any] = {}  # st_dev -> its mounts.Mount, read from mountinfo: mounts
+        self.rotations: dict[tuple[str, Any], str] = {}  # (directory, name stem) -> the generation removed: evidence
 
 
 class Memory:

@@ -215,5 +215,7 @@ def test_storm_alone(alone: Alone) -> None:
     assert summary["none"]["meta_ratio"] == 1.0
     assert summary["fsguard"]["meta_ratio"] <= QUICK_STORM_OPS_RATIO, summary["fsguard"]
     assert summary["rank0"]["meta_ratio"] < 1.0, summary["rank0"]  # the floor: fewer than every rank's own calls
-    print(f"storm, metadata operations / none's: { {arm: round(row['meta_ratio'], 3) for arm, row in summary.items()} }")
+    print(
+        f"storm, metadata operations / none's: { {arm: round(row['meta_ratio'], 3) for arm, row in summary.items()} }"
+    )
     assert "meta ops" in stdout and "ops vs none" in stdout

@@ -176,13 +176,25 @@ def run(
                         args = [str(cluster.shared / name), str(cluster.shared), "--report", str(reports)]
                         args += ["--dirs", str(dirs), "--steps", str(steps), "--shard-bytes", str(shard)]
                         args += ["--rank0"] if arm == "rank0" else []
-                        started = time.monotonic()
-                        done = cluster.torchrun(
-                            python, WORKER, args, nproc_per_node=ranks_per_node, env=env, timeout=timeout, name=name
-                        )
-                        job_s = time.monotonic() - started
-                        ranks = parse(reports)
+                        retried = []
+                        for attempt in range(2):  # a job whose ranks did not all report (torchrun under load) once more
+                            started = time.monotonic()
+                            done = cluster.torchrun(
+                                python, WORKER, args, nproc_per_node=ranks_per_node, env=env, timeout=timeout,
+                                name=f"{name}-{attempt}",
+                            )  # fmt: skip
+                            job_s = time.monotonic() - started
+                            ranks = parse(reports)
+                            if len(ranks) == world or attempt:
+                                break
+                            retried.append(first_error(done.output()) or done.output()[-1500:])
+                            for where in (root, records, reports):  # the failed job's tree, records and reports
+                                shutil.rmtree(where)
+                                where.mkdir(parents=True)
+                            root.chmod(0o777)
                         cell: dict[str, Any] = {"job_s": job_s, "ok": done.ok, "ranks_reported": len(ranks)}
+                        if retried:
+                            cell["retried_after"] = retried
                         if len(ranks) == world:
                             cell.update(summarize(ranks))
                         else:

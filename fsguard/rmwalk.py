@@ -591,11 +591,13 @@ class Walk:
         Each probe is the name's own lookup (a peer's removal on this node shows there at once, and where the mount
         caches no missing names a miss is the truth: ``World.look``); while the lookup still shows the tree, a
         listing (several requests to a distributed filesystem's metadata server) is read only when one is due:
-        ``_LISTING_EVERY_S`` into the wait, then spaced so that listings take at most a tenth of it."""
+        ``_LISTING_EVERY_S`` into the wait, then each after at least as long again as the wait has lasted (a
+        handful in a long wait, however slow the peer), and listings taking at most a tenth of the time."""
         found, world, position = self.found, self.world, self.position
         top = position.top
         start = position.top_st or position.identity()  # what the name showed when the call began (see ``check``)
-        listing = _Spacing(time.monotonic() + _LISTING_EVERY_S)
+        began = time.monotonic()
+        listing = _Spacing(began + _LISTING_EVERY_S, began)
 
         def went() -> bool | None:
             now = world.lstat(top)
@@ -625,13 +627,15 @@ _LISTING_EVERY_S = 0.05  # a wait for a peer's removal reads its first fresh lis
 
 
 class _Spacing:
-    """When the next fresh listing of a wait is due: at ``after``, then spaced so that listings take at most a
-    tenth of the time (and at least ``_LISTING_EVERY_S`` apart)."""
+    """When the next fresh listing of a wait that began at ``began`` is due: at ``after``, then each after at least
+    as long again as the wait has lasted, listings taking at most a tenth of the time (and at least
+    ``_LISTING_EVERY_S`` apart)."""
 
-    __slots__ = ("after",)
+    __slots__ = ("after", "began")
 
-    def __init__(self, after: float) -> None:
+    def __init__(self, after: float, began: float) -> None:
         self.after = after
+        self.began = began
 
     def due(self) -> bool:
         return time.monotonic() >= self.after
@@ -642,7 +646,7 @@ class _Spacing:
             return read()
         finally:
             now = time.monotonic()
-            self.after = now + max(_LISTING_EVERY_S, 9 * (now - started))
+            self.after = now + max(_LISTING_EVERY_S, 9 * (now - started), now - self.began)
 
 
 def _removal_residue(name: str) -> bool:

@@ -30,7 +30,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from . import evidence
+from . import evidence, mounts
 from .calls import Call, norm
 from .guards import Rules, World, by_tag, own_event
 from .guards import rmtree as rule
@@ -591,13 +591,16 @@ class Walk:
         Each probe is the name's own lookup (a peer's removal on this node shows there at once, and where the mount
         caches no missing names a miss is the truth: ``World.look``); while the lookup still shows the tree, a
         listing (several requests to a distributed filesystem's metadata server) is read only when one is due:
-        ``_LISTING_EVERY_S`` into the wait, then each after at least as long again as the wait has lasted (a
+        ``_LISTING_EVERY_S`` into the wait, or the mount's own lookup cache time where it shows one (JuiceFS's
+        1 s: the lookup is fresh by then), then each after at least as long again as the wait has lasted (a
         handful in a long wait, however slow the peer), and listings taking at most a tenth of the time."""
         found, world, position = self.found, self.world, self.position
         top = position.top
         start = position.top_st or position.identity()  # what the name showed when the call began (see ``check``)
         began = time.monotonic()
-        listing = _Spacing(began + _LISTING_EVERY_S, began)
+        # Where the mount says how long a lookup may stay stale, the lookup itself is fresh by then: no listing before
+        cached = mounts.cache_s(start.st_dev) if start is not None else None
+        listing = _Spacing(began + max(_LISTING_EVERY_S, cached or 0.0), began)
 
         def went() -> bool | None:
             now = world.lstat(top)

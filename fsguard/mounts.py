@@ -294,6 +294,7 @@ def _cache_times(found: Mount, fuse: bool) -> tuple[float | None, float | None]:
             return _seconds(opts["entry_timeout"]), negative
         if found.fstype == "fuse.juicefs" or found.source.startswith("JuiceFS:"):
             return _juicefs_cache_s(found.point)
+        return None, negative
     return None, None
 
 

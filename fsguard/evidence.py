@@ -33,7 +33,7 @@ TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see 
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import TypeVar
+    from typing import Any, TypeVar
 
     T = TypeVar("T")
 
@@ -55,15 +55,69 @@ class Look:
 
 
 def look(path: str) -> Look:
-    """Find ``path`` by the cheapest probe its mount honours: its own ``lstat`` on a coherent local filesystem;
-    elsewhere its parent's directory listing (not served from the lookup cache), read up to the name."""
-    parent, name = os.path.split(path.rstrip(os.sep) or os.sep)
-    if not mounts.lookups_may_be_stale(parent or os.curdir):
-        seen = _look_own(path.rstrip(os.sep) or os.sep, parent or os.curdir)
-        if seen is not None:
-            return seen
+    """Find ``path`` by the cheapest probe its mount honours. First the name's own ``lstat``, whose device says the
+    mount (no lookup of its own): on a coherent local filesystem that is the truth; elsewhere a name it shows may
+    be a stale cache entry, so the parent's directory listing (not served from the lookup cache) is read up to the
+    name. A name it does not find is the truth where the mount caches no "no such name" answers (JuiceFS's and
+    FUSE's default, NFS ``lookupcache=positive``: ``fsguard.mounts.misses_are_fresh``), with the parent as its own
+    lookup shows it; where such answers may be cached, the listing again. On a distributed filesystem a listing is
+    several requests to the metadata server and a lookup one at most (none while the kernel's entry is fresh)."""
+    full = path.rstrip(os.sep) or os.sep
+    parent, name = os.path.split(full)
+    parent = parent or os.curdir
     try:
-        with os.scandir(parent or os.curdir) as entries:
+        st = os.lstat(full)
+    except NotADirectoryError:
+        return Look(False, False)
+    except FileNotFoundError:
+        return _missing(parent, name)
+    except OSError:
+        return _listed(parent, name)
+    found = mounts.mount_of(st.st_dev)
+    if not found.stale and not (stat.S_ISDIR(st.st_mode) and found.point == full):
+        return Look(True, True, kind_of(st))
+    return _listed(parent, name)  # a mount's root: its parent's mount decides, by its listing
+
+
+def _missing(parent: str, name: str) -> Look:
+    """A name its own lookup did not find: the truth where missing names are not cached (the parent as its own
+    lookup shows it), else the parent's listing."""
+    try:
+        dev = _directory_device(parent)
+    except (FileNotFoundError, NotADirectoryError):
+        found = mounts.mount_of(parent)  # the nearest directory above that is there
+        return Look(False, False) if mounts.misses_are_fresh(found) else _listed(parent, name)
+    except OSError:
+        return _listed(parent, name)
+    if dev is None:
+        return Look(False, False)  # something else than a directory
+    if mounts.misses_are_fresh(mounts.mount_of(dev)):
+        return Look(True, False)
+    return _listed(parent, name)
+
+
+def _directory_device(path: str) -> int | None:
+    """The device of the directory at ``path`` (following symlinks), None where it is no directory. Where the
+    kernel has ``statx``, asked with ``AT_STATX_DONT_SYNC``: the lookup alone, from the attributes this node
+    holds (a directory's type and device never change), not the server's again after every change this node made
+    in the directory, as a ``stat`` asks on a distributed filesystem."""
+    found = _statx(path, _STATX_TYPE, _AT_STATX_DONT_SYNC)
+    if found is None:
+        st = os.stat(path)
+        return st.st_dev if stat.S_ISDIR(st.st_mode) else None
+    raw = found
+    mode = int.from_bytes(raw[28:30], sys.byteorder)  # stx_mode
+    if not stat.S_ISDIR(mode):
+        return None
+    major = int.from_bytes(raw[136:140], sys.byteorder)  # stx_dev_major
+    minor = int.from_bytes(raw[140:144], sys.byteorder)  # stx_dev_minor
+    return os.makedev(major, minor)
+
+
+def _listed(parent: str, name: str) -> Look:
+    """The name as the parent's fresh listing shows it, read up to the name."""
+    try:
+        with os.scandir(parent) as entries:
             for entry in entries:
                 if entry.name == name:
                     return Look(True, True, _kind(entry))
@@ -74,32 +128,25 @@ def look(path: str) -> Look:
     return Look(True, False)
 
 
-def _look_own(path: str, parent: str) -> Look | None:
-    """The name's own ``lstat`` (and its parent's ``stat`` when it is missing); None: no answer, list instead."""
-    try:
-        return Look(True, True, kind_of(os.lstat(path)))
-    except NotADirectoryError:
-        return Look(False, False)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return None
-    try:
-        return Look(stat.S_ISDIR(os.stat(parent).st_mode), False)
-    except (FileNotFoundError, NotADirectoryError):
-        return Look(False, False)
-    except OSError:
-        return None
-
-
 def generation_beside(path: str) -> str | None:
     """The name of a sibling directory that is another generation of ``path``'s name: the same name with other
     numbers in it (``checkpoint-2`` beside ``checkpoint-6`` or ``checkpoint-1``, ``global_step10`` beside
-    ``global_step20``), from the parent's fresh listing; None where there is none, or the name holds no number."""
+    ``global_step20``), from the parent's fresh listing; None where there is none, or the name holds no number.
+
+    A rotation this process runs needs no listing per removal: where a listing showed another generation beside
+    one this process then removed (own memory: its guarded ``rmtree``), that removed generation is the answer for
+    the next generation of the name in that directory (a Trainer's ``save_total_limit`` removes one per save; on a
+    distributed filesystem a listing is several requests to the metadata server)."""
     parent, name = os.path.split(path.rstrip(os.sep) or os.sep)
     stem, numbers = _generation(name)
     if not numbers:
         return None
+    rotations = STATE.caches.rotations
+    key = (parent, stem)
+    before = rotations.get(key)
+    if before is not None and before != path and own_last_event(before) == "removed":
+        rotations[key] = path  # this one, when this process has removed it in turn, answers for the next
+        return os.path.basename(before)
     try:
         with os.scandir(parent or os.curdir) as entries:
             for entry in entries:
@@ -107,10 +154,20 @@ def generation_beside(path: str) -> str | None:
                     continue
                 other_stem, other_numbers = _generation(entry.name)
                 if other_stem == stem and other_numbers != numbers and _kind(entry) == "dir":
+                    _note_rotation(rotations, key, path)
                     return entry.name
     except OSError:
         return None
     return None
+
+
+def _note_rotation(rotations: dict[tuple[str, Any], str], key: tuple[str, Any], path: str) -> None:
+    """Remember ``path`` as a generation of a rotation (asked again once this process removed it); a few hundred
+    directories at most."""
+    rotations.pop(key, None)
+    if len(rotations) >= 256:
+        del rotations[next(iter(rotations))]
+    rotations[key] = path
 
 
 def _generation(name: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -365,11 +422,27 @@ def made_by_rank(path: str, rank: int) -> bool:
     return found is not None and found[1] == own and found[2] == rank
 
 
-def birth_time(path: str) -> float | None:
-    """When the file at ``path`` (not following a final symlink) was created: ``statx``'s ``btime``, where
-    the filesystem keeps it (ext4, xfs, btrfs, tmpfs, ...; NFS and many FUSE filesystems do not); None
-    where it is not known. Called on the failure path only (ctypes is imported here, not at startup)."""
-    caches = STATE.caches  # statx: libc's (glibc 2.28+) and a buffer maker, False where there is none
+_AT_SYMLINK_NOFOLLOW, _AT_EMPTY_PATH, _AT_STATX_DONT_SYNC = 0x100, 0x1000, 0x4000  # at: AT_FDCWD (-100) by default
+_STATX_TYPE, _STATX_INO, _STATX_BTIME = 0x1, 0x100, 0x800
+
+
+def identity(fd: int) -> tuple[int, int]:
+    """(device, inode number) of the open descriptor ``fd``: from the attributes this node holds where the kernel
+    has ``statx`` (``AT_STATX_DONT_SYNC``: neither ever changes for an open inode, so nothing is asked of a
+    distributed filesystem's server), else ``fstat``'s."""
+    raw = _statx("", _STATX_INO, _AT_EMPTY_PATH | _AT_STATX_DONT_SYNC, fd)
+    if raw is None:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+    major = int.from_bytes(raw[136:140], sys.byteorder)  # stx_dev_major
+    minor = int.from_bytes(raw[140:144], sys.byteorder)  # stx_dev_minor
+    return os.makedev(major, minor), int.from_bytes(raw[32:40], sys.byteorder)  # stx_ino
+
+
+def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
+    """``statx(2)`` of ``path``: the raw ``struct statx``; None where there is no ``statx`` (libc's, glibc 2.28+,
+    imported with ctypes at the first call: on the failure path only). Raises ``OSError`` as ``os.stat`` does."""
+    caches = STATE.caches  # statx: libc's and a buffer maker, False where there is none
     if caches.statx is None:
         try:
             import ctypes
@@ -378,18 +451,30 @@ def birth_time(path: str) -> float | None:
             function = libc.statx
             function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
             function.restype = ctypes.c_int
-            caches.statx = (function, ctypes.create_string_buffer)
+            caches.statx = (function, ctypes.create_string_buffer, ctypes.get_errno)
         except (AttributeError, OSError, ImportError):
             caches.statx = False
     if not caches.statx:
         return None
-    function, buffer = caches.statx
+    function, buffer, get_errno = caches.statx
     out = buffer(256)  # struct statx
-    at_fdcwd, at_symlink_nofollow, statx_btime = -100, 0x100, 0x800
-    if function(at_fdcwd, os.fsencode(path), at_symlink_nofollow, statx_btime, out) != 0:
+    if function(at, os.fsencode(path), flags, mask, out) != 0:
+        code = get_errno()
+        if code == errno.ENOSYS:  # a kernel before 4.11
+            return None
+        raise OSError(code, os.strerror(code), path)
+    return bytes(out.raw)
+
+
+def birth_time(path: str) -> float | None:
+    """When the file at ``path`` (not following a final symlink) was created: ``statx``'s ``btime``, where
+    the filesystem keeps it (ext4, xfs, btrfs, tmpfs, ...; NFS and many FUSE filesystems do not); None
+    where it is not known. Called on the failure path only (ctypes is imported here, not at startup)."""
+    try:
+        raw = _statx(path, _STATX_BTIME, _AT_SYMLINK_NOFOLLOW)
+    except OSError:
         return None
-    raw = out.raw
-    if not int.from_bytes(raw[0:4], sys.byteorder) & statx_btime:  # stx_mask: the filesystem did not fill btime
+    if raw is None or not int.from_bytes(raw[0:4], sys.byteorder) & _STATX_BTIME:  # stx_mask: no btime filled
         return None
     seconds = int.from_bytes(raw[80:88], sys.byteorder, signed=True)  # stx_btime.tv_sec
     nanoseconds = int.from_bytes(raw[88:92], sys.byteorder)

@@ -14,7 +14,10 @@ An unknown type is treated as node-local (not shared) but as possibly stale (the
 answer for each question. ``cache_s``: how long the mount itself says a lookup may stay stale, where its
 options tell (NFS ``actimeo``/``acdirmax``/``lookupcache``/``noac``, FUSE ``entry_timeout``, JuiceFS's
 ``--entry-cache``/``--dir-entry-cache`` as its ``.config`` file shows them); None where they do not, and the
-rules then wait ``FSGUARD_SETTLE_S``.
+rules then wait ``FSGUARD_SETTLE_S``. ``negative_s``: how long the mount may answer "no such name" from a cache
+(NFS ``lookupcache``, FUSE ``negative_timeout``, JuiceFS's ``--negative-entry-cache``, 0 by default); where it
+is 0, a name's own lookup that finds nothing is as fresh as a listing (``fsguard.evidence.look``): only a name
+that a lookup still shows may be stale there.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ NFS_ACDIRMAX_S = 60.0
 class Mount:
     """One mount as ``/proc/self/mountinfo`` describes it, and what fsguard concludes from it."""
 
-    __slots__ = ("cache_s", "fstype", "options", "point", "shared", "source", "stale")
+    __slots__ = ("cache_s", "fstype", "negative_s", "options", "point", "shared", "source", "stale")
 
     def __init__(
         self, point: str, fstype: str, source: str, options: dict[str, str], stale: bool, shared: bool
@@ -77,10 +80,12 @@ class Mount:
         self.stale = stale
         self.shared = shared
         self.cache_s: float | None = None
+        self.negative_s: float | None = 0.0 if not stale else None  # None: "missing" may be cached, how long unknown
 
     def __repr__(self) -> str:
         return (
-            f"Mount({self.point!r}, {self.fstype!r}, stale={self.stale}, shared={self.shared}, cache_s={self.cache_s})"
+            f"Mount({self.point!r}, {self.fstype!r}, stale={self.stale}, shared={self.shared}, cache_s={self.cache_s}, "
+            f"negative_s={self.negative_s})"
         )
 
     def probe(self) -> str:
@@ -131,6 +136,12 @@ def cache_s(path_or_dev: str | bytes | int | os.PathLike[Any]) -> float | None:
     do not tell."""
     found = mount_of(path_or_dev)
     return 0.0 if not found.stale else found.cache_s
+
+
+def misses_are_fresh(found: Mount) -> bool:
+    """Whether a lookup that finds no name there is the truth (a coherent filesystem, or a mount that caches no
+    negative lookups): only names a lookup still shows may be stale then."""
+    return found.negative_s == 0.0
 
 
 def wait_budget(path_or_dev: str | bytes | int | os.PathLike[Any], settle_s: float) -> float:
@@ -259,27 +270,32 @@ def conclude(row: _Row, table: list[_Row]) -> Mount:
         stale = fuse or base not in COHERENT_TYPES
         found = Mount(point, fstype, source, options, stale=stale, shared=fuse or base in SHARED_TYPES)
     if found.stale:
-        found.cache_s = _cache_time(found, fuse)
+        found.cache_s, found.negative_s = _cache_times(found, fuse)
     return found
 
 
-def _cache_time(found: Mount, fuse: bool) -> float | None:
-    """The mount's own bound on a stale lookup, where its options (or JuiceFS's ``.config``) tell."""
+def _cache_times(found: Mount, fuse: bool) -> tuple[float | None, float | None]:
+    """The mount's own bounds on a stale lookup and on a cached "no such name", where its options (or JuiceFS's
+    ``.config``) tell; None where they do not."""
     opts = found.options
     base = found.fstype.split(".")[0]
     if base in ("nfs", "nfs4"):
-        if "noac" in opts or opts.get("lookupcache") == "none":
-            return 0.0
+        lookups = opts.get("lookupcache")
+        negative = 0.0 if lookups in ("none", "pos", "positive") else None
+        if "noac" in opts or lookups == "none":
+            return 0.0, negative
         for key in ("acdirmax", "actimeo"):
             if key in opts:
-                return _seconds(opts[key])
-        return NFS_ACDIRMAX_S
+                return _seconds(opts[key]), negative
+        return NFS_ACDIRMAX_S, negative
     if fuse:
+        negative = _seconds(opts["negative_timeout"]) if "negative_timeout" in opts else None
         if "entry_timeout" in opts:  # a FUSE daemon that shows its own options (few do)
-            return _seconds(opts["entry_timeout"])
+            return _seconds(opts["entry_timeout"]), negative
         if found.fstype == "fuse.juicefs" or found.source.startswith("JuiceFS:"):
             return _juicefs_cache_s(found.point)
-    return None
+        return None, negative
+    return None, None
 
 
 def _seconds(text: str) -> float | None:
@@ -290,31 +306,31 @@ def _seconds(text: str) -> float | None:
     return value if value >= 0 else None
 
 
-def _juicefs_cache_s(point: str) -> float | None:
+def _juicefs_cache_s(point: str) -> tuple[float | None, float | None]:
     """JuiceFS keeps its mount's settings in a virtual ``.config`` file at the mount's root (JSON; timeouts in
     nanoseconds, or Go duration text): the longest of its entry, directory-entry, negative-entry and attribute
-    cache times. None where it is hidden (``--hide-internal``)."""
+    cache times, and its negative-entry cache time (0 by default). None where it is hidden (``--hide-internal``)."""
     try:
         with open(os.path.join(point, ".config"), "rb") as f:
             import json
 
             config = json.loads(f.read(1 << 20))
     except (OSError, ValueError):
-        return None
+        return None, None
     vfs = config.get("Meta", config) if isinstance(config, dict) else {}
-    found: list[float] = []
+    found: dict[str, float] = {}
     for section in (config, vfs):
         if not isinstance(section, dict):
             continue
         for key in ("EntryTimeout", "DirEntryTimeout", "NegEntryTimeout", "AttrTimeout"):
             value = section.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                found.append(value / 1e9)
+                found[key] = max(found.get(key, 0.0), value / 1e9)
             elif isinstance(value, str):
                 parsed = _go_duration(value)
                 if parsed is not None:
-                    found.append(parsed)
-    return max(found) if found else None
+                    found[key] = max(found.get(key, 0.0), parsed)
+    return (max(found.values()) if found else None), found.get("NegEntryTimeout")
 
 
 def _go_duration(text: str) -> float | None:

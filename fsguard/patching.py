@@ -242,28 +242,16 @@ def _makedirs_exist_ok(
     Remembered as ``makedirs-shared`` (made here: a name others make too, that a peer may have written into and
     may still commit with a rename, ``fsguard.guards.rmtree``) or ``makedirs-found`` (there, or a peer's).
 
-    The standard makedirs cannot say which: it swallows its own ``mkdir``'s ``FileExistsError``. So the leaf
-    ``mkdir`` (the unpatched one) is tried first, the call the standard makedirs would make. Made: done.
-    ``FileExistsError`` with a directory there: done, as the standard makedirs ends (its ``mkdir`` fails, its
-    ``isdir`` says yes; a name that exists has a parent that does), one ``stat`` fewer than it. Anything else:
-    the standard makedirs' own steps, in its order: its missing parent (its recursion, made level by level as
-    ``_parents_in_turn`` makes it), then the leaf's ``mkdir`` again, its error raised unless a directory is there.
+    The standard makedirs cannot say which: it swallows its own ``mkdir``'s ``FileExistsError``. So its steps
+    are taken here, the same calls in its order (on a distributed filesystem each is a request to the metadata
+    server: no more of them than without fsguard): its missing parent (its recursion, made level by level as
+    ``_parents_in_turn`` makes it), then the leaf's ``mkdir`` (the unpatched one), its error raised unless a
+    directory is there.
     """
     if name is None:
         makedirs(*args, **kwargs)  # the standard makedirs says what is missing
         return False
     mkdir = STATE.originals.get("mkdir", os.mkdir)
-    try:
-        mkdir(name, mode)
-        if STATE.job is not None:
-            _note(name, STATE.job)
-        return True
-    except FileExistsError:
-        existed = True
-    except (OSError, TypeError, ValueError):  # a missing parent, or anything the standard makedirs must report
-        existed = False
-    if existed and os.path.isdir(name):
-        return False
     head, tail = os.path.split(name)  # as the standard makedirs, line by line (its errors, its order)
     if not tail:
         head, tail = os.path.split(head)

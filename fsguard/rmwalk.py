@@ -30,6 +30,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from . import evidence, mounts
 from .calls import Call, norm
 from .guards import Rules, World, by_tag, own_event
 from .guards import rmtree as rule
@@ -625,22 +626,36 @@ class Walk:
     def wait_for_peer_removal(self) -> bool:
         """A peer is removing this tree: wait, at most ``FSGUARD_SETTLE_S``, for its name to leave the parent's
         fresh listing, instead of racing the peer entry by entry (N ranks' walks of one tree cost N times its
-        metadata operations). True when the tree went (removed, or renamed: then where), False to walk on."""
+        metadata operations). True when the tree went (removed, or renamed: then where), False to walk on.
+
+        Each probe is the name's own lookup (a peer's removal on this node shows there at once, and where the mount
+        caches no missing names a miss is the truth: ``World.look``); while the lookup still shows the tree, a
+        listing (several requests to a distributed filesystem's metadata server) is read only when one is due:
+        ``_LISTING_EVERY_S`` into the wait, or the mount's own lookup cache time where it shows one (JuiceFS's
+        1 s: the lookup is fresh by then), then each after at least as long again as the wait has lasted (a
+        handful in a long wait, however slow the peer), and listings taking at most a tenth of the time."""
         found, world, position = self.found, self.world, self.position
         top = position.top
         start = position.top_st or position.identity()  # what the name showed when the call began (see ``check``)
+        began = time.monotonic()
+        # Where the mount says how long a lookup may stay stale, the lookup itself is fresh by then: no listing before
+        cached = mounts.cache_s(start.st_dev) if start is not None else None
+        listing = _Spacing(began + max(_LISTING_EVERY_S, cached or 0.0), began)
 
         def went() -> bool | None:
-            seen = world.look(top)
+            now = world.lstat(top)
+            if now is not None and start is not None and not os.path.samestat(now, start):
+                found.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
+                return True
+            if now is not None and not listing.due():
+                return None  # still there by its lookup; no listing due yet
+            seen = listing.timed(lambda: world.look(top))
             if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
                 if not seen.parent_exists:
                     return False
                 found.top_gone = "after"
-                found.renamed_to = position.renamed()
-                return True
-            now = world.lstat(top)
-            if now is not None and start is not None and not os.path.samestat(now, start):
-                found.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
+                # the plain walk's tree, which no peer moves: removed by the peer this wait was for, not searched
+                found.renamed_to = position.renamed() if position.checking else None
                 return True
             return None
 
@@ -649,6 +664,32 @@ class Walk:
         if not gone:
             position.restart()  # the same tree (checked): the resumed walk's open is its top again
         return bool(gone)
+
+
+_LISTING_EVERY_S = 0.05  # a wait for a peer's removal reads its first fresh listing this far in (see above)
+
+
+class _Spacing:
+    """When the next fresh listing of a wait that began at ``began`` is due: at ``after``, then each after at least
+    as long again as the wait has lasted, listings taking at most a tenth of the time (and at least
+    ``_LISTING_EVERY_S`` apart)."""
+
+    __slots__ = ("after", "began")
+
+    def __init__(self, after: float, began: float) -> None:
+        self.after = after
+        self.began = began
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.after
+
+    def timed(self, read: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        try:
+            return read()
+        finally:
+            now = time.monotonic()
+            self.after = now + max(_LISTING_EVERY_S, 9 * (now - started), now - self.began)
 
 
 def _removal_residue(name: str) -> bool:
@@ -738,16 +779,18 @@ class _Held:
             os.close(fd)
 
     def take(self, path: str, expected: os.stat_result) -> None:
-        """Open the directory at ``path`` if it is still ``expected`` (nothing held otherwise: no telling)."""
+        """Open the directory at ``path`` if it is still ``expected`` (nothing held otherwise: no telling). An
+        ``O_PATH`` descriptor where there is one, its identity from the attributes this node holds
+        (``evidence.identity``): it holds the inode without a request to a distributed filesystem's server."""
         key = (expected.st_dev, expected.st_ino)
         if key in self.fds:
             return
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return
         try:
-            if os.path.samestat(os.fstat(fd), expected):
+            if evidence.identity(fd) == key:
                 self.fds[key] = fd
                 return
         except OSError:

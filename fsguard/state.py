@@ -72,6 +72,7 @@ class Caches:
         "journal",
         "mounts",
         "pass_through",
+        "rotations",
         "site_dirs",
         "source_trees",
         "statx",
@@ -85,13 +86,14 @@ class Caches:
         self.attempt_start: tuple[float | None] | None = None  # (when a restarted attempt started here,): evidence
         self.boot_time: float | None = None  # wall-clock time of boot: evidence
         self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1): journal
-        self.statx: Any = None  # libc's statx and a buffer maker, False where there is none: evidence
+        self.statx: Any = None  # libc's statx, a buffer maker and get_errno, False where there is none: evidence
         self.site_dirs: Any = None  # the directory prefixes a call site is told by: runtime
         self.handler_layers: dict[Any, Any] = {}  # (code, offset) -> the layers handling it: oracle
         self.pass_through: frozenset[Any] | None = None  # standard wrappers' code objects: oracle
         self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: oracle
         self.failed_rules: set[str] = set()  # operations whose rule failed (reported once each): patching
         self.mounts: dict[int, Any] = {}  # st_dev -> its mounts.Mount, read from mountinfo: mounts
+        self.rotations: dict[tuple[str, Any], str] = {}  # (directory, name stem) -> the generation removed: evidence
 
 
 class Memory:

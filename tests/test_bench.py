@@ -191,10 +191,18 @@ def test_failures_alone(alone: Alone) -> None:
     assert "decision (absorbed)" in stdout
 
 
-@pytest.mark.timeout(300)
+# The quick storm (1 rank per node, 4 checkpoints): FSGUARD=1's metadata operations / none's, at most. Every
+# rmtree race there is with the other node, whose removal this node's lookups see last: its waits read the
+# fresh listings the 4x2 and 8x2 runs mostly do without (those meet 1.05: tests/test_measured.py).
+QUICK_STORM_OPS_RATIO = 1.25
+
+
+@pytest.mark.timeout(420)
 def test_storm_alone(alone: Alone) -> None:
-    """The metadata storm on two simulated nodes of one JuiceFS volume (issue 39): every arm's job runs, fsguard's
-    arms end with the tree a correct job leaves and no rmtree crash, and JuiceFS's own counters are read."""
+    """The metadata storm on two simulated nodes of one JuiceFS volume (issue 39): every arm's job runs to its end
+    (none skipped, none failed: a ratio of nothing would pass), fsguard's arms end with the tree a correct job
+    leaves and no rmtree crash, JuiceFS's own counters are read, and ``FSGUARD=1`` adds at most what its
+    decisions need (issue 47: the operation counts, not the times, which a loaded machine stretches)."""
     from bench import storm
 
     reason = storm.unavailable()
@@ -202,13 +210,23 @@ def test_storm_alone(alone: Alone) -> None:
         pytest.skip(f"the storm needs simulated nodes and JuiceFS: {reason}")
     result, stdout = alone("storm")
     assert "skipped" not in result, result["skipped"]
-    assert set(result["summary"]) == {"none", "fsguard", "serialize", "rank0"}, result
+    assert set(result["runs"]) == set(result["summary"]) == {"none", "fsguard", "serialize", "rank0"}, result
+    for arm, cells in result["runs"].items():
+        assert cells, arm
+        for cell in cells:
+            assert cell["ok"] and cell["ranks_reported"] == result["world"], (arm, cell.get("first_error"), cell)
+            assert cell["meta_ops"] > 0 and cell["storm_s"] > 0, (arm, cell)
     for arm in ("fsguard", "serialize", "rank0"):
         for cell in result["runs"][arm]:
-            assert cell["ok"] and cell["tree_as_expected"] and cell["rmtree_crashes"] == 0, (arm, cell)
-    for row in result["summary"].values():
-        assert row["meta_ops"] > 0 and row["storm_s"] > 0, row
-    assert "meta ops" in stdout
+            assert cell["tree_as_expected"] and cell["rmtree_crashes"] == 0, (arm, cell)
+    summary = result["summary"]
+    assert summary["none"]["meta_ratio"] == 1.0
+    assert summary["fsguard"]["meta_ratio"] <= QUICK_STORM_OPS_RATIO, summary["fsguard"]
+    assert summary["rank0"]["meta_ratio"] < 1.0, summary["rank0"]  # the floor: fewer than every rank's own calls
+    print(
+        f"storm, metadata operations / none's: { {arm: round(row['meta_ratio'], 3) for arm, row in summary.items()} }"
+    )
+    assert "meta ops" in stdout and "ops vs none" in stdout
 
 
 def test_storm_serialized_collapses_to_the_rank0_floor(alone: Alone) -> None:

@@ -48,6 +48,17 @@ def test_network_mount_options_give_the_mounts_own_cache_time() -> None:
     assert _row("40 27 8:1 / /mnt/my\\040disk rw - ext4 /dev/sda1 rw\n").point == "/mnt/my disk"
 
 
+def test_where_a_mount_caches_no_missing_names_is_read_from_its_options() -> None:
+    """``negative_s`` (issue 47): 0 where a lookup that finds nothing is the truth (no listing asked then)."""
+    nfs = "36 27 0:50 / /mnt/data rw,relatime - nfs4 srv:/export rw,vers=4.2,{}addr=10.0.0.1\n"
+    assert _row(nfs.format("")).negative_s is None  # lookupcache=all, nfs(5)'s default: missing names cached
+    for option in ("lookupcache=positive,", "lookupcache=pos,", "lookupcache=none,"):
+        assert mounts.misses_are_fresh(_row(nfs.format(option))), option
+    assert _row("40 27 0:51 / /mnt/x rw - fuse.bindfs src rw,negative_timeout=0\n").negative_s == 0.0
+    assert not mounts.misses_are_fresh(_row("40 27 0:51 / /mnt/x rw - fuse.bindfs src rw\n"))  # not shown: unknown
+    assert mounts.misses_are_fresh(_row("40 27 8:1 / /mnt/x rw - ext4 /dev/sda1 rw\n"))
+
+
 def test_an_overlay_is_as_coherent_as_its_upper_layer() -> None:
     local = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
     nfs = "2 1 0:50 / /nfs rw - nfs4 srv:/e rw\n"
@@ -115,6 +126,23 @@ def test_juicefs_shows_its_own_cache_time(tmp_path: Path) -> None:
         found = mounts.mount_of(point)
         assert (found.fstype, found.stale, found.shared, found.cache_s) == ("fuse.juicefs", True, True, 1.0)
         assert mounts.wait_budget(point, 2.0) == 1.0 and mounts.wait_budget(point, 0.5) == 0.5
+        # no negative-entry cache by default (its .config): a name its own lookup does not find is gone, no listing
+        assert found.negative_s == 0.0
+        (point / "d").mkdir()
+        real = os.scandir
+        listed: list[object] = []
+
+        def counted(path: object = ".") -> object:
+            listed.append(path)
+            return real(path)  # type: ignore[arg-type]
+
+        os.scandir = counted  # type: ignore[assignment]
+        try:
+            missing, present = evidence.look(str(point / "nope")), evidence.look(str(point / "d"))
+        finally:
+            os.scandir = real
+        assert (missing.parent_exists, missing.present) == (True, False) and present.present
+        assert listed == [str(point)], listed  # the present name alone: a lookup of it may be stale
     assert not backends.mounted(tmp_path / "m")
 
 

@@ -9,6 +9,7 @@ own ``lstat`` is already the truth: no listing, and nothing to wait for.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys

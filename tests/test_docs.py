@@ -302,6 +302,7 @@ COVERED = {
     ),
     ".venv/bin/python -m bench": "tests/test_bench.py::test_runner_writes_one_json",
     ".venv/bin/python bench/startup.py": "tests/test_bench.py::test_startup_alone",
+    ".venv/bin/python -m tests.oracle_fuzz --n 10000": "tests/test_oracle_fuzz.py::test_a_bounded_sample_is_sound",
     ".venv/bin/python bench/calls.py": "tests/test_bench.py::test_calls_alone",
     ".venv/bin/python bench/decide.py": "tests/test_bench.py::test_decide_alone",
     ".venv/bin/python bench/scale.py": "tests/test_bench.py::test_scale_alone",

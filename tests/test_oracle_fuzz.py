@@ -15,6 +15,7 @@ import pytest
 from tests import oracle_fuzz
 
 SAMPLE = 400  # programs in the suite's run (seconds); the full run is the module's command
+SCRIPTS = 12  # programs run as scripts of their own (a fresh interpreter each)
 
 # The first unsound programs the generator found on e3a2108 (seeds 22, 23, 43, 49, 61, 64, 80, 86): each
 # handles its error, and e3a2108's oracle said the error would end the thread.
@@ -210,6 +211,13 @@ def test_a_bounded_sample_is_sound() -> None:
     assert summary["programs"] == SAMPLE and summary["skipped"] < SAMPLE // 20, summary
     assert summary["unsound"] == 0, summary
     assert summary["completeness"] is not None and summary["completeness"] > 0.5, summary
+
+
+def test_a_few_programs_as_scripts_are_sound() -> None:
+    """The main thread's top (and a program-set ``sys.excepthook``): a few programs as scripts of their own."""
+    summary = oracle_fuzz.fuzz(SCRIPTS, scripts=True)
+    assert summary["programs"] == SCRIPTS and summary["skipped"] < SCRIPTS // 4, summary
+    assert summary["unsound"] == 0, summary
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")

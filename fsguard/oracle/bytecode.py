@@ -95,8 +95,10 @@ class Code:
         return None
 
     def cleanup(self, n: int) -> int | None:
-        """The RERAISE ending a cleanup block at instruction ``n`` (a handler's exit, ``as e``'s deletion, an
-        inlined comprehension's variable, a generator's StopIteration check); None: not a cleanup."""
+        """The RERAISE ending a cleanup block at instruction ``n``; None: not a cleanup.
+
+        Cleanups: a handler's exit, ``as e``'s deletion, an inlined comprehension's variable, a generator's
+        StopIteration check."""
         first = self.ins[n]
         if first.opname == "COPY" and n + 1 < len(self.ins) and self.ins[n + 1].opname == "POP_EXCEPT":
             return self.reraise_after(n, 3)
@@ -163,9 +165,10 @@ def layers(code: Any, offset: int) -> list[Layer]:
 
 
 def _catch(c: Code, n: int) -> tuple[Catch | None, int | None]:
-    """The ``try`` statement whose handler starts at instruction ``n`` (PUSH_EXC_INFO), and where an error
-    that leaves it goes on from: the handler's own start, whose cleanup leads outwards (as its bodies' raises
-    do; a block nested in a bare ``except``'s body is not on that way)."""
+    """The ``try`` statement whose handler starts at instruction ``n``, and where its error goes on from.
+
+    That is the handler's own start (PUSH_EXC_INFO), whose cleanup leads outwards as its bodies' raises do; a
+    block nested in a bare ``except``'s body is not on that way."""
     reference = c.real_handler(c.ins[n].offset)
     if c.ins[n + 1].opname == "POP_TOP":  # a bare except, or a finally that drops the error (return, break)
         return Catch((Clause(None, "except", fate_of(c, n + 2, reference)),)), c.ins[n].offset
@@ -292,8 +295,9 @@ def _raised(instructions: list[Any], n: int, named: Any) -> Raised:
 
 
 def operand(instructions: list[Any], end: int) -> int | None:
-    """The first instruction of the straight-line expression that leaves the value under the top of the stack
-    just before instruction ``end`` (None where a jump or anything unusual is in the way)."""
+    """The first instruction of the expression whose value instruction ``end`` takes.
+
+    Straight-line code only: None where a jump or anything unusual is in the way."""
     total = 0
     for i in range(end - 1, max(end - 64, -1), -1):
         ins = instructions[i]
@@ -397,8 +401,7 @@ def _text(plain: list[Any]) -> str:
 
 
 def _entry(instructions: list[Any], n: int | None) -> int | None:
-    """The index of the instruction that takes the context manager off the stack, for a ``with`` block whose
-    protected region starts at instruction ``n``."""
+    """Where a ``with`` block protected from instruction ``n`` on takes its manager off the stack."""
     if n is None or n < 2:
         return None
     if instructions[n - 1].opname == "BEFORE_WITH":

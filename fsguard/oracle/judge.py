@@ -238,8 +238,9 @@ def inside(cls: type[BaseException], found: list[Layer], scope: Any, label: str)
 
 
 def exit_method(cls: type[BaseException], kind: type, label: str) -> Outcome:
-    """A manager of class ``kind`` passes the error on when its ``__exit__`` returns only None or False, or
-    is a standard C type's that never suppresses."""
+    """Whether a manager of class ``kind`` passes the error on.
+
+    It does when its ``__exit__`` returns only None or False, or is a standard C type's that never suppresses."""
     method = None
     for klass in getattr(kind, "__mro__", ()):
         if "__exit__" in vars(klass):
@@ -278,8 +279,9 @@ def _factories() -> set[Any]:
 
 
 def returns_false(code: Any) -> bool:
-    """Whether every ``return`` of ``code`` returns the constant None or False, read straight (a return that
-    is a jump target may be reached with another value on the stack)."""
+    """Whether every ``return`` of ``code`` returns the constant None or False.
+
+    Read straight: a return that is a jump target may be reached with another value on the stack."""
     import dis
 
     previous = None

@@ -170,8 +170,10 @@ def _finally(body: list[Any]) -> Fate:
 
 
 def _fate(clause: Any) -> Fate:
-    """A handler raises on every path when its last statement raises (or exits) and nothing in it returns,
-    breaks, continues, yields or nests a block around a raise."""
+    """What a handler does with the error it caught, from its source.
+
+    It raises on every path when its last statement raises (or exits) and nothing in it returns, breaks,
+    continues, yields or nests a block around a raise."""
     body = clause.body
     nodes = _nodes(body)
     if any(isinstance(node, _LEAVES) for node in nodes):

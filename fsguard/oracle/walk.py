@@ -103,9 +103,32 @@ def _at_top() -> dict[str, Any] | None:
     threading = sys.modules.get("threading")
     if threading is not None and threading.current_thread() is not threading.main_thread():
         return {"reason": "the top of a thread fsguard does not know"}
-    if sys.excepthook is not sys.__excepthook__:
+    if not _reports_only(sys.excepthook):
         return {"reason": "a program-set sys.excepthook decides"}
     return None
+
+
+# Hooks known to report and then call the hook they replaced, in the closure cell named here: torch's
+# ``init_process_group`` prefixes each line with ``[rankN]:`` (every torchrun job that made a process group).
+_REPORTING_HOOKS: dict[tuple[Any, Any], str] = {
+    ("torch.distributed.distributed_c10d", "_distributed_excepthook"): "old_hook"
+}
+
+
+def _reports_only(hook: Any) -> bool:
+    """Whether ``sys.excepthook`` only reports: the default, or a known reporting hook over it (issue 45)."""
+    for _ in range(8):
+        if hook is sys.__excepthook__:
+            return True
+        code: Any = getattr(hook, "__code__", None)
+        cell = _REPORTING_HOOKS.get((getattr(hook, "__module__", None), getattr(code, "co_name", None)))
+        if cell is None:
+            return False
+        try:
+            hook = hook.__closure__[code.co_freevars.index(cell)].cell_contents
+        except (AttributeError, IndexError, TypeError, ValueError):
+            return False
+    return False
 
 
 def _pass_through() -> frozenset[Any]:

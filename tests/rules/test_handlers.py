@@ -654,3 +654,40 @@ def test_rule_row(name: str) -> None:
     else:
         assert found.get("handler") == expected, found
     assert found.get("frame") or found.get("reason"), found
+
+
+# --- the main thread's sys.excepthook: torch's reporting hook passes on ------------------------------------
+
+TORCH_HOOK = """
+import errno, os, sys
+import torch.distributed as dist
+from fsguard import oracle
+
+{before}
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # sets torch's [rank0]: hook
+assert sys.excepthook.__name__ == "_distributed_excepthook", sys.excepthook
+error = FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), "run-0")
+print(repr(oracle.caller_handles(error, sys._getframe(0))))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize(
+    ("before", "expected"),
+    [
+        ("", "None"),  # torch's hook over the default: it only reports, the error ends the process
+        ("sys.excepthook = lambda *a: None", "a program-set sys.excepthook decides"),  # torch's over the program's
+    ],
+)
+def test_torchs_process_group_excepthook_reports_and_passes_on(before: str, expected: str) -> None:
+    """``init_process_group`` puts torch's ``_distributed_excepthook`` (a ``[rankN]:`` prefix, then the hook it
+    replaced) in ``sys.excepthook`` in every torchrun job: it decides nothing; the hook it wraps still does."""
+    import subprocess
+
+    pytest.importorskip("torch.distributed")
+    code = TORCH_HOOK.format(before=before)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSGUARD")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert expected in done.stdout.strip().splitlines()[-1], done.stdout

@@ -79,7 +79,11 @@ def check_row(outcomes: Outcomes, name: str) -> None:
         assert record.evidence  # what would have absorbed it
     else:
         assert force["ok"] and force["handled"] is None and not force.get("escaped"), force
-        assert [r.decision if r else None for r in records] == ["absorbed"], lines
+        # absorbed; a rename of a file a peer renamed first is absorbed as a hazard (one temp name shared by ranks,
+        # their writes may be mixed: tests/test_real_shared_names.py), which the handler rows do not change
+        (record,) = records
+        assert record is not None and record.decision in ("absorbed", "hazard"), lines
+        assert record.decision == "absorbed" or record.detail.get("shared_source") == "file", lines
 
 
 @pytest.fixture(scope="module")

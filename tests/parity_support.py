@@ -234,7 +234,9 @@ def check_row(outcomes: Outcomes, name: str, table: Any = cases, mode: str = "fo
         # A documented deviation (README): the standard library raises, fsguard absorbs and says so.
         assert not off["ok"] and force["ok"] and force["result"] == "None", force
         assert force["state"] == off["state"]
-        assert [r.decision for r in found] == ["absorbed"], [r.to_line() for r in found]
+        # absorbed; a file a peer renamed first, as a hazard: one temp name several ranks shared (issue 45)
+        assert [r.decision for r in found] in (["absorbed"], ["hazard"]), [r.to_line() for r in found]
+        assert found[0].decision == "absorbed" or found[0].detail.get("shared_source") == "file", found[0].to_line()
         op = found[0].op
         assert op in name.replace("unlink", "remove"), op  # os.unlink (and Path.unlink) is recorded as remove
         assert found[0].error and found[0].error["type"] == item.outcome

@@ -508,9 +508,9 @@ def test_busy_nests_and_uninstall_leaves_a_clean_state(fsguard_python: Path) -> 
         assert not runtime.busy()
         fsguard.install()
         assert state.STATE.serializer is not None and state.STATE.settings.serialize
-        from fsguard import evidence, handlers
+        from fsguard import evidence, oracle
         evidence.job_start(False)
-        handlers.caller_handles(FileExistsError())
+        oracle.caller_handles(FileExistsError())
         assert state.STATE.caches.job_start is not None and state.STATE.caches.handler_layers
         fsguard.uninstall()
         s = state.STATE

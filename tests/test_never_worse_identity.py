@@ -386,11 +386,15 @@ def test_status_says_how_a_peer_is_told(fsguard_python: Path, tmp_path: Path) ->
     from tests.support.cli import run_cli
     from tests.support.env import TORCHRUN_ENV
 
-    done = run_cli(fsguard_python, "status", "--json", env={"FSGUARD": "1", **TORCHRUN_ENV}, cwd=tmp_path)
+    single = {**TORCHRUN_ENV, "LOCAL_WORLD_SIZE": TORCHRUN_ENV["WORLD_SIZE"]}  # every rank on this node
+    done = run_cli(fsguard_python, "status", "--json", env={"FSGUARD": "1", **single}, cwd=tmp_path)
     ident = json.loads(done.stdout)["identity"]
     assert ident["job_tag"] == f"TORCHELASTIC_RUN_ID=test;MASTER_PORT=29500;host={os.uname().nodename}", ident
     assert ident["single_node"] is True and ident["journal"] == f"/dev/shm/fsguard-{os.geteuid()}", ident
     assert ident["how"].startswith("this node's journal of what each job made"), ident
+    two_nodes = json.loads(run_cli(fsguard_python, "status", "--json", env={"FSGUARD": "1", **TORCHRUN_ENV}).stdout)
+    assert two_nodes["identity"]["job_tag"] == "TORCHELASTIC_RUN_ID=test;MASTER_PORT=29500", two_nodes["identity"]
+    assert two_nodes["identity"]["single_node"] is False and "by time" in two_nodes["identity"]["how"]
     alone = run_cli(fsguard_python, "status", env={"FSGUARD": "force"}, cwd=tmp_path)
     assert "identity:    time only: no launcher variable names the job" in alone.stdout, alone.stdout
 

@@ -73,7 +73,7 @@ def compare(python: Path, where: Path, case: str, wrap: str, handler: str) -> li
 
 def check(python: Path, where: Path, case: str, wrap: str, handler: str) -> None:
     if handler == "onexc" and not takes_onexc(python):
-        pytest.skip("shutil.rmtree takes no onexc before Python 3.12")
+        pytest.skip("shutil.rmtree has no onexc before Python 3.12")
     endings = compare(python, where, case, wrap, handler)
     if handler == "ignore" or case == "rotation":
         assert all(e["code"] == 0 and e["done"] and e["done"][0]["caught"] in ([], [None], [None] * 4) for e in endings)

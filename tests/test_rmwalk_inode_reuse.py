@@ -38,11 +38,10 @@ WORKER = """
         from fsguard import mounts
 
         mounts.STATE.caches.mounts[os.stat(root).st_dev] = mounts.Mount(root, "fuse.simulated", "test", {}, stale=True, shared=True)
-        posix.mkdir(top)  # a peer's fresh tree: the walk first waits for a peer to move it away
-        from fsguard import journal
-        from fsguard.launcher import job_tag  # noted in this node's journal, as a peer's guarded mkdir notes it
+        import subprocess  # a peer's fresh tree (rank 0's guarded mkdir, noted in this node's journal as its):
 
-        journal.made(top, job_tag(os.environ))
+        peer = {**os.environ, "RANK": "0", "LOCAL_RANK": "0"}  # the walk first waits for a peer to move it away
+        subprocess.run([sys.executable, "-c", "import os, sys; os.mkdir(sys.argv[1])", top], env=peer, check=True)
         posix.mkdir(os.path.join(top, "d"))
     open(os.path.join(top, "d", "f"), "w").close()
     inode = os.lstat(top).st_ino

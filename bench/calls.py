@@ -378,8 +378,10 @@ def _decision_child(mode: str, iterations: int, memory_full: bool) -> dict[str, 
 
     fsguard = _load_fsguard()
     os.environ["FSGUARD_STDERR"] = "0" if mode == "off" else "1"
-    # A rank of a 2-process job: a missing name is a peer's removal only where there are peers (guards/remove.py).
-    os.environ.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", TORCHELASTIC_RUN_ID="bench")
+    # A rank of a two-node job (2 ranks a node): a missing name is a peer's removal only where there are peers
+    # (guards/remove.py), and the unguarded set-ups stand for the other node's peers, whose journal is on their
+    # node (in a single-node job a directory no guarded call of this node noted is no peer's: fsguard.journal).
+    os.environ.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", TORCHELASTIC_RUN_ID="bench")
     from fsguard import evidence
 
     results: dict[str, Any] = {}

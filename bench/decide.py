@@ -5,7 +5,7 @@ Each filesystem is a directory on it: ``local`` (a temporary directory on this m
 metadata and a local-directory bucket, mounted by its client: caches 1 s), ``glusterfs`` (a one-brick
 volume of this machine's ``glusterd``, mounted by its client) and ``moosefs`` (a master and a chunkserver of
 this machine, mounted by ``mfsmount``). One that cannot run here is reported skipped,
-with the reason. In a fresh interpreter that is rank 1 of a 2-rank torchrun job (``fsguard.install()`` on the
+with the reason. In a fresh interpreter that is rank 1 of a two-node torchrun job (``fsguard.install()`` on the
 working tree), on that filesystem:
 
 * **decision cost by entries beside**: a makedirs race that fsguard absorbs (a peer's ``mkdir`` of the name
@@ -45,8 +45,8 @@ SIZES = (0, 1000, 10000, 100000)
 JOB = {
     "RANK": "1",
     "LOCAL_RANK": "1",
-    "WORLD_SIZE": "2",
-    "LOCAL_WORLD_SIZE": "2",
+    "WORLD_SIZE": "4",  # two nodes: the unguarded mkdirs stand for the other node's peers, whose journal is
+    "LOCAL_WORLD_SIZE": "2",  # on their node (a single-node job's directory no guarded call here noted is no peer's)
     "TORCHELASTIC_RUN_ID": "bench",
     "MASTER_ADDR": "127.0.0.1",
     "MASTER_PORT": "29500",
@@ -91,7 +91,7 @@ def _as_a_crash(call: Callable[[], Any]) -> tuple[float, BaseException | None]:
 
 
 def child(directory: str, sizes: list[int], iterations: int, genuine_iterations: int) -> dict[str, Any]:
-    """Runs in a fresh interpreter (rank 1 of a 2-rank job): the figures for one directory."""
+    """Runs in a fresh interpreter (rank 1 of a two-node job): the figures for one directory."""
     import posix
 
     os.environ.update(JOB)

@@ -21,7 +21,7 @@ alternate in chunks, so both sides of a ratio see the same load:
 * ``deep-makedirs``: ``os.makedirs`` of a 400-level chain: the standard makedirs recurses through the guarded
   ``os.makedirs`` once a level (``RecursionError`` at about 334 levels when each level added frames).
 
-Decisions, in one process (rank 1 of a 2-rank job, ``fsguard.install()``, records off): after 0, 4,096 and 32,768
+Decisions, in one process (rank 1 of a two-node job, ``fsguard.install()``, records off): after 0, 4,096 and 32,768
 remembered calls (half ``makedirs`` of new directories, half ``os.replace``), a failing ``makedirs`` and
 ``mkdir`` of a directory a peer just made (unguarded ``posix.mkdir``): absorbed. Median of the rest after the
 first (the first pays for indexing what was remembered since the last decision), and the first apart.
@@ -315,7 +315,9 @@ def _peer_made(call: Any, path: str) -> tuple[float, bool]:
 def _decision_child(remembered: int, decisions: int) -> dict[str, Any]:
     import posix
 
-    os.environ.update(JOB, RANK="1", LOCAL_RANK="1", FSGUARD_STDERR="0")
+    # A rank of a two-node job (2 ranks a node): the unguarded mkdirs stand for the other node's peers, whose
+    # journal is on their node (in a single-node job a directory no guarded call of this node noted is no peer's).
+    os.environ.update(JOB, RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", FSGUARD_STDERR="0")
     os.environ.pop("FSGUARD_LOG", None)
     sys.path.insert(0, str(common.ROOT))
     import fsguard

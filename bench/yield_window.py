@@ -63,12 +63,13 @@ def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None
         import posix
 
         posix.mkdir(path)  # as a peer would: unguarded, so this process's memory has no trace of it
-        from fsguard import journal
-        from fsguard.launcher import job_tag
+        if os.environ.get("TORCHELASTIC_RUN_ID") == JOB["TORCHELASTIC_RUN_ID"]:  # a rank's (the parent: no job)
+            from fsguard import journal
+            from fsguard.launcher import job_tag
 
-        tag = job_tag(os.environ)  # noted in this node's journal, as a peer's guarded mkdir notes it
-        if tag is not None:
-            journal.made(path, tag)
+            tag = job_tag(os.environ)  # noted in this node's journal, as a peer's guarded mkdir notes it
+            if tag is not None:
+                journal.made(path, tag)
     for i in range(FILES):
         with open(os.path.join(path, f"shard-{i}"), "w") as f:
             f.write("x")

@@ -13,7 +13,7 @@ import time
 
 from . import _later, _wrapt, callers, config, failure, launcher
 from .calls import FAMILY, Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
-from .state import STATE, busy, shutting_down
+from .state import STATE, Unforkable, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -279,8 +279,7 @@ def _journal_note() -> list[Callable[[Any, str], None]]:
     slot: list[Callable[[Any, str], None]] = []
 
     def first(path: Any, job: str) -> None:
-        from .journal import made
-
+        made = _journal_made()
         slot[0] = made
         made(path, job)
 
@@ -291,9 +290,15 @@ def _journal_note() -> list[Callable[[Any, str], None]]:
 def _note(path: Any, job: str) -> None:
     """Note a directory ``makedirs(exist_ok=True)`` made in the job's node-local journal (``fsguard.journal``,
     imported at the first one, not at start-up)."""
-    from .journal import made
+    _journal_made()(path, job)
 
-    made(path, job)
+
+def _journal_made() -> Callable[[Any, str], None]:
+    """``fsguard.journal.made``, imported inside a section (``state.Unforkable``): a fork from another thread
+    meanwhile would leave its child a half-imported module, whose lock it waits for forever."""
+    with Unforkable():
+        from .journal import made
+    return made
 
 
 def _takes_onexc(function: Any) -> bool:

@@ -18,6 +18,7 @@ import sys
 
 from . import callers
 from .calls import FAMILY, Call
+from .launcher import is_single_node
 from .state import STATE, Busy, Unforkable, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's (see bench/startup.py)
@@ -136,7 +137,7 @@ def absorbs(call: Call, error: OSError) -> bool:
     try:
         with Busy():
             numbers = rules()
-            if settles and op in _WAIT_FOR_EVIDENCE and isinstance(error, FileNotFoundError) and numbers.settle_s:
+            if settles and numbers.settle_s and _may_wait(op, error, numbers.job):
                 # The rule may wait for evidence: where the caller gets the error anyway, decide from what the
                 # listings show now, no waiting (the context is asked first, and only here).
                 context, asked = _caller_handler(error), True
@@ -154,6 +155,14 @@ def absorbs(call: Call, error: OSError) -> bool:
     if verdict.absorb and settles:
         verdict = defer_to_caller(verdict, context)
     return settle(verdict, call, error)
+
+
+def _may_wait(op: str, error: OSError, job: str | None) -> bool:
+    """Whether the rule may wait for evidence: a rename's missing source (a peer's destination may still show),
+    a mkdir's existing directory in a single-node job (a peer's journal note may be one ``write`` behind)."""
+    if op in _WAIT_FOR_EVIDENCE:
+        return isinstance(error, FileNotFoundError)
+    return op in ("mkdir", "makedirs") and isinstance(error, FileExistsError) and is_single_node(job)
 
 
 def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: float, serializer: Any) -> OSError | None:

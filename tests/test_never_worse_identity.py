@@ -458,3 +458,58 @@ def test_slurm_array_tasks_are_two_jobs(fsguard_python: Path, tmp_path: Path) ->
         if guarded:
             assert decisions(base, "1") == [], decisions(base, "1")
     assert outcomes["with"] == outcomes["without"] == ({"runs/shared-name/owner": "0"}, [False, True]), outcomes
+
+
+HANDLED_NO_WAIT = """
+import os, subprocess, sys
+import fsguard.world as world
+
+waits = []
+original = world.Live.wait_for
+def counted(self, probe, budget_s, where=None):  # a spy: the wait itself still runs
+    waits.append(budget_s)
+    return original(self, probe, budget_s, where)
+world.Live.wait_for = counted
+
+lock = os.path.join(sys.argv[1], sys.argv[2])
+subprocess.run(["mkdir", lock], check=True)  # a tool made it just now: no guarded call of this job noted it
+try:
+    os.mkdir(lock)
+    print("made")
+except FileExistsError:
+    print("handled", [w for w in waits if w > 0])
+waits.clear()
+try:
+    os.mkdir(lock)
+finally:
+    print("unhandled", [w for w in waits if w > 0], flush=True)
+"""
+
+
+def test_a_handled_mkdir_in_a_single_node_job_pays_no_wait_for_a_note(fsguard_python: Path, tmp_path: Path) -> None:
+    """In a single-node job a fresh directory no guarded call noted may have a peer's note one ``write`` behind:
+    the rule waits (at most 1 s) for it. Where the program handles ``FileExistsError`` itself it gets the error
+    either way, so nothing waits (principle 2: the same time as without fsguard); a would-be crash still waits."""
+    single = {**TORCHRUN_ENV_SINGLE, "FSGUARD": "1"}
+    done = subprocess.run(
+        [str(fsguard_python), "-c", HANDLED_NO_WAIT, str(tmp_path), "lock"],
+        env=clean_env(single),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "handled []", done.stdout + done.stderr
+    assert lines[1].startswith("unhandled [") and lines[1] != "unhandled []", done.stdout + done.stderr
+    assert done.returncode == 1 and "FileExistsError" in done.stderr, done.stderr
+
+
+TORCHRUN_ENV_SINGLE = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "4",
+    "TORCHELASTIC_RUN_ID": "handled-no-wait",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29517",
+}

@@ -91,8 +91,11 @@ def test_dcp_save_by_node_groups(make_cluster: Callable[..., Any], fsguard_pytho
     print(f"dcp.save by node groups without fsguard: {outcomes.count('crashed')}/{len(outcomes)} runs crashed")
     assert "crashed" in outcomes, f"the race never happened in {len(outcomes)} runs: the test measures nothing"
 
-    completed = hazards = 0
-    for attempt in range(DCP_RUNS):
+    completed = hazards = runs = 0
+    for attempt in range(3 * DCP_RUNS):  # at least DCP_RUNS, on until a lost rename was absorbed (timing decides)
+        if attempt >= DCP_RUNS and hazards:
+            break
+        runs += 1
         on = dcp_job(made, fsguard_python, f"on{attempt}", guarded=True)
         records = [parse_line(line) for n in on.nodes for line in n.stderr.splitlines() if "fsguard: " in line]
         assert not [r.to_line() for r in records if r is not None and r.decision != "hazard"], on.output()[-6000:]
@@ -105,8 +108,8 @@ def test_dcp_save_by_node_groups(make_cluster: Callable[..., Any], fsguard_pytho
             assert re.search(rf'"whole": \[{", ".join(map(str, range(DCP_SAVES)))}\]', on.nodes[0].stdout), on.output()
         else:  # the losing rank removed the peer's metadata itself: re-raised unchanged, as without fsguard
             assert dcp_lost_rename(on.output()), on.output()[-6000:]
-    print(f"dcp.save by node groups with fsguard: {completed}/{DCP_RUNS} runs completed, {hazards} hazard records")
-    assert hazards, "no lost rename was absorbed in any run: the test measures nothing"
+    print(f"dcp.save by node groups with fsguard: {completed}/{runs} runs completed, {hazards} hazard records")
+    assert hazards, f"no lost rename was absorbed in {runs} runs: the test measures nothing"
 
 
 # --- one temp file appended by several ranks, then renamed -----------------------------------------------------

@@ -126,6 +126,19 @@ def torchrun(
 # --- what each workload must leave behind -------------------------------------------------------------------
 
 
+def assert_same_bytes(path: Path, expected: bytes) -> None:
+    """Fail with one short line where ``path`` does not hold ``expected``.
+
+    A plain ``assert data == expected`` of 64 KiB payloads sends pytest's diff into difflib for minutes
+    (CI of 8451d21 ran out of its 600 s timeout there)."""
+    data = path.read_bytes()
+    if data != expected:
+        first = next(
+            (i for i, (a, b) in enumerate(zip(data, expected, strict=False)) if a != b), min(len(data), len(expected))
+        )
+        raise AssertionError(f"{path}: {len(data)} bytes, expected {len(expected)}; first difference at byte {first}")
+
+
 def expected_rng_state(rank: int, step: int) -> object:
     import torch
 
@@ -147,7 +160,7 @@ def check_checkpoints(backing: Path, recs: list[Record], world: int, nodes: int,
             [f"model-rank{r}.bin" for r in range(world)] + [f"rng_state_{r}.pth" for r in range(world)]
         ), (folder, names)
         for rank in range(world):
-            assert (folder / f"model-rank{rank}.bin").read_bytes() == payload("shard", step, rank), (step, rank)
+            assert_same_bytes(folder / f"model-rank{rank}.bin", payload("shard", step, rank))
             state = torch.load(folder / f"rng_state_{rank}.pth")
             assert torch.equal(state, expected_rng_state(rank, step)), (step, rank)  # type: ignore[arg-type]
 
@@ -184,7 +197,7 @@ def check_cache(backing: Path, recs: list[Record], world: int, nodes: int) -> No
     assert names == [f"kernel_{i:03d}.so" for i in range(16)], names  # no temp file left behind
     for i in range(16):
         key = f"kernel_{i:03d}"
-        assert (cache / f"{key}.so").read_bytes() == payload("kernel", key, size=256 * 1024), key
+        assert_same_bytes(cache / f"{key}.so", payload("kernel", key, size=256 * 1024))
     replaces = [r for r in recs if r.op == "replace"]
     assert replaces and {r.op for r in recs} == {"replace"}, [r.to_line() for r in recs]
     for rec in replaces:

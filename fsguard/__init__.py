@@ -1,8 +1,8 @@
-"""fsguard: make concurrent filesystem calls of a distributed job idempotent where a peer already did the work.
+"""fsguard: absorb the filesystem races a peer of a distributed job already settled.
 
-Importing this package is cheap (it runs in every interpreter where ``FSGUARD`` is set): it imports nothing
-(``__version__`` is read from the leaf ``_version`` when asked for), and nothing imports wrapt, logging or json
-until a function below is used.
+Importing this package is cheap: it runs in every interpreter where ``FSGUARD`` is set. It imports nothing;
+``__version__`` is read from the leaf ``_version`` when asked for. Nothing imports wrapt, logging or json until a
+function below is used.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ _started: list[str] = []
 def start(via: str = "fsguard.start") -> None:
     """Decide from the environment whether to patch, and patch. Safe to call any number of times.
 
-    Python 3.15+ calls this directly from ``fsguard.start`` (with no argument; the ``.pth`` line is then
-    skipped), so the "off" test comes first: disabled, it costs importing this module and the package, nothing
-    more. The ``.pth`` line passes ``via="fsguard.pth"``.
+    Python 3.15+ calls this directly from ``fsguard.start``, with no argument, and skips the ``.pth`` line. So the "off"
+    test comes first: disabled, it costs importing this module and the package, nothing more. The ``.pth`` line passes
+    ``via="fsguard.pth"``.
     """
     if _started or os.environ.get("FSGUARD", "").strip().lower() in OFF:
         return
@@ -59,10 +59,10 @@ def _start() -> None:
 
 
 def _beside_the_site_packages(error: ImportError) -> bool:
-    """Start again with the interpreter's site-packages on ``sys.path`` for the while; False where that cannot
-    help. ``site`` runs the ``.pth`` files of the user site (``pip install --user fsguard``) before it adds the
-    interpreter's own site-packages, where wrapt may be: importable a moment later. ``sys.path`` is left as
-    ``site`` will make it; the modules imported meanwhile stay imported."""
+    """Retry with the interpreter's site-packages on ``sys.path``; False where that cannot help. ``site`` runs the
+    ``.pth`` files of the user site (``pip install --user fsguard``) before it adds the interpreter's own site-packages,
+    where wrapt may be: importable a moment later. ``sys.path`` is left as ``site`` will make it; the modules imported
+    meanwhile stay imported."""
     if (error.name or "").partition(".")[0] != "wrapt" or "site" not in sys.modules:
         return False
     missing = [d for d in sys.modules["site"].getsitepackages() if d not in sys.path and os.path.isdir(d)]

@@ -1,10 +1,9 @@
 """Run a function right after a module's first import, from inside that import (issue 37).
 
-``shutil`` is not imported by a bare interpreter, and importing it costs about as much as the interpreter's
-whole start (``fnmatch`` brings ``re``; ``bz2``, ``lzma``, ``collections``): so where the program has not
-imported it yet, fsguard wraps ``shutil.rmtree`` when the program does. The wrap happens inside that import,
-before any other thread can see the module (the import system holds its module lock until it returns), so
-no caller ever gets the unwrapped function.
+A bare interpreter does not import ``shutil``, and importing it costs about as much as the whole start. (``fnmatch``
+brings ``re``; then ``bz2``, ``lzma``, ``collections``.) So where the program has not imported it yet, fsguard wraps
+``shutil.rmtree`` when the program does. The wrap happens inside that import, before any other thread can see the
+module. (The import system holds its module lock until it returns.) So no caller ever gets the unwrapped function.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ if TYPE_CHECKING:
 
 
 class AfterImport:
-    """A meta path finder for one module name: finds it as the others would, and runs ``then(module)`` after
-    the module's own code, once; it then leaves ``sys.meta_path`` and the module keeps its real loader."""
+    """Run ``then(module)`` once, right after one module's own code. It is a meta path finder that finds the module as
+    the others would. It then leaves ``sys.meta_path``, and the module keeps its real loader."""
 
     def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
         self.name = name
@@ -71,8 +70,8 @@ class AfterImport:
 
 
 def after_import(name: str, then: Callable[[ModuleType], None]) -> AfterImport | None:
-    """Run ``then(module)`` now if ``name`` is imported already (returns None), else right after its first
-    import (returns the hook, whose ``cancel`` takes it back)."""
+    """Run ``then(module)`` now, or right after ``name``'s first import. Returns None if it ran now, else the hook,
+    whose ``cancel`` takes it back."""
     module = sys.modules.get(name)
     if module is not None:
         then(module)

@@ -1,8 +1,8 @@
-"""What fsguard's value types share, in place of ``dataclasses`` (which costs about 10 ms to import, with
-``inspect``, in every interpreter fsguard starts in).
+"""What fsguard's value types share, in place of ``dataclasses``. (``dataclasses`` costs about 10 ms to import, with
+``inspect``, in every interpreter fsguard starts in.)
 
-A subclass names its fields once, in ``_fields`` (in the order of its ``__init__`` parameters), uses them
-as its ``__slots__``, and passes their values to ``Value.__init__`` in that order.
+A subclass names its fields once, in ``_fields``, in the order of its ``__init__`` parameters. It uses them as its
+``__slots__`` and passes their values to ``Value.__init__`` in that order.
 """
 
 from __future__ import annotations

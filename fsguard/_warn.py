@@ -1,5 +1,5 @@
-"""Leaf: fsguard's one-line warning on stderr, and the values of ``FSGUARD`` (and of every on/off setting)
-that mean off. Imports only ``sys``, so any module, the startup path first, can use it.
+"""Leaf: fsguard's one-line warning, and the values of on/off settings that mean off. Imports only ``sys``, so any
+module, the startup path first, can use it.
 
 ``fsguard.pth`` repeats ``OFF`` as a literal: it must decide before importing anything.
 """

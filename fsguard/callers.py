@@ -1,10 +1,10 @@
 """Who called the guarded function: whether its failure is the standard library's own business.
 
-Cheap frame questions asked before any rule (no import, no source read): ``os.makedirs`` calling the guarded
-``mkdir`` (or itself, for a missing parent), shutil's tree walks, ``tempfile``'s name claims and ``pathlib``'s
-``exist_ok``/``missing_ok`` settle their own errors, so fsguard neither decides nor records them, nor serializes
-them. What the *program* does with an error is ``fsguard.oracle``' question, asked only where a rule would
-absorb it.
+Cheap frame questions asked before any rule, with no import and no source read. Some standard callers settle their own
+errors, so fsguard neither decides, records nor serializes them. They are ``os.makedirs`` calling the guarded ``mkdir``
+(or itself, for a missing parent), shutil's tree walks, ``tempfile``'s name claims and ``pathlib``'s
+``exist_ok``/``missing_ok``. What the *program* does with an error is ``fsguard.oracle``' question, asked only where a
+rule would absorb it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ _IN_TURN = ("fsguard.patching", "_parents_in_turn")
 
 
 def inside_makedirs(wrapper: Any) -> bool:
-    """Whether a failing makedirs (its guarded function's ``wrapper`` frame) is the standard makedirs' own call
-    for a missing parent.
+    """Whether a failing makedirs is the standard makedirs' own call for a missing parent. ``frame`` is its guarded
+    function's ``wrapper`` frame.
 
     The standard makedirs calls ``makedirs(head, exist_ok=exist_ok)`` through the module attribute, so that
     call is guarded too; its ``FileExistsError`` is caught by the outer standard makedirs, which goes on.
@@ -42,13 +42,12 @@ def inside_makedirs(wrapper: Any) -> bool:
 
 
 def left_to_caller(wrapper: Any) -> bool:
-    """Whether a failing remove/mkdir/symlink/link (its guarded function's ``wrapper`` frame) is the standard
-    library's own business (the first frame outside fsguard and wrapt): ``os.makedirs`` calls ``mkdir`` and is
-    decided itself (one decision, not two), shutil's tree walks hand errors to their own handlers, ``tempfile``
-    claims names by ``mkdir`` and ``FileExistsError`` means "try another"; ``Path.mkdir(exist_ok=True)`` and
-    ``Path.unlink(missing_ok=True)`` settle the very error themselves (a decision there would only add a record).
-    Such calls are not serialized either: ``os.makedirs`` already holds the lock on its path, and would wait for
-    itself."""
+    """Whether a failing remove/mkdir/symlink/link is the standard library's own business. ``frame`` is its guarded
+    function's ``wrapper`` frame; the first frame outside fsguard and wrapt decides. ``os.makedirs`` calls ``mkdir`` and
+    is decided itself: one decision, not two. Shutil's tree walks hand errors to their own handlers. ``tempfile`` claims
+    names by ``mkdir``, and ``FileExistsError`` means "try another". ``Path.mkdir(exist_ok=True)`` and
+    ``Path.unlink(missing_ok=True)`` settle the very error themselves; a decision there would only add a record. Such
+    calls are not serialized either: ``os.makedirs`` already holds the lock on its path, and would wait for itself."""
     frame: Any = wrapper
     while frame is not None:
         module = frame.f_globals.get("__name__", "")

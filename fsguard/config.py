@@ -21,10 +21,10 @@ _FALSE = OFF
 
 
 class Variable(Frozen):
-    """One documented environment variable: its name, its default (as text, as a user would write it), what it
-    means, the ``Settings`` field it sets and how its text is read (``kind``; ``limit``: the largest number of
-    seconds a ``seconds`` variable takes). The one place a setting's default lives: ``load``, ``Settings()``,
-    ``fsguard status`` and the documentation's table all read it from here."""
+    """One documented environment variable, and the ``Settings`` field it sets. It holds the name, the default as a user
+    would write it, and what it means. ``kind`` says how its text is read; ``limit`` is the most seconds a ``seconds``
+    variable takes. The one place a setting's default lives: ``load``, ``Settings()``, ``fsguard status`` and the
+    documentation's table all read it from here."""
 
     _fields = ("name", "default", "help", "field", "kind", "limit")
     __slots__ = _fields
@@ -179,7 +179,8 @@ def _path(raw: str | None) -> str | None:
 
 
 def value_of(variable: Variable, raw: str | None, problems: list[str]) -> object:
-    """The value ``raw`` (None: unset) gives ``variable``'s field; a bad one adds to ``problems``, gives the default."""
+    """The value ``raw`` gives ``variable``'s field (None: unset). A bad one adds to ``problems`` and gives the
+    default."""
     kind = variable.kind
     if kind == "seconds":
         return _seconds(variable.name, raw, problems)

@@ -1,8 +1,8 @@
 """Turning decisions into records: the call site, the error, the launch, written by ``fsguard.records``.
 
-Mechanism only: the guards decide, this module writes down what they decided and where it was called from.
-The settings and the launch are read from ``fsguard.state.STATE``; the thread-local ``Busy`` mark is
-``fsguard.state``'s too (imported here for the modules that mark their own calls through this one).
+Mechanism only: the guards decide, this module writes down what they decided and where it was called from. The settings
+and the launch are read from ``fsguard.state.STATE``. The thread-local ``Busy`` mark is ``fsguard.state``'s too; it is
+imported here for the modules that mark their own calls through this one.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 
 def site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """Directory prefixes for ``call_site``, found once: (fsguard and wrapt: skipped), (fsguard's
-    applications, ``fsguard/demo`` and ``fsguard/cli``: not skipped), (the standard library: skipped),
-    (site-packages, inside the standard library's directory: not skipped)."""
+    """Directory prefixes for ``call_site``, found once, each skipped or not. fsguard and wrapt: skipped. fsguard's
+    applications, ``fsguard/demo`` and ``fsguard/cli``: not skipped. The standard library: skipped. Site-packages,
+    inside the standard library's directory: not skipped."""
     caches = STATE.caches
     if caches.site_dirs is None:
         import sysconfig  # not at startup: only a record needs a call site
@@ -52,9 +52,9 @@ def site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tupl
 
 
 def call_site(depth: int = 2) -> dict[str, Any] | None:
-    """file, line and function of the first frame outside fsguard's mechanism and policy, wrapt and the
-    standard library. Frames in ``fsguard/demo`` and ``fsguard/cli`` are callers, as a user's training
-    script is: they are programs that use fsguard (the demo's workload, the command line)."""
+    """File, line and function of the first frame outside fsguard, wrapt and the standard library. Frames in
+    ``fsguard/demo`` and ``fsguard/cli`` are callers, as a user's training script is: they are programs that use fsguard
+    (the demo's workload, the command line)."""
     own, applications, stdlib, keep = site_dirs()
     frame: Any = sys._getframe(depth)
     fallback = None

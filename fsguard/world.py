@@ -1,4 +1,4 @@
-"""The live world the rules ask (``fsguard.guards.World``): the filesystem through ``fsguard.evidence``, this
+"""The live world the rules ask (``fsguard.guards.World``). It asks the filesystem through ``fsguard.evidence``, this
 process's own calls through ``fsguard.memory``, and the clock. The rules' only way to the outside."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What ``fsguard report`` and ``fsguard scan`` share: reading inputs, launcher prefixes, path patterns, tables.
 
-Everything here is standard library only and streams: an input is read in blocks of whole lines, and a
-block with nothing of interest is skipped by a substring search without splitting it into lines.
+Everything here is standard library only, and streams. An input is read in blocks of whole lines. A block with nothing
+of interest is skipped by a substring search, never split into lines.
 """

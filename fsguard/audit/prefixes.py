@@ -22,8 +22,9 @@ _PREFIX = re.compile(
 
 
 def split(line: str) -> tuple[str, int | None, str]:
-    """``(stream, rank, text)``: the prefixes as one key for telling interleaved streams apart, the
-    innermost prefix's rank (None without a prefix) and the line as the process wrote it."""
+    """Split a line into ``(stream, rank, text)``. ``stream`` is the prefixes as one key for telling interleaved streams
+    apart. ``rank`` is the innermost prefix's rank (None without a prefix); ``text`` is the line as the process wrote
+    it."""
     stream = ""
     rank: int | None = None
     pos = 0

@@ -1,7 +1,7 @@
 """``fsguard`` / ``python -m fsguard``: one sub-command per module of this package.
 
-Each sub-command module exposes ``configure(parser)`` and ``run(args) -> int``; it is imported only when that
-sub-command runs (``fsguard status`` never imports the audit code, ``fsguard --help`` imports none of them).
+Each sub-command module exposes ``configure(parser)`` and ``run(args) -> int``. It is imported only when that
+sub-command runs: ``fsguard status`` never imports the audit code, ``fsguard --help`` imports none of them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ COMMANDS = {
 
 
 def chosen(argv: Sequence[str]) -> str | None:
-    """The sub-command named on the command line (the first word that is not an option), if any."""
+    """The sub-command named on the command line, if any: the first word that is not an option."""
     for arg in argv:
         if not arg.startswith("-"):
             return arg if arg in COMMANDS else None

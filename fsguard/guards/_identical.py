@@ -1,10 +1,10 @@
-"""The rule ``os.symlink`` and ``os.link`` share: absorb ``FileExistsError`` when the name already holds the
-very result the call asked for (``fsguard.guards.symlink``: a symlink with the same target text;
-``fsguard.guards.link``: the source's own inode), made during this job by a peer.
+"""The rule ``os.symlink`` and ``os.link`` share: absorb a peer's identical result. It absorbs ``FileExistsError`` when
+a peer made the very result the call asked for during this job. For ``fsguard.guards.symlink`` that is a symlink with
+the same target text; for ``fsguard.guards.link``, the source's own inode.
 
-Re-raised: something else at the name (the operation's own test says what), an identical entry made before
-the job, or made by this process itself (its ctime is not after this process's own call that made it), and
-nothing there any more once a bounded wait is over (a peer refreshing the same name removed it again).
+Re-raised: something else at the name, as the operation's own test says. An identical entry made before the job, or by
+this process itself (its ctime is not after this process's own call). Nothing there any more once a bounded wait is over
+(a peer refreshing the same name removed it again).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def made_by_peer(
     same: str,
     what: str,
 ) -> Verdict:
-    """``entry``: the operation's own test of the name; ``made``: when an identical entry was made (its birth
-    time or ctime); ``same``: what absorbing says it is (``identical symlink made``); ``what``: its name
-    (``identical symlink``)."""
+    """Absorb ``FileExistsError`` when a peer made the identical entry during this job. ``entry`` is the operation's own
+    test of the name. ``made`` says when an identical entry was made (its birth time or ctime). ``same`` is what
+    absorbing says it is (``identical symlink made``); ``what`` is its name (``identical symlink``)."""
     own = world.own_last(path)
     # Gone since the call failed: a peer refreshing the same name removed it; wait (bounded) for it again.
     seen, waited = world.wait_for(entry, rules.settle_s)

@@ -1,14 +1,13 @@
-"""``os.link`` (and ``Path.hardlink_to``): absorb ``FileExistsError`` when the name is already a link to the
-source's very inode, made during this job by a peer (an identical result; the rule it shares with
-``os.symlink``: :func:`fsguard.guards.identical.made_by_peer`).
+"""``os.link`` and ``Path.hardlink_to``: absorb a peer's link to the very same inode. It absorbs ``FileExistsError``
+when a peer made the name a link to the source's inode during this job. That is an identical result, by the rule it
+shares with ``os.symlink``: :func:`fsguard.guards.identical.made_by_peer`.
 
-The inode's ctime changes when a link to it is made, so "during this job" is read from it. Re-raised: another
-inode (another file, a directory, a symlink) in the way, the same inode linked before the job or by this
-process itself, a source that cannot be read, a destination that names the source's own entry (``link(a, a)``,
-however spelt: no call, a peer's neither, ever made that link) or ends in a separator (no link is ever made at
-such a name), ``src_dir_fd``/``dst_dir_fd`` calls (passed
-through), every other error. ``follow_symlinks=False`` compares with the symlink itself, as the call would have
-linked it.
+The inode's ctime changes when a link to it is made, so "during this job" is read from it. Re-raised: another inode in
+the way (another file, a directory, a symlink). The same inode linked before the job or by this process itself. A source
+that cannot be read. A destination that names the source's own entry (``link(a, a)``, however spelt): no call, a peer's
+neither, ever made that link. A destination that ends in a separator: no link is ever made at such a name.
+``src_dir_fd``/``dst_dir_fd`` calls (passed through), and every other error. ``follow_symlinks=False`` compares with the
+symlink itself, as the call would have linked it.
 """
 
 from __future__ import annotations
@@ -62,8 +61,8 @@ _SYMLINKS_FOLLOWED = 40
 
 
 def _one_entry(src: str, dst: str, follow: bool, world: World) -> bool:
-    """Whether ``dst`` names the very directory entry the call links from: ``src`` itself, or with
-    ``follow_symlinks`` the entry its symlinks lead to (the same name in the same directory, however spelt)."""
+    """Whether ``dst`` names the very directory entry the call links from. That is ``src`` itself, or with
+    ``follow_symlinks`` the entry its symlinks lead to: the same name in the same directory, however spelt."""
     for _ in range(_SYMLINKS_FOLLOWED):
         st = world.lstat(src) if follow else None
         target = world.readlink(src) if st is not None and kind_of(st) == "symlink" else None

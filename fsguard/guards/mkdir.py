@@ -1,14 +1,12 @@
-"""``os.mkdir`` (and ``Path.mkdir``, which calls it): absorb ``FileExistsError`` when a peer of this job made
-the directory. The same rule as ``os.makedirs`` without ``exist_ok``:
-:func:`fsguard.guards.makedirs.made_by_peer`.
+"""``os.mkdir`` and ``Path.mkdir``: absorb ``FileExistsError`` when a peer made the directory. The same rule as
+``os.makedirs`` without ``exist_ok``: :func:`fsguard.guards.makedirs.made_by_peer`.
 
-Absorbed: the path is now a directory, it changed during this job, and this process's own guarded calls
-did not make it (nor anything below it); or a fresh listing of its parent shows a directory that this
-node's lookup cache still misses (a peer's ``mkdir`` moments ago).
-Re-raised: a file or symlink in the way, a directory older than the job, one this process made itself,
-``dir_fd`` calls (passed through), every other error. The mechanism passes ``os.makedirs``'s and
-``tempfile``'s own ``mkdir`` calls through undecided: ``makedirs`` decides once for the whole call, and a
-``mkdtemp`` name collision is never a peer's result to share.
+Absorbed: the path is now a directory, changed during this job, and not made by this process. (Nor did this process's
+own guarded calls make anything below it.) Or a fresh listing of its parent shows a directory that this node's lookup
+cache still misses: a peer's ``mkdir`` moments ago. Re-raised: a file or symlink in the way, a directory older than the
+job, one this process made itself, ``dir_fd`` calls (passed through), every other error. The mechanism passes
+``os.makedirs``'s and ``tempfile``'s own ``mkdir`` calls through undecided. ``makedirs`` decides once for the whole
+call, and a ``mkdtemp`` name collision is never a peer's result to share.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""``os.symlink`` (and ``Path.symlink_to``): absorb ``FileExistsError`` when the name is already a symlink
-with the very same target text, made during this job by a peer (an identical result; the rule it shares with
-``os.link``: :func:`fsguard.guards.identical.made_by_peer`).
+"""``os.symlink`` and ``Path.symlink_to``: absorb a peer's symlink with the very same target. It absorbs
+``FileExistsError`` when a peer made the name a symlink with the same target text during this job. That is an identical
+result, by the rule it shares with ``os.link``: :func:`fsguard.guards.identical.made_by_peer`.
 
-Re-raised: a symlink to anything else (the same target spelt differently included), a file or directory
-in the way, a destination given with a trailing separator (no symlink is ever made at such a name), an
-identical symlink older than the job (by its birth time where the filesystem keeps one, else its ctime) or
-made by this process itself, ``dir_fd`` calls (passed through), every other error.
+Re-raised: a symlink to anything else, the same target spelt differently included. A file or directory in the way. A
+destination with a trailing separator: no symlink is ever made at such a name. An identical symlink older than the job
+(by its birth time where kept, else its ctime), or made by this process itself. ``dir_fd`` calls (passed through), and
+every other error.
 """
 
 from __future__ import annotations

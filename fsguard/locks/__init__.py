@@ -1,7 +1,7 @@
 """Serialization (``FSGUARD_SERIALIZE=1``): guarded operations on one path run one rank at a time.
 
-``serializer`` picks a backend once, at the first serialized call (not at startup: torch may only become
-importable once every ``.pth`` file has run), without importing torch or connecting to anything:
+``serializer`` picks a backend once, at the first serialized call. (Not at startup: torch may only become importable
+once every ``.pth`` file has run.) It imports no torch and connects to nothing:
 
 * ``FSGUARD_LOCK=file``: ``flock`` in a private node-local directory (``locks.file``). Serializes the ranks
   of one node only: file locks on a shared (NFS) filesystem are not to be trusted.
@@ -37,7 +37,7 @@ _ONE = ("GROUP_WORLD_SIZE", "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLUR
 
 
 def single_node(env: Mapping[str, str], launch: launcher.Launch | None) -> bool:
-    """True when the launcher's environment says that every rank of the job runs on this node."""
+    """True when the launcher says every rank of the job runs on this node."""
     if launch is not None and launch.world_size == 1:
         return True
     for local, world in _SAME:

@@ -1,5 +1,5 @@
-"""A handler that hands its error to a function of the program (``self._handle_exception(e)``): does that
-function raise it on every path, as the frame's state decides its branches (ignite's engine)?"""
+"""Whether a function a handler hands its error to raises it on every path. The handler calls a function of the program
+(``self._handle_exception(e)``, ignite's engine). The frame's state decides that function's branches."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def raises_it(run: Any, frame: Any) -> bool:
 
 
 def _callee(run: Any, frame: Any) -> tuple[Any, dict[str, Any]] | None:
-    """The plain function a handler hands its error to, with ``self`` bound where it is a method."""
+    """The plain function a handler hands its error to; ``self`` bound for a method."""
     import ast
 
     bound: dict[str, Any] = {}
@@ -94,8 +94,8 @@ def _every_path(code: Any, parameter: str, scope: Any) -> bool:
 
 
 def _condition(run: list[Any], scope: Any) -> Any:
-    """A branch's condition of names, attributes, constants and ``in``/``is`` on plain containers
-    (``Events.EXCEPTION_RAISED in self._event_handlers``); ``MISSING`` for anything else."""
+    """Evaluate a simple branch condition in the frame; ``MISSING`` for anything else. Simple means names, attributes,
+    constants and ``in``/``is`` on plain containers (``Events.EXCEPTION_RAISED in self._event_handlers``)."""
     stack: list[Any] = []
     for ins in run:
         op = ins.opname

@@ -1,4 +1,4 @@
-"""What one layer of handling does with an error of one class, read in its frame."""
+"""What one layer of handling does with an error of one class."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def layer(cls: type[BaseException], found: Layer, frame: Any) -> Outcome:
 
 
 def handled(cls: type[BaseException], label: str, fate: Fate, frame: Any) -> Outcome:
-    """A handler that caught an error of class ``cls``: passes it on only when every path raises."""
+    """Whether a handler of ``cls`` passes the error on: only when every path raises."""
     if fate.swallows:
         return Decides(f"{label} may swallow it", label)
     classes: list[type[BaseException]] = []
@@ -188,8 +188,8 @@ def _recreated(cls: type[BaseException], owner: Any, label: str) -> Outcome:
 
 
 def generator(cls: type[BaseException], func: Any, args: Any, kwargs: dict[str, Any], label: str) -> Outcome:
-    """A ``@contextmanager`` generator function called with ``args``: the error thrown in at a ``yield``
-    passes when it passes at every ``yield`` (read yield by yield, in the generator's own scope)."""
+    """Whether a ``@contextmanager`` generator passes an error thrown in at its ``yield``. It is called with ``args``.
+    The error passes when it passes at every ``yield``, read yield by yield, in the generator's own scope."""
     code = getattr(func, "__code__", None)
     if code is None or not code.co_flags & 0x20:  # CO_GENERATOR
         return Decides("a @contextmanager fsguard cannot read", label)

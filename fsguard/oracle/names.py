@@ -188,8 +188,8 @@ def attributes(run: list[Any], n: int) -> int:
 
 
 def method(owner: Any, name: str) -> tuple[Any, list[Any]] | None:
-    """A method of an instance that makes a manager fsguard reads (a ``@contextmanager`` method, contextlib's
-    ``_recreate_cm``): (the function, [the instance]); None for anything else."""
+    """The function and instance behind a manager-making method; None for anything else. The method is a
+    ``@contextmanager`` method or contextlib's ``_recreate_cm``; the result is (the function, [the instance])."""
     import inspect
     import types
 

@@ -32,7 +32,7 @@ _EXIT_NAMES = {("sys", "exit"), ("os", "_exit"), ("os", "abort")}
 
 
 def tree(code: Any, module_globals: Any) -> Any:
-    """The parsed source of ``code``'s file (cached per file while its text is the same), or why none (str)."""
+    """The parsed source of ``code``'s file, or why none (str). Cached per file while its text is the same."""
     import linecache
 
     lines = linecache.getlines(code.co_filename, module_globals)
@@ -53,7 +53,7 @@ def tree(code: Any, module_globals: Any) -> Any:
 
 
 def function(code: Any, line: int, module_globals: Any) -> tuple[Any, list[Any]] | str:
-    """The function (or module) node of ``code`` and the blocks around ``line`` in it, outermost first."""
+    """The node of ``code`` and the blocks around ``line`` in it, outermost first."""
     node: Any = tree(code, module_globals)
     if isinstance(node, str):
         return node
@@ -160,7 +160,7 @@ def _nodes(body: list[Any]) -> list[Any]:
 
 
 def _finally(body: list[Any]) -> Fate:
-    """A ``finally`` body passes the error on unless it may return, break, continue, raise or yield."""
+    """Whether a ``finally`` body passes the error on: unless it may return, break, continue, raise or yield."""
     nodes = _nodes(body)
     if any(isinstance(n, _LEAVES) for n in nodes):
         return SWALLOWS

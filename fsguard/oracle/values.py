@@ -1,4 +1,4 @@
-"""The oracle's small values: what a handler raises, a layer of handling, what a layer does with an error."""
+"""The oracle's small values: a layer of handling, and what it does with an error."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ class NewClass:
 
 @dataclass(frozen=True)
 class Exits:
-    """A call that may end the thread or process (``sys.exit``: ``SystemExit`` goes on; ``os._exit``: the
-    process ends), told by what its expression is at the search."""
+    """A call that may end the thread or process, told by its expression's value at the search. ``sys.exit``:
+    ``SystemExit`` goes on; ``os._exit``: the process ends."""
 
     expression: Any
     label: str
@@ -50,8 +50,8 @@ Raised = Same | NewClass | Exits | Delegates | Unreadable
 
 @dataclass(frozen=True)
 class Fate:
-    """What a handler does with the error it caught: ``swallows`` when a path may leave it normally (return,
-    break, continue, fall through), else what each raising path raises."""
+    """What a handler does with the error it caught. ``swallows`` when a path may leave it normally: return, break,
+    continue, fall through. Else what each raising path raises."""
 
     swallows: bool
     raised: tuple[Raised, ...] = ()

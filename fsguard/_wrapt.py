@@ -89,10 +89,11 @@ def _find_spec(skip: object = None) -> ModuleSpec | None:
 
 
 class _Deferred:
-    """Hands the unexecuted package to the first ``import wrapt``, which then executes it (once), where the import
-    path then finds that very package; where it finds another (a pinned wrapt the program put first on
-    ``sys.path``), it steps aside for good: the program imports and finds its own, and fsguard's wrappers keep
-    the type of the extension imported at start-up (callable, unwrappable: ``__wrapped__``)."""
+    """Let the first ``import wrapt`` execute the unexecuted package, or step aside. Hands the unexecuted package to the
+    first ``import wrapt``, which then executes it (once), where the import path then finds that very package; where it
+    finds another (a pinned wrapt the program put first on ``sys.path``), it steps aside for good: the program imports
+    and finds its own, and fsguard's wrappers keep the type of the extension imported at start-up (callable,
+    unwrappable: ``__wrapped__``)."""
 
     def __init__(self, package: ModuleType, spec: ModuleSpec, loaded: list[str]) -> None:
         self.package = package
@@ -125,8 +126,8 @@ class _Deferred:
         module.__spec__ = self.spec  # the package's own spec and loader, as an ordinary import leaves them
 
     def step_aside(self) -> None:
-        """Leave ``sys.meta_path`` and forget the submodules imported beneath the unexecuted package (still
-        referenced by fsguard's wrappers' type), so that another wrapt imports its own."""
+        """Leave ``sys.meta_path`` and forget the submodules beneath the unexecuted package. Then another wrapt imports
+        its own; fsguard's wrappers' type still references them."""
         try:
             sys.meta_path.remove(self)
         except ValueError:

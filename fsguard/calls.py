@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 
 class DirFds:
-    """The directory descriptors a call names its paths relative to (``dir_fd``; ``src_dir_fd`` and
-    ``dst_dir_fd`` of rename, replace and link). False when it names none."""
+    """The directory descriptors a call names its paths relative to. These are ``dir_fd``, and ``src_dir_fd`` and
+    ``dst_dir_fd`` of rename, replace and link. False when it names none."""
 
     __slots__ = ("dir_fd", "dst_dir_fd", "src_dir_fd")
 
@@ -34,8 +34,8 @@ class DirFds:
 
 
 class Options:
-    """What a call asks for besides its paths, as given: ``mode`` (mkdir, makedirs; None for the others),
-    ``exist_ok`` (makedirs) and ``follow_symlinks`` (link). Read them for their truth, as the functions do."""
+    """What a call asks for besides its paths, as given. ``mode`` (mkdir, makedirs; None for the others), ``exist_ok``
+    (makedirs) and ``follow_symlinks`` (link). Read them for their truth, as the functions do."""
 
     __slots__ = ("exist_ok", "follow_symlinks", "mode")
 
@@ -46,8 +46,9 @@ class Options:
 
 
 class OnError:
-    """What an ``rmtree`` call does with its walk's errors, as given: ignore them (``ignore_errors``, read for
-    its truth), or hand them to the caller's ``onerror`` or ``onexc`` (None where not given)."""
+    """What an ``rmtree`` call does with its walk's errors, as given. What an ``rmtree`` call does with its walk's
+    errors, as given: ignore them (``ignore_errors``, read for its truth), or hand them to the caller's ``onerror`` or
+    ``onexc`` (None where not given)."""
 
     __slots__ = ("ignore_errors", "onerror", "onexc")
 
@@ -75,9 +76,10 @@ def _on_error(ignore_errors: Any, onerror: Any, onexc: Any) -> OnError:
 
 
 class Bound:
-    """A call's arguments as its function binds them: the path arguments as given (None for one not given;
-    ``()`` for a call its function rejects), and the others in named parts, with the function's defaults.
-    Parts are read, never assigned: a call that gives none of a part's arguments shares one default part."""
+    """A call's arguments as its function binds them. A call's arguments as its function binds them: the path arguments
+    as given (None for one not given; ``()`` for a call its function rejects), and the others in named parts, with the
+    function's defaults. Parts are read, never assigned: a call that gives none of a part's arguments shares one default
+    part."""
 
     __slots__ = ("fds", "given", "on_error", "options")
 
@@ -213,7 +215,7 @@ class Call:
 
     @property
     def bound(self) -> bool:
-        """Whether the call binds to its function's signature (a call the function rejects has no paths)."""
+        """Whether the call binds to its function's signature. A call the function rejects has no paths."""
         return bool(self.given)
 
     def shown(self) -> list[Any]:
@@ -221,8 +223,8 @@ class Call:
         return [p for p in self.given if p is not None]
 
     def targets(self) -> list[str] | None:
-        """The normalised paths the call works on (``symlink``/``link``: the name they make), or None when it
-        cannot be keyed by them (directory descriptors, a path missing)."""
+        """The normalised paths the call works on, or None when they cannot key it. For ``symlink``/``link``, the name
+        they make; None for directory descriptors or a missing path."""
         if self.fds:
             return None
         if self.op in ("rename", "replace"):
@@ -242,8 +244,8 @@ class Call:
         return None if self.fds else _effects(self.op, self.outcome, self.path, self.src, self.dst)[1]
 
     def arguments(self) -> list[tuple[str, Any]]:
-        """The arguments other than the paths, by name, as bound (defaults included, values as given): what
-        makes two calls on the same paths the same call."""
+        """The arguments other than the paths, by name, as bound, defaults included. They make two calls on the same
+        paths the same call."""
         options, on_error, fds = self.options, self.on_error, self.fds
         return [
             ("mode", options.mode),
@@ -264,7 +266,8 @@ Effect = tuple[str, str]  # (a normalised path, what a call did there)
 def _effects(
     op: str, outcome: str | None, path: str | None, src: str | None, dst: str | None
 ) -> tuple[Effect | None, Effect | None]:
-    """(where a call made something and how, where it took something away and how), from its normalised paths."""
+    """Where a call made something and how, and where it took something away and how. It is read from the call's
+    normalised paths."""
     if op == "makedirs" or op == "mkdir":
         return (None if path is None else (path, outcome or "made")), None
     if op == "symlink" or op == "link":
@@ -275,8 +278,9 @@ def _effects(
 
 
 def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Effect | None, float | None]:
-    """What a raw memory entry did: ``Call.remembered(entry, cwd)``'s ``made()``, ``gone()`` and ``time``,
-    without building the ``Call`` (the memory's index asks this of thousands of entries at once)."""
+    """What a raw memory entry did, without building the ``Call``. What a raw memory entry did: ``Call.remembered(entry,
+    cwd)``'s ``made()``, ``gone()`` and ``time``, without building the ``Call`` (the memory's index asks this of
+    thousands of entries at once)."""
     op = entry[0]
     outcome = MAKEDIRS_OUTCOMES.get(op)
     if outcome is not None:
@@ -302,8 +306,9 @@ def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Eff
 
 
 def fspath(path: Any) -> str | bytes:
-    """``os.fspath``, and the bytes of a ``bytearray``/``memoryview``, which the C functions of ``os`` still take
-    (with a DeprecationWarning) and so can fail with: ``TypeError`` for anything else."""
+    """``os.fspath``, also for the bytes-like objects ``os`` still takes. ``os.fspath``, and the bytes of a
+    ``bytearray``/``memoryview``, which the C functions of ``os`` still take (with a DeprecationWarning) and so can fail
+    with: ``TypeError`` for anything else."""
     if isinstance(path, (bytearray, memoryview)):
         return bytes(path)
     value: str | bytes = os.fspath(path)
@@ -311,8 +316,9 @@ def fspath(path: Any) -> str | bytes:
 
 
 def ends_in_separator(path: Any) -> bool:
-    """Whether a path argument as given ends in a separator: the kernel then names only a directory there (a
-    ``rename`` moves only one; a ``symlink`` or ``link`` can never be made at such a name)."""
+    """Whether a path argument as given ends in a separator. Whether a path argument as given ends in a separator: the
+    kernel then names only a directory there (a ``rename`` moves only one; a ``symlink`` or ``link`` can never be made
+    at such a name)."""
     try:
         return os.fsdecode(fspath(path)).endswith(os.sep)
     except (TypeError, ValueError):
@@ -320,10 +326,10 @@ def ends_in_separator(path: Any) -> bool:
 
 
 def norm(path: Any, cwd: str | None = None) -> str:
-    """Absolute text form of a path argument, relative to ``cwd`` (default: the current one), naming the file
-    the call itself names: ``.`` and repeated slashes dropped, and ``..`` resolved as the kernel resolves it,
-    after a symlink before it (``latest/../cache``, with ``latest`` a link to ``runs/run-3``, is
-    ``runs/cache``), never folded lexically over one."""
+    """Absolute text form of a path argument, as the kernel resolves it. Absolute text form of a path argument, relative
+    to ``cwd`` (default: the current one), naming the file the call itself names: ``.`` and repeated slashes dropped,
+    and ``..`` resolved as the kernel resolves it, after a symlink before it (``latest/../cache``, with ``latest`` a
+    link to ``runs/run-3``, is ``runs/cache``), never folded lexically over one."""
     if type(path) is str and path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
         return path  # already normal: the index normalises thousands of these at once
     value: str | bytes = fspath(path)
@@ -339,9 +345,10 @@ _SYMLINKS_FOLLOWED = 40  # as the kernel's ELOOP bound
 
 
 def _dotdot(path: str) -> str:
-    """``path`` (absolute) with each ``..`` applied to the directory the kernel finds there: a component before
-    it that is a symlink is replaced by the link's target first (one ``lstat`` per ``..``, a ``readlink`` per
-    link). Where a component cannot be read (missing: the call fails there too), the rest stays as given."""
+    """``path`` (absolute) with each ``..`` applied as the kernel applies it. ``path`` (absolute) with each ``..``
+    applied to the directory the kernel finds there: a component before it that is a symlink is replaced by the link's
+    target first (one ``lstat`` per ``..``, a ``readlink`` per link). Where a component cannot be read (missing: the
+    call fails there too), the rest stays as given."""
     pending = [part for part in reversed(path.split("/")) if part and part != "."]
     resolved: list[str] = []
     links = 0
@@ -400,7 +407,7 @@ def _makedirs_shared(name: Any = None, mode: Any = 0o777, exist_ok: Any = False)
 
 
 def makedirs_exist_ok(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
-    """(name, mode) of a ``makedirs`` call with ``exist_ok`` true, else None (a call ``makedirs`` rejects too).
+    """(name, mode) of a ``makedirs`` call with ``exist_ok`` true, else None. Also None for a call ``makedirs`` rejects.
     The same signature as ``_makedirs``, without building a ``Call``: every ``makedirs(exist_ok=True)`` asks."""
     if len(args) == 1 and len(kwargs) == 1 and "exist_ok" in kwargs:  # the common spelling, bound at once
         return (args[0], 0o777) if kwargs["exist_ok"] else None
@@ -435,7 +442,7 @@ def resolve_fds(entry: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def first_path(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A call's first path argument as given (the very object: identity matters to the caller), or None."""
+    """A call's first path argument as given, or None. It is the very object: identity matters to the caller."""
     if args and not kwargs:  # every signature here takes its first path first: no binding needed
         return args[0]
     try:

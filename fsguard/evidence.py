@@ -1,5 +1,5 @@
-"""What the decision rules may ask about the world: presence by the mount's fresh probe, freshness, bounded
-waits for a peer's work to show, own memory.
+"""What the decision rules may ask about the world. That is presence by the mount's fresh probe, freshness, bounded
+waits for a peer's work, and own memory.
 
 Shared filesystems cache lookups (``stat``, ``open``) for seconds, but a directory listing is read fresh
 from the server; so there the rules ask "is the name in its parent's listing?" before anything else, and
@@ -81,8 +81,8 @@ def look(path: str) -> Look:
 
 
 def _missing(parent: str, name: str) -> Look:
-    """A name its own lookup did not find: the truth where missing names are not cached (the parent as its own
-    lookup shows it), else the parent's listing."""
+    """Whether a name its own lookup did not find is really missing. Where missing names are not cached, the parent's
+    own lookup says; else the parent's listing."""
     try:
         dev = _directory_device(parent)
     except (FileNotFoundError, NotADirectoryError):
@@ -130,9 +130,10 @@ def _listed(parent: str, name: str) -> Look:
 
 
 def generation_beside(path: str) -> str | None:
-    """The name of a sibling directory that is another generation of ``path``'s name: the same name with other
-    numbers in it (``checkpoint-2`` beside ``checkpoint-6`` or ``checkpoint-1``, ``global_step10`` beside
-    ``global_step20``), from the parent's fresh listing; None where there is none, or the name holds no number.
+    """A sibling directory that is another generation of ``path``'s name, or None. The name of a sibling directory that
+    is another generation of ``path``'s name: the same name with other numbers in it (``checkpoint-2`` beside
+    ``checkpoint-6`` or ``checkpoint-1``, ``global_step10`` beside ``global_step20``), from the parent's fresh listing;
+    None where there is none, or the name holds no number.
 
     A rotation this process runs needs no listing per removal: where a listing showed another generation beside
     one this process then removed (own memory: its guarded ``rmtree``), that removed generation is the answer for
@@ -163,7 +164,7 @@ def generation_beside(path: str) -> str | None:
 
 
 def _note_rotation(rotations: dict[tuple[str, Any], str], key: tuple[str, Any], path: str) -> None:
-    """Remember ``path`` as a generation of a rotation (asked again once this process removed it); a few hundred
+    """Remember ``path`` as a generation of a rotation, asked again once this process removed it. A few hundred
     directories at most."""
     rotations.pop(key, None)
     if len(rotations) >= 256:
@@ -172,7 +173,7 @@ def _note_rotation(rotations: dict[tuple[str, Any], str], key: tuple[str, Any], 
 
 
 def _generation(name: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """A name's text apart from its numbers, and its numbers: ``step-3-of-8`` -> (("step-", "-of-", ""), (3, 8))."""
+    """A name's text apart from its numbers, and its numbers. ``step-3-of-8`` -> (("step-", "-of-", ""), (3, 8))."""
     import re
 
     parts = re.split(r"(\d+)", name)
@@ -213,9 +214,9 @@ def kind_of(st: os.stat_result) -> str:
 
 
 def is_mount_point(path: str, st: os.stat_result | None = None) -> bool:
-    """Whether ``path`` is the root of a mount (a bind mount of a directory of the same filesystem included, which
-    device numbers cannot tell: ``/proc/self/mountinfo`` can). Read afresh at each call: a program may mount
-    while it runs; asked only on the way to a wait, never on a happy path."""
+    """Whether ``path`` is the root of a mount. Whether ``path`` is the root of a mount (a bind mount of a directory of
+    the same filesystem included, which device numbers cannot tell: ``/proc/self/mountinfo`` can). Read afresh at each
+    call: a program may mount while it runs; asked only on the way to a wait, never on a happy path."""
     st = st or lstat_or_none(path)
     parent = lstat_or_none(os.path.dirname(path))
     if st is None or parent is None:
@@ -273,8 +274,8 @@ def _proc_stat(pid: int | str) -> tuple[str, int, float] | None:
 
 
 def _boot_time() -> float:
-    """The wall-clock time of boot, to the microsecond, read once per install (so that every start time this
-    process computes is on one scale). Not /proc/stat's ``btime``: whole seconds, up to 1 s early."""
+    """The wall-clock time of boot, to the microsecond, read once per install. So every start time this process computes
+    is on one scale. Not /proc/stat's ``btime``: whole seconds, up to 1 s early."""
     caches = STATE.caches
     if caches.boot_time is None:
         caches.boot_time = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -288,9 +289,9 @@ def _proc_start(pid: int | str) -> float | None:
 
 
 def _launcher_ancestor(limit: int = 8) -> tuple[str, float, int] | None:
-    """(what, start time, pid) of the nearest ancestor that is a launcher's agent or daemon: a process
-    ``launcher.is_launcher_process`` recognises by its command line (torchrun, deepspeed's and accelerate's
-    launchers, mpirun), or one of ``_LAUNCHER_DAEMONS`` by name."""
+    """(what, start time, pid) of the nearest launcher ancestor. (what, start time, pid) of the nearest ancestor that is
+    a launcher's agent or daemon: a process ``launcher.is_launcher_process`` recognises by its command line (torchrun,
+    deepspeed's and accelerate's launchers, mpirun), or one of ``_LAUNCHER_DAEMONS`` by name."""
     from .launcher import is_launcher_process
 
     pid = os.getppid()
@@ -316,11 +317,11 @@ def _launcher_ancestor(limit: int = 8) -> tuple[str, float, int] | None:
 
 
 def job_start(launched: bool) -> float:
-    """When this job started on this node, as well as this process can tell (``job_start_source`` says how):
-    inside a launch, the start of the nearest launcher ancestor (see above); without one it can see (a PID
-    namespace, an unknown launcher), ``SLURM_JOB_START_TIME``, else its parent's start (a driver's children's,
-    ``_parent_or_driver``); outside a launch
-    (``FSGUARD=force``), this process's own start."""
+    """When this job started on this node, as well as this process can tell. When this job started on this node, as well
+    as this process can tell (``job_start_source`` says how): inside a launch, the start of the nearest launcher
+    ancestor (see above); without one it can see (a PID namespace, an unknown launcher), ``SLURM_JOB_START_TIME``, else
+    its parent's start (a driver's children's, ``_parent_or_driver``); outside a launch (``FSGUARD=force``), this
+    process's own start."""
     found = STATE.caches.job_start
     if found is None:
         own = _proc_start("self")
@@ -340,11 +341,11 @@ def job_start(launched: bool) -> float:
 
 
 def _parent_or_driver(own: float, parent: float) -> tuple[float, str]:
-    """(start, how found) where no launcher is in sight: the parent's start, unless it started longer before this
-    process than ``FSGUARD_FRESH_S``: then it is a driver that starts one job after another (a notebook, a sweep
-    runner), not a launcher starting its ranks, and the job started with the earliest of its living children
-    started with this process (within ``FSGUARD_FRESH_S`` before it: not a job it ran before, nor a helper it
-    keeps running)."""
+    """(start, how found) of the job where no launcher is in sight. (start, how found) where no launcher is in sight:
+    the parent's start, unless it started longer before this process than ``FSGUARD_FRESH_S``: then it is a driver that
+    starts one job after another (a notebook, a sweep runner), not a launcher starting its ranks, and the job started
+    with the earliest of its living children started with this process (within ``FSGUARD_FRESH_S`` before it: not a job
+    it ran before, nor a helper it keeps running)."""
     fresh_s = STATE.settings.fresh_s
     if parent >= own - fresh_s:
         return min(own, parent), "the parent process's start"
@@ -374,12 +375,12 @@ def _children(pid: int) -> list[int]:
 
 
 def attempt_start(launched: bool) -> float | None:
-    """When this attempt of a restarted torchrun job (``TORCHELASTIC_RESTART_COUNT`` > 0) started on this node:
-    the earliest start among its agent's living children, the workers of this attempt (the agent stopped every
-    worker of the previous attempt before it started this one's; the agent itself started with the first
-    attempt); a worker's own subprocesses (DataLoader workers) ask the same agent. Without a launcher ancestor in
-    sight, this process's parent's children. None for a first attempt, outside a launch, or where no start can
-    be read."""
+    """When this attempt of a restarted torchrun job started on this node. When this attempt of a restarted torchrun job
+    (``TORCHELASTIC_RESTART_COUNT`` > 0) started on this node: the earliest start among its agent's living children, the
+    workers of this attempt (the agent stopped every worker of the previous attempt before it started this one's; the
+    agent itself started with the first attempt); a worker's own subprocesses (DataLoader workers) ask the same agent.
+    Without a launcher ancestor in sight, this process's parent's children. None for a first attempt, outside a launch,
+    or where no start can be read."""
     cached = STATE.caches.attempt_start
     if cached is None:
         from .launcher import restart_count
@@ -396,12 +397,12 @@ def attempt_start(launched: bool) -> float | None:
 
 
 def job_tag_of(path: str) -> str | None:
-    """Whose the directory at ``path`` is, by this node's journal of what each job made (``fsguard.journal``;
-    nothing is read from the directory itself): the tag of the job whose guarded mkdir made it last; this job's
-    tag with ``;made N s before this job started`` where an earlier job of the same identity made it (torchrun's
-    default run id and port relaunched, a driver's jobs in turn); ``""`` in a single-node job
-    (``launcher.single_node``) when no job of this node made it: no guarded call of a peer did; None where the
-    journal cannot tell (a peer on another node, no tag of this job's own)."""
+    """Whose the directory at ``path`` is, by this node's journal. Whose the directory at ``path`` is, by this node's
+    journal of what each job made (``fsguard.journal``; nothing is read from the directory itself): the tag of the job
+    whose guarded mkdir made it last; this job's tag with ``;made N s before this job started`` where an earlier job of
+    the same identity made it (torchrun's default run id and port relaunched, a driver's jobs in turn); ``""`` in a
+    single-node job (``launcher.single_node``) when no job of this node made it: no guarded call of a peer did; None
+    where the journal cannot tell (a peer on another node, no tag of this job's own)."""
     own = STATE.job
     if own is None:
         return None
@@ -416,8 +417,9 @@ def job_tag_of(path: str) -> str | None:
 
 
 def made_by_rank(path: str, rank: int) -> bool:
-    """Whether this job's newest journal entry for ``path`` names ``rank`` as its maker: a process of that rank,
-    the rank itself or its children (a ``multiprocessing.Pool``'s), made the directory there last."""
+    """Whether this job's newest journal entry for ``path`` names ``rank`` as its maker. Whether this job's newest
+    journal entry for ``path`` names ``rank`` as its maker: a process of that rank, the rank itself or its children (a
+    ``multiprocessing.Pool``'s), made the directory there last."""
     own = STATE.job
     found = None if own is None else journal.newest(path, own)
     return found is not None and found[1] == own and found[2] == rank
@@ -428,9 +430,9 @@ _STATX_TYPE, _STATX_INO, _STATX_BTIME = 0x1, 0x100, 0x800
 
 
 def identity(fd: int) -> tuple[int, int]:
-    """(device, inode number) of the open descriptor ``fd``: from the attributes this node holds where the kernel
-    has ``statx`` (``AT_STATX_DONT_SYNC``: neither ever changes for an open inode, so nothing is asked of a
-    distributed filesystem's server), else ``fstat``'s."""
+    """(device, inode number) of the open descriptor ``fd``. (device, inode number) of the open descriptor ``fd``: from
+    the attributes this node holds where the kernel has ``statx`` (``AT_STATX_DONT_SYNC``: neither ever changes for an
+    open inode, so nothing is asked of a distributed filesystem's server), else ``fstat``'s."""
     raw = _statx("", _STATX_INO, _AT_EMPTY_PATH | _AT_STATX_DONT_SYNC, fd)
     if raw is None:
         st = os.fstat(fd)
@@ -441,8 +443,9 @@ def identity(fd: int) -> tuple[int, int]:
 
 
 def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
-    """``statx(2)`` of ``path``: the raw ``struct statx``; None where there is no ``statx`` (libc's, glibc 2.28+,
-    imported with ctypes at the first call: on the failure path only). Raises ``OSError`` as ``os.stat`` does."""
+    """``statx(2)`` of ``path``, or None where there is no ``statx``. ``statx(2)`` of ``path``: the raw ``struct
+    statx``; None where there is no ``statx`` (libc's, glibc 2.28+, imported with ctypes at the first call: on the
+    failure path only). Raises ``OSError`` as ``os.stat`` does."""
     caches = STATE.caches  # statx: libc's and a buffer maker, False where there is none
     if caches.statx is None:
         try:
@@ -468,9 +471,10 @@ def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
 
 
 def birth_time(path: str) -> float | None:
-    """When the file at ``path`` (not following a final symlink) was created: ``statx``'s ``btime``, where
-    the filesystem keeps it (ext4, xfs, btrfs, tmpfs, ...; NFS and many FUSE filesystems do not); None
-    where it is not known. Called on the failure path only (ctypes is imported here, not at startup)."""
+    """When the file at ``path`` was created, or None where not known. When the file at ``path`` (not following a final
+    symlink) was created: ``statx``'s ``btime``, where the filesystem keeps it (ext4, xfs, btrfs, tmpfs, ...; NFS and
+    many FUSE filesystems do not); None where it is not known. Called on the failure path only (ctypes is imported here,
+    not at startup)."""
     try:
         raw = _statx(path, _STATX_BTIME, _AT_SYMLINK_NOFOLLOW)
     except OSError:
@@ -483,8 +487,8 @@ def birth_time(path: str) -> float | None:
 
 
 def created(path: str, st: os.stat_result) -> tuple[float, str]:
-    """(when ``path`` was created, what that time is): birth time where the filesystem keeps it, else the
-    ctime of ``st`` (its last change: a directory made long ago that changed moments ago looks new)."""
+    """When ``path`` was created, and what that time is. Birth time where the filesystem keeps it, else the ctime of
+    ``st``. A ctime is the last change: a directory made long ago that changed moments ago looks new."""
     born = birth_time(path)
     return (born, "created") if born is not None else (st.st_ctime, "changed")
 
@@ -493,7 +497,8 @@ def created(path: str, st: os.stat_result) -> tuple[float, str]:
 
 
 def wait_for_seen(probe: Callable[[], T | None], budget_s: float, where: str | None = None) -> tuple[T | None, float]:
-    """Call ``probe`` with backoff (5 ms doubling to 200 ms) until it returns non-None or the budget passes.
+    """Call ``probe`` with backoff until it returns non-None or the budget passes. The backoff is 5 ms doubling to 200
+    ms.
 
     ``where``: a path whose mount bounds the budget (``fsguard.mounts.wait_budget``): nothing to wait for on a
     coherent local filesystem, at most the mount's own lookup cache time where it is known, else ``budget_s``.

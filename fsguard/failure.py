@@ -1,4 +1,4 @@
-"""The one failure pipeline: a guarded call failed; absorb its error, or leave it to the program unchanged.
+"""The one failure pipeline: absorb a guarded call's error, or leave it unchanged.
 
 ``fsguard.patching`` builds one :class:`~fsguard.calls.Call` for the failing call and hands ``(call, error)`` to
 :func:`absorbs`, which goes down once, asking each stage in turn: what no evidence can absorb (one ``lstat``),
@@ -69,9 +69,10 @@ _WAIT_FOR_EVIDENCE = frozenset({"rename", "replace"})
 
 
 def load_policy() -> None:
-    """Import the rules and the evidence now rather than at the first failure: for a process about to lose
-    access to its own site-packages (dropping privileges to a user that cannot read them, ``chroot``).
-    Without it such a process still runs: a rule that cannot be imported re-raises the original error."""
+    """Import the rules and the evidence now rather than at the first failure. Import the rules and the evidence now
+    rather than at the first failure: for a process about to lose access to its own site-packages (dropping privileges
+    to a user that cannot read them, ``chroot``). Without it such a process still runs: a rule that cannot be imported
+    re-raises the original error."""
     _import_failure_path()
     rules()
 
@@ -158,17 +159,19 @@ def absorbs(call: Call, error: OSError) -> bool:
 
 
 def _may_wait(op: str, error: OSError, job: str | None) -> bool:
-    """Whether the rule may wait for evidence: a rename's missing source (a peer's destination may still show),
-    a mkdir's existing directory in a single-node job (a peer's journal note may be one ``write`` behind)."""
+    """Whether the rule may wait for evidence. Whether the rule may wait for evidence: a rename's missing source (a
+    peer's destination may still show), a mkdir's existing directory in a single-node job (a peer's journal note may be
+    one ``write`` behind)."""
     if op in _WAIT_FOR_EVIDENCE:
         return isinstance(error, FileNotFoundError)
     return op in ("mkdir", "makedirs") and isinstance(error, FileExistsError) and is_single_node(job)
 
 
 def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: float, serializer: Any) -> OSError | None:
-    """One guarded ``rmtree``, down the pipeline once: the rules, the walk (``fsguard.rmwalk``, which asks the
-    rmtree rule at each step), its verdict deferred and recorded as a failure's. Returns the error the caller
-    gets (None: removed, or absorbed); the walk raises what it does not decide."""
+    """One guarded ``rmtree``, down the pipeline once. One guarded ``rmtree``, down the pipeline once: the rules, the
+    walk (``fsguard.rmwalk``, which asks the rmtree rule at each step), its verdict deferred and recorded as a
+    failure's. Returns the error the caller gets (None: removed, or absorbed); the walk raises what it does not
+    decide."""
     try:
         from . import rmwalk
         from .world import LIVE
@@ -217,12 +220,12 @@ def _stays_raised(call: Call, error: OSError) -> bool:
 
 
 def _stands_before(name: Any) -> bool:
-    """Whether a mkdir's (or makedirs(exist_ok=False)'s) ``FileExistsError`` at ``name`` is one no evidence can
-    absorb, told by one lstat before any decision: something other than a directory stands there, or a
-    directory older than the job (the rule, :func:`fsguard.guards.makedirs.made_by_peer`, re-raises both,
-    whatever else it finds). A handled ``try: os.mkdir(lock) except FileExistsError`` on such a path costs one
-    lstat: no listing, no handler analysis. False: not sure (no lstat: a stale lookup cache may say missing;
-    a fresh directory), the full decision follows."""
+    """Whether a mkdir's ``FileExistsError`` is one no evidence can absorb. Whether a mkdir's (or
+    makedirs(exist_ok=False)'s) ``FileExistsError`` at ``name`` is one no evidence can absorb, told by one lstat before
+    any decision: something other than a directory stands there, or a directory older than the job (the rule,
+    :func:`fsguard.guards.makedirs.made_by_peer`, re-raises both, whatever else it finds). A handled ``try:
+    os.mkdir(lock) except FileExistsError`` on such a path costs one lstat: no listing, no handler analysis. False: not
+    sure (no lstat: a stale lookup cache may say missing; a fresh directory), the full decision follows."""
     try:
         st = os.lstat(name)
     except Exception:  # noqa: BLE001 - anything odd: the full decision
@@ -244,8 +247,9 @@ def _stands_before(name: Any) -> bool:
 
 
 def _oracle() -> Any:
-    """``fsguard.oracle`` (the caller's context), imported at the first failure as the rules are: no fork
-    splits the import (``state.Unforkable``), and fsguard's own calls inside it are not guarded."""
+    """``fsguard.oracle`` (the caller's context), imported at the first failure. ``fsguard.oracle`` (the caller's
+    context), imported at the first failure as the rules are: no fork splits the import (``state.Unforkable``), and
+    fsguard's own calls inside it are not guarded."""
     found = sys.modules.get("fsguard.oracle")
     if found is None:
         with Busy(), Unforkable():
@@ -263,7 +267,7 @@ def _caller_handler(error: BaseException) -> dict[str, Any] | None:
 
 
 def rule_failed(op: str, failure: Exception) -> None:
-    """One line on stderr, once per operation, when its rule raised (the caller's error is re-raised)."""
+    """One line on stderr, once per operation, when its rule raised. The caller's error is re-raised."""
     if op not in STATE.caches.failed_rules:
         STATE.caches.failed_rules.add(op)
         try:
@@ -278,10 +282,11 @@ def rule_failed(op: str, failure: Exception) -> None:
 
 
 def defer_to_caller(verdict: Verdict, found: dict[str, Any] | None) -> Verdict:
-    """The same verdict where the error would crash its thread or process (``found`` None: fsguard absorbs only a
-    would-be crash); otherwise a ``deferred`` one: re-raised to the program's own handling (or left to the program
-    where fsguard cannot read it), recorded with the evidence that would have absorbed it and what decides instead
-    (``found``, the caller's context from fsguard.oracle)."""
+    """Defer a verdict to the program where its error would not crash it. The same verdict where the error would crash
+    its thread or process (``found`` None: fsguard absorbs only a would-be crash); otherwise a ``deferred`` one:
+    re-raised to the program's own handling (or left to the program where fsguard cannot read it), recorded with the
+    evidence that would have absorbed it and what decides instead (``found``, the caller's context from
+    fsguard.oracle)."""
     from .guards import Verdict
 
     if found is None:

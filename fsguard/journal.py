@@ -1,4 +1,4 @@
-"""What the jobs of this node made: identity kept in fsguard's own place, never on users' files (issue 46).
+"""What the jobs of this node made, kept in fsguard's own place (issue 46). Identity is never kept on users' files.
 
 A guarded ``mkdir`` that creates a directory in a job with a tag (``fsguard.launcher.job_tag``) appends one
 entry, ``<time>@<rank> <absolute path>\\0``, to its job's journal: ``made.<tag>`` in the private node-local directory
@@ -33,7 +33,7 @@ _FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def file_name(tag: str) -> str:
-    """The journal's file name for a job tag (``%``, ``/`` and NUL escaped; a long tag ends in its hash)."""
+    """The journal's file name for a job tag. ``%``, ``/`` and NUL are escaped; a long tag ends in its hash."""
     name = PREFIX + tag.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
     if len(name.encode()) > 200:
         import zlib
@@ -44,7 +44,7 @@ def file_name(tag: str) -> str:
 
 
 def tag_of(name: str) -> str | None:
-    """The job tag a journal's file name stands for (None: not a journal, or a hashed long tag's)."""
+    """The job tag a journal's file name stands for. None: not a journal, or a hashed long tag's."""
     if not name.startswith(PREFIX):
         return None
     return name[len(PREFIX) :].replace("%2F", "/").replace("%00", "\0").replace("%25", "%")
@@ -70,8 +70,8 @@ def directory() -> str | None:
 
 
 def _open(tag: str) -> int:
-    """This job's journal, opened for appending once per process (-1: none can be); the process that creates
-    it sweeps old journals away."""
+    """This job's journal, opened for appending once per process (-1: none can be). The process that creates it sweeps
+    old journals away."""
     caches = STATE.caches
     fd = -1
     where = directory()
@@ -108,8 +108,8 @@ def _sweep(where: str) -> None:
 
 
 def made(path: Any, tag: str) -> None:
-    """Note that this process just created the directory ``path`` (as given to ``mkdir``) in job ``tag``.
-    The happy path of a guarded mkdir: one ``write`` to a node-local file; never raises."""
+    """Note that this process just created the directory ``path`` in job ``tag``. ``path`` is as given to ``mkdir``. The
+    happy path of a guarded mkdir: one ``write`` to a node-local file; never raises."""
     try:
         journal = STATE.caches.journal
         fd = journal[1] if journal is not None and journal[0] == tag else _open(tag)
@@ -126,9 +126,8 @@ def made(path: Any, tag: str) -> None:
 
 
 def newest(path: str, own: str) -> tuple[float, str, int | None] | None:
-    """(when, job tag, maker's rank) of the newest entry naming ``path`` in this node's journals; None where none
-    does.
-    The failure path only: reads every journal (``own``: this job's tag, told by its file's name; another long
+    """(when, job tag, maker's rank) of the newest entry naming ``path``; None where none does. It reads this node's
+    journals. The failure path only: reads every journal (``own``: this job's tag, told by its file's name; another long
     tag, hashed in its file's name, is named by the file)."""
     where = directory()
     if where is None:

@@ -30,7 +30,7 @@ class Launch(Frozen):
 
     @property
     def distributed(self) -> bool:
-        """More than one process (or an unknown count from a launcher that only sets a rank)."""
+        """More than one process, or an unknown count from a launcher setting only a rank."""
         return self.world_size is None or self.world_size > 1 or self.rank > 0
 
 
@@ -182,10 +182,11 @@ def is_single_node(tag: str | None) -> bool:
 
 
 def job_tag(env: Mapping[str, str]) -> str | None:
-    """This job's and this attempt's identity, as its launcher states it to every rank alike
-    (``TORCHELASTIC_RUN_ID=3f2a...;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0``), and in a single-node job its
-    host (``;host=node7``); None where nothing names the job (then "made by this job" is told by time alone).
-    Kept in fsguard's own journal (``fsguard.journal``), never on users' files."""
+    """This job's and this attempt's identity, as its launcher states it. This job's and this attempt's identity, as its
+    launcher states it to every rank alike
+    (``TORCHELASTIC_RUN_ID=3f2a...;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0``), and in a single-node job its host
+    (``;host=node7``); None where nothing names the job (then "made by this job" is told by time alone). Kept in
+    fsguard's own journal (``fsguard.journal``), never on users' files."""
     job = [f"{name}={env[name]}" for name in _JOB_VARIABLES if env.get(name)]
     host = [HOST_PART + hostname(env)] if single_node(env) else []
     if not job and not host:

@@ -1,4 +1,4 @@
-"""What this process's own guarded calls did: a condition it caused itself is never a race with a peer.
+"""What this process's own guarded calls did. What it caused itself is never a race with a peer.
 
 The happy path pays one ``deque.append`` of the call's own arguments (rename, replace, symlink and link add
 the wall-clock time, so a later decision can tell its own old move or link from a peer's newer one).
@@ -37,9 +37,9 @@ DIRS_SIZE = state.DIRS_SIZE
 
 
 class Event:
-    """The newest thing this process did to a path: ``made``, ``made-shared`` (a ``makedirs(exist_ok=True)``
-    that made it), ``found`` (a ``makedirs(exist_ok=True)`` that
-    found the directory there: not made by this process), ``moved-away`` or ``removed``."""
+    """The newest thing this process did to a path. The newest thing this process did to a path: ``made``,
+    ``made-shared`` (a ``makedirs(exist_ok=True)`` that made it), ``found`` (a ``makedirs(exist_ok=True)`` that found
+    the directory there: not made by this process), ``moved-away`` or ``removed``."""
 
     __slots__ = ("kind", "seq", "time")
 
@@ -116,8 +116,8 @@ class _Index:
         self._rebuild_below()  # the numbering starts again: no entry of before may look current
 
     def clear(self) -> None:
-        """What MEMORY told (the kept directories stay, and the numbering goes on; ``below``'s entries of what
-        is forgotten are stale from now on, dropped when they are met or at the next rebuild)."""
+        """Forget what MEMORY told. What MEMORY told (the kept directories stay, and the numbering goes on; ``below``'s
+        entries of what is forgotten are stale from now on, dropped when they are met or at the next rebuild)."""
         self.made: dict[str, tuple[int, str, float | None]] = {}  # made at the path
         self.gone: dict[str, tuple[int, str, float | None]] = {}  # removed or moved away, with all below it
         self.gone_seq = 0  # the newest number in ``gone``
@@ -150,8 +150,8 @@ class _Index:
             self._rebuild_below()
 
     def _drain(self, seq: int, first: int, cwd: str | None) -> None:
-        """Index the directories made since the last update (numbered ``seq``, after this update's MEMORY
-        entries, which are numbered from ``first``)."""
+        """Index the directories made since the last update. They are numbered ``seq``, after this update's MEMORY
+        entries, numbered from ``first``."""
         dirs = self.dirs
         recent = self.gone_seq >= first  # something was removed or moved away in this update's span
         taken: dict[str, bool] = {}  # path -> whether it or a directory above it was (asked once per directory)
@@ -174,7 +174,7 @@ class _Index:
             self.sweep_at = max(self.DIRS_LIMIT, 2 * len(dirs))
 
     def _taken_since(self, path: str, first: int, taken: dict[str, bool]) -> bool:
-        """Whether ``path`` or a directory above it was removed or moved away at ``first`` or later."""
+        """Whether ``path`` or a directory above it went at ``first`` or later."""
         gone, chain, hit = self.gone, [], False
         while True:
             known = taken.get(path)
@@ -194,7 +194,8 @@ class _Index:
         return hit
 
     def _place(self, entry: Entry, seq: int, cwd: str | None, made: dict[str, tuple[int, str, float | None]]) -> None:
-        """Put one remembered call into ``made`` (the index's, or for DIRS's entries a batch) and ``gone``."""
+        """Put one remembered call into ``made`` and ``gone``. ``made`` is the index's, or for DIRS's entries a
+        batch."""
         did, took, when = effects(entry, cwd)
         if did is not None:
             made[did[0]] = (seq, did[1], when)
@@ -209,8 +210,9 @@ class _Index:
         self.dirs.pop(path, None)  # older than this (directories below it go at the next sweep)
 
     def _below(self, path: str, seq: int, in_dirs: bool) -> None:
-        """Note ``path`` (made at ``seq``) under every directory above it: under each ``prefix`` (ending in the
-        separator) that ``path.startswith``, as the question "anything below" reads it."""
+        """Note ``path`` (made at ``seq``) under every directory above it. Note ``path`` (made at ``seq``) under every
+        directory above it: under each ``prefix`` (ending in the separator) that ``path.startswith``, as the question
+        "anything below" reads it."""
         entry = (seq, path, in_dirs)
         parent = path[: path.rfind(os.sep) + 1]
         if parent != self.below_parent:  # names made one after another share their directories' lists

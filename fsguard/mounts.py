@@ -109,7 +109,7 @@ _UNKNOWN = Mount("", "", "", {}, stale=True, shared=False)
 
 
 def mount_of(path_or_dev: str | bytes | int | os.PathLike[Any]) -> Mount:
-    """The mount of a device number, or of the nearest existing directory at or above a path (cached per device)."""
+    """The mount of a device number, or of a path's nearest existing directory. Cached per device."""
     if isinstance(path_or_dev, int):
         return _mount_of_dev(path_or_dev, None)
     path = os.fsdecode(os.fspath(path_or_dev))
@@ -120,9 +120,9 @@ def mount_of(path_or_dev: str | bytes | int | os.PathLike[Any]) -> Mount:
 
 
 def lookups_may_be_stale(path_or_dev: str | bytes | int | os.PathLike[Any]) -> bool:
-    """Whether this node's lookups of names there may lag a peer's change (NFS, Lustre, GPFS, BeeGFS, CephFS,
-    SMB, GlusterFS, PanFS, FUSE incl. JuiceFS and bindfs, and anything unknown); False on a coherent local
-    filesystem (ext4, xfs, btrfs, tmpfs, an overlay of local layers...), where a name's own lstat is the truth."""
+    """Whether this node's lookups of names there may lag a peer's change. FUSE includes JuiceFS. JuiceFS and bindfs,
+    and anything unknown); False on a coherent local filesystem (ext4, xfs, btrfs, tmpfs, an overlay of local
+    layers...), where a name's own lstat is the truth."""
     return mount_of(path_or_dev).stale
 
 
@@ -132,21 +132,23 @@ def shared(path_or_dev: str | bytes | int | os.PathLike[Any]) -> bool:
 
 
 def cache_s(path_or_dev: str | bytes | int | os.PathLike[Any]) -> float | None:
-    """How long the mount's own options let a lookup stay stale (0 on a coherent one), or None where they
-    do not tell."""
+    """How long the mount's options let a lookup stay stale, or None. It is 0 on a coherent mount; None where the
+    options do not tell."""
     found = mount_of(path_or_dev)
     return 0.0 if not found.stale else found.cache_s
 
 
 def misses_are_fresh(found: Mount) -> bool:
-    """Whether a lookup that finds no name there is the truth (a coherent filesystem, or a mount that caches no
-    negative lookups): only names a lookup still shows may be stale then."""
+    """Whether a lookup that finds no name there is the truth. Whether a lookup that finds no name there is the truth (a
+    coherent filesystem, or a mount that caches no negative lookups): only names a lookup still shows may be stale
+    then."""
     return found.negative_s == 0.0
 
 
 def wait_budget(path_or_dev: str | bytes | int | os.PathLike[Any], settle_s: float) -> float:
-    """How long a rule waits for a name to show there: nothing on a coherent filesystem; at most the mount's
-    own lookup cache time where it is known (a stale entry has expired by then); ``settle_s`` at most."""
+    """How long a rule waits for a name to show there. How long a rule waits for a name to show there: nothing on a
+    coherent filesystem; at most the mount's own lookup cache time where it is known (a stale entry has expired by
+    then); ``settle_s`` at most."""
     return wait_budget_for(mount_of(path_or_dev), settle_s)
 
 
@@ -157,7 +159,7 @@ def wait_budget_for(found: Mount, settle_s: float) -> float:
 
 
 def forget() -> None:
-    """Drop the cache (a test that mounts and unmounts, or a long process whose mounts changed)."""
+    """Drop the cache, for a test or process whose mounts changed."""
     STATE.caches.mounts.clear()
 
 
@@ -275,8 +277,7 @@ def conclude(row: _Row, table: list[_Row]) -> Mount:
 
 
 def _cache_times(found: Mount, fuse: bool) -> tuple[float | None, float | None]:
-    """The mount's own bounds on a stale lookup and on a cached "no such name", where its options (or JuiceFS's
-    ``.config``) tell; None where they do not."""
+    """The mount's bounds on a stale lookup and a cached "no such name". Its options, or JuiceFS's ``.config``, tell."""
     opts = found.options
     base = found.fstype.split(".")[0]
     if base in ("nfs", "nfs4"):
@@ -307,9 +308,10 @@ def _seconds(text: str) -> float | None:
 
 
 def _juicefs_cache_s(point: str) -> tuple[float | None, float | None]:
-    """JuiceFS keeps its mount's settings in a virtual ``.config`` file at the mount's root (JSON; timeouts in
-    nanoseconds, or Go duration text): the longest of its entry, directory-entry, negative-entry and attribute
-    cache times, and its negative-entry cache time (0 by default). None where it is hidden (``--hide-internal``)."""
+    """JuiceFS's cache times, read from its mount's ``.config`` file. JuiceFS keeps its mount's settings in a virtual
+    ``.config`` file at the mount's root (JSON; timeouts in nanoseconds, or Go duration text): the longest of its entry,
+    directory-entry, negative-entry and attribute cache times, and its negative-entry cache time (0 by default). None
+    where it is hidden (``--hide-internal``)."""
     try:
         with open(os.path.join(point, ".config"), "rb") as f:
             import json

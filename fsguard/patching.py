@@ -157,14 +157,16 @@ def _wrapper(
 
 
 def _leaf_found(std_makedirs: Any, error: OSError) -> bool:
-    """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call (the wrapper's caller), which
-    settles it itself (exist_ok, or its decided re-raise): then the error goes straight back to it."""
+    """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call. Whether a mkdir's ``FileExistsError``
+    is the standard makedirs' own call (the wrapper's caller), which settles it itself (exist_ok, or its decided
+    re-raise): then the error goes straight back to it."""
     return std_makedirs is not None and error.__class__ is FileExistsError and sys._getframe(2).f_code is std_makedirs
 
 
 def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
-    """Whether the wrapper (the caller) hands its call to the serializer: not fsguard's own call, not the
-    standard library's own business (``callers.left_to_caller``), not while the interpreter finalizes."""
+    """Whether the wrapper (the caller) hands its call to the serializer. Whether the wrapper (the caller) hands its
+    call to the serializer: not fsguard's own call, not the standard library's own business
+    (``callers.left_to_caller``), not while the interpreter finalizes."""
     if busy() or shutting_down():
         return False
     if not passes_fds:
@@ -178,9 +180,10 @@ _LEVEL = object()  # passed as ``instance``: one level of a makedirs taken in tu
 def _parents_in_turn(
     wrapper: Callable[..., Any], wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """The standard makedirs' call for a missing parent, ``makedirs(head, exist_ok=exist_ok)``, made without its
-    recursion: a deep ``makedirs`` adds no frames per level, so it goes as deep as without fsguard (a guarded
-    level is three frames, not one: 400 levels hit the recursion limit).
+    """The standard makedirs' call for a missing parent, without its recursion. The standard makedirs' call for a
+    missing parent, ``makedirs(head, exist_ok=exist_ok)``, made without its recursion: a deep ``makedirs`` adds no
+    frames per level, so it goes as deep as without fsguard (a guarded level is three frames, not one: 400 levels hit
+    the recursion limit).
 
     The missing parents are found as the standard makedirs finds them (``path.exists`` of each head, in the
     same order), then each level is one guarded call, the topmost first, its parent there by then: the same
@@ -221,7 +224,7 @@ def _parents_in_turn(
 
 
 def _depth() -> int:
-    """The number of frames on this thread's stack, fsguard's own left out (the standard makedirs has none)."""
+    """The number of frames on this thread's stack, fsguard's own left out. The standard makedirs has none."""
     depth = 0
     frame: Any = sys._getframe(1)
     while frame is not None:
@@ -274,8 +277,9 @@ def _makedirs_exist_ok(
 
 
 def _journal_note() -> list[Callable[[Any, str], None]]:
-    """A one-entry list holding the journal's note (``fsguard.journal.made``): at first a stand-in that imports
-    the journal at the first directory made (not at start-up), puts the note in its place and notes."""
+    """A one-entry list holding the journal's note (``fsguard.journal.made``). A one-entry list holding the journal's
+    note (``fsguard.journal.made``): at first a stand-in that imports the journal at the first directory made (not at
+    start-up), puts the note in its place and notes."""
     slot: list[Callable[[Any, str], None]] = []
 
     def first(path: Any, job: str) -> None:
@@ -288,23 +292,23 @@ def _journal_note() -> list[Callable[[Any, str], None]]:
 
 
 def _note(path: Any, job: str) -> None:
-    """Note a directory ``makedirs(exist_ok=True)`` made in the job's node-local journal (``fsguard.journal``,
-    imported at the first one, not at start-up)."""
+    """Note a directory ``makedirs(exist_ok=True)`` made in the job's node-local journal. ``fsguard.journal`` is
+    imported at the first one, not at start-up."""
     _journal_made()(path, job)
 
 
 def _journal_made() -> Callable[[Any, str], None]:
-    """``fsguard.journal.made``, imported inside a section (``state.Unforkable``): a fork from another thread
-    meanwhile would leave its child a half-imported module, whose lock it waits for forever."""
+    """``fsguard.journal.made``, imported inside a section (``state.Unforkable``). ``fsguard.journal.made``, imported
+    inside a section (``state.Unforkable``): a fork from another thread meanwhile would leave its child a half-imported
+    module, whose lock it waits for forever."""
     with Unforkable():
         from .journal import made
     return made
 
 
 def _takes_onexc(function: Any) -> bool:
-    """Whether ``shutil.rmtree`` takes ``onexc`` (Python 3.12+), read from its code object rather than with
-    ``inspect`` (not otherwise needed at startup). Follows ``__wrapped__`` as ``inspect.signature`` does;
-    False when unsure."""
+    """Whether ``shutil.rmtree`` takes ``onexc`` (Python 3.12+). Read from its code object: ``inspect`` is not otherwise
+    needed at startup. Follows ``__wrapped__`` as ``inspect.signature`` does; False when unsure."""
     for _ in range(16):
         inner = getattr(function, "__wrapped__", None)
         if inner is None:
@@ -381,8 +385,9 @@ def _wrapping(op: str, target: str) -> Callable[[ModuleType], None]:
 
 
 def _wrap(op: str, target: str, module: ModuleType) -> None:
-    """Replace ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function (now, or at the
-    import of its module: then under the import's own module lock, before anyone else can see the module)."""
+    """Replace ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function. Replace
+    ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function (now, or at the import of its module:
+    then under the import's own module lock, before anyone else can see the module)."""
     with STATE.lock:
         STATE.pending.pop(target, None)
         if target in STATE.originals:
@@ -416,8 +421,9 @@ def uninstall(ops: Iterable[str] | None = None) -> None:
 
 
 def _swap_in_pathlib(old: Any, new: Any) -> None:
-    """Python 3.10's pathlib calls os through ``_NormalAccessor``, whose attributes it took from os on import
-    (where the program imported pathlib before fsguard patched): ``Path.mkdir`` and the others follow os."""
+    """Point Python 3.10's ``pathlib`` accessor at the guarded os functions. Python 3.10's pathlib calls os through
+    ``_NormalAccessor``, whose attributes it took from os on import (where the program imported pathlib before fsguard
+    patched): ``Path.mkdir`` and the others follow os."""
     accessor = getattr(sys.modules.get("pathlib"), "_NormalAccessor", None)
     if accessor is not None:
         for name, value in list(vars(accessor).items()):
@@ -450,6 +456,7 @@ def _enable_serializer() -> None:
 
 
 def _crashes(error: type[OSError]) -> bool:
-    """Whether an ``error`` raised at the serialized call being made would crash its thread (no handler of the
-    program's decides): asked before a claim gets a peer's outcome (``fsguard.locks.flight.claim_error``)."""
+    """Whether an ``error`` at the serialized call being made would crash its thread. Whether an ``error`` raised at the
+    serialized call being made would crash its thread (no handler of the program's decides): asked before a claim gets a
+    peer's outcome (``fsguard.locks.flight.claim_error``)."""
     return failure._oracle().caller_handles(error(), sys._getframe(1)) is None

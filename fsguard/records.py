@@ -1,4 +1,4 @@
-"""The record of an absorbed race, hazard, conflict or deferral: one type, one writer, one parser.
+"""The record of an absorbed race, hazard, conflict or deferral. One type, one writer, one parser.
 
 A record is written as one line on stderr (through the ``fsguard`` logger) and, with ``FSGUARD_LOG=<dir>``,
 as one JSON line in a per-process file. The stderr line reads::
@@ -34,8 +34,9 @@ _LINE = re.compile(r"fsguard: (?P<decision>[a-z]+) ")
 
 
 class Origin(Value):
-    """Who wrote a record: which process (``host``, ``pid``) of which job (``rank``, ``local_rank``,
-    ``world_size``, ``launcher``; None outside a launcher), with which fsguard (``version``)."""
+    """Who wrote a record: which process of which job, with which fsguard. Who wrote a record: which process (``host``,
+    ``pid``) of which job (``rank``, ``local_rank``, ``world_size``, ``launcher``; None outside a launcher), with which
+    fsguard (``version``)."""
 
     _fields = ("host", "pid", "rank", "local_rank", "world_size", "launcher", "version")
     __slots__ = _fields
@@ -78,10 +79,10 @@ FIELDS = (
 
 
 class Record(Value):
-    """One decision fsguard made, with everything a person needs to audit it later: what was decided about
-    which call (``op``, ``decision``, ``evidence``, ``args``, ``error``, ``waited_s``, ``detail``), where and
-    when (``site``, ``time``), who wrote it (``origin``), in which version of the format (``v``). Its JSON
-    (``FIELDS``) is flat: the origin's fields stand beside the others.
+    """One decision fsguard made, with everything a person needs to audit it. One decision fsguard made, with everything
+    a person needs to audit it later: what was decided about which call (``op``, ``decision``, ``evidence``, ``args``,
+    ``error``, ``waited_s``, ``detail``), where and when (``site``, ``time``), who wrote it (``origin``), in which
+    version of the format (``v``). Its JSON (``FIELDS``) is flat: the origin's fields stand beside the others.
 
     Not imported at startup: ``fsguard.runtime`` imports this module when it writes its first record.
     """
@@ -141,9 +142,10 @@ class Record(Value):
         return f"{self.site.get('file')}:{self.site.get('line')} in {self.site.get('function')}"
 
     def deferred_by(self) -> str | None:
-        """What decided instead of fsguard, for a ``deferred`` record (else None), from its ``detail``: the handler and
-        where it is, what carried the error, and why fsguard left the error to it: ``except OSError at train.py:41:
-        a handler that may swallow it``. A record that says nothing of it: ``not recorded``."""
+        """What decided instead of fsguard, for a ``deferred`` record; else None. What decided instead of fsguard, for a
+        ``deferred`` record (else None), from its ``detail``: the handler and where it is, what carried the error, and
+        why fsguard left the error to it: ``except OSError at train.py:41: a handler that may swallow it``. A record
+        that says nothing of it: ``not recorded``."""
         if self.decision != "deferred":
             return None
         detail = self.detail if isinstance(self.detail, dict) else {}
@@ -183,7 +185,7 @@ def from_dict(data: dict[str, Any]) -> Record:
 
 
 def parse_line(line: str) -> Record | None:
-    """The record in one log line (stderr form, with any prefix, or a bare JSON line), else None."""
+    """The record in one log line, else None. The line is in stderr form with any prefix, or a bare JSON line."""
     text = line.strip()
     if text.startswith("{"):
         payload = text
@@ -212,8 +214,9 @@ def parse_line(line: str) -> Record | None:
 
 @state.at_fork
 def _after_fork_in_child() -> None:
-    """Fresh lock; the parent's open file is left alone (closing it would flush the parent's buffer here,
-    or wait forever on its buffer's lock): the child opens its own on its first record."""
+    """Fresh lock; the parent's open file is left alone. Fresh lock; the parent's open file is left alone (closing it
+    would flush the parent's buffer here, or wait forever on its buffer's lock): the child opens its own on its first
+    record."""
     writer = state.STATE.writer
     writer.lock = threading.RLock()
     writer.held_for_fork = False
@@ -227,9 +230,9 @@ FORK_WAIT_S = 5.0
 
 
 def _before_fork() -> None:
-    """Let a record being written finish before the fork: a thread writing to stderr holds ``sys.stderr``'s
-    own buffer lock, which no reset can give back in the child (its next write to stderr would wait forever).
-    Bounded: after ``FORK_WAIT_S`` the fork goes on without it."""
+    """Let a record being written finish before the fork. Let a record being written finish before the fork: a thread
+    writing to stderr holds ``sys.stderr``'s own buffer lock, which no reset can give back in the child (its next write
+    to stderr would wait forever). Bounded: after ``FORK_WAIT_S`` the fork goes on without it."""
     state.STATE.writer.held_for_fork = state.STATE.writer.lock.acquire(timeout=FORK_WAIT_S)
 
 
@@ -291,7 +294,7 @@ def _get_logger(stderr: bool) -> logging.Logger:
 
 
 def jsonl_path(log_dir: str, host: str, rank: int | None, pid: int) -> str:
-    """One file per process, named by host, rank and pid: never one file shared by many writers."""
+    """One file per process, named by host, rank and pid: never shared by writers."""
     safe_host = re.sub(r"[^A-Za-z0-9._-]", "_", host) or "host"
     rank_part = "norank" if rank is None else f"rank{rank}"
     return os.path.join(log_dir, f"fsguard-{safe_host}-{rank_part}-{pid}.jsonl")
@@ -314,8 +317,8 @@ def _write_jsonl(record: Record, log_dir: str) -> None:
 
 
 def emit(record: Record, *, stderr: bool = True, log_dir: str | None = None) -> None:
-    """Write a record to the per-process file (every record) and to the logger (rate-limited per call site
-    and decision: ``_Limiter``). Never raises into the caller."""
+    """Write a record to the per-process file and to the logger. The file gets every record; the logger's are
+    rate-limited per call site and decision (``_Limiter``). Never raises into the caller."""
     try:
         with state.STATE.writer.lock:
             if log_dir:
@@ -385,7 +388,7 @@ class _Limiter:
         return []
 
     def held_back(self) -> list[Record]:
-        """The last record held back at each site, carrying the count of the others; forgets them."""
+        """The last record held back at each site, carrying the count of the others. It forgets them."""
         out = [_with_more(entry[3], entry[2] - 1) for entry in self.sites.values() if entry[2] and entry[3]]
         for entry in self.sites.values():
             entry[2], entry[3] = 0, None
@@ -410,7 +413,7 @@ def _limiter() -> _Limiter:
 
 
 def _say_held_back() -> None:
-    """At the end of the process: the lines held back, one per site (the JSONL file has them all)."""
+    """At the end of the process, the lines held back, one per site. The JSONL file has them all."""
     try:
         with state.STATE.writer.lock:
             for record in _limiter().held_back():

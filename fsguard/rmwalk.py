@@ -44,7 +44,7 @@ _WALKERS = ("_rmtree_safe_fd", "_rmtree_unsafe", "_rmtree_safe_fd_step")  # shut
 
 
 class _Moved(BaseException):
-    """The tree is no longer at its path: stop the walk (not an ``OSError``: no handler of the walk sees it)."""
+    """The tree is no longer at its path: stop the walk. Not an ``OSError``, so no handler of the walk sees it."""
 
     def __init__(self, renamed_to: str | None) -> None:
         super().__init__(renamed_to)
@@ -59,9 +59,10 @@ class _Vanishing(BaseException):
 
 
 class _Os:
-    """``os`` for one checked walk: ``open``, ``unlink``, ``rmdir``, ``close`` and ``scandir`` are the walk's
-    ``_Position``'s, which report each step to it (and ask it, through ``check``, whether the tree is still at its
-    path); every other name is ``os``'s own, read live (a test or program that swaps ``os.lstat`` is obeyed)."""
+    """``os`` for one checked walk, its steps reported to the walk's position. ``os`` for one checked walk: ``open``,
+    ``unlink``, ``rmdir``, ``close`` and ``scandir`` are the walk's ``_Position``'s, which report each step to it (and
+    ask it, through ``check``, whether the tree is still at its path); every other name is ``os``'s own, read live (a
+    test or program that swaps ``os.lstat`` is obeyed)."""
 
     __slots__ = ("close", "open", "rmdir", "scandir", "unlink")
 
@@ -104,8 +105,9 @@ class _Listing:
 
 
 def _unguarded(name: str) -> Callable[..., Any]:
-    """``os.<name>`` as the standard walk would call it (a program's or a test's own replacement included),
-    but never fsguard's guarded wrapper of it: this walk decides its own failures (and holds the path's lock)."""
+    """``os.<name>`` as the standard walk would call it, never fsguard's wrapper. ``os.<name>`` as the standard walk
+    would call it (a program's or a test's own replacement included), but never fsguard's guarded wrapper of it: this
+    walk decides its own failures (and holds the path's lock)."""
     func: Callable[..., Any] = getattr(os, name)
     original = STATE.originals.get(name)  # the unguarded os function, where fsguard patched it
     if original is not None and getattr(func, "__wrapped__", None) is original:
@@ -119,10 +121,10 @@ def _real(func: Any) -> Any:
 
 
 class _Globals(dict[str, Any]):
-    """The globals of one checked walk: ``shutil``'s own as they are when the walk first reads each name (a test or
-    program that swaps ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` before the call is obeyed), with
-    ``os`` replaced, and the standard walk functions ``rmtree`` calls copied to see these globals too. Each name
-    is looked up once per walk, builtins included, then read from here at a plain dictionary's speed."""
+    """The globals of one checked walk. The globals of one checked walk: ``shutil``'s own as they are when the walk
+    first reads each name (a test or program that swaps ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` before the
+    call is obeyed), with ``os`` replaced, and the standard walk functions ``rmtree`` calls copied to see these globals
+    too. Each name is looked up once per walk, builtins included, then read from here at a plain dictionary's speed."""
 
     def __init__(self, module: dict[str, Any], proxy: _Os) -> None:
         super().__init__(os=proxy, __builtins__=module.get("__builtins__", __builtins__))
@@ -142,15 +144,16 @@ class _Globals(dict[str, Any]):
 
 
 def _builtin(builtins: Any, name: str) -> Any:
-    """A builtin by name (``__builtins__`` is a module or its dict); ``KeyError`` (Python's ``NameError``) if none."""
+    """A builtin by name; ``KeyError`` (Python's ``NameError``) if none. ``__builtins__`` is a module or its dict."""
     found = builtins if isinstance(builtins, dict) else vars(builtins)
     return found[name]
 
 
 def checked(original: Any, position: _Position) -> Callable[..., Any] | None:
-    """The standard ``rmtree`` made to use fsguard's functions reporting to ``position`` (a copy for this walk:
-    its globals say which position), or None where ``original`` is not the standard library's Python ``rmtree``
-    (then it runs as it is, without the position checks)."""
+    """The standard ``rmtree`` made to report to ``position``, or None. The standard ``rmtree`` made to use fsguard's
+    functions reporting to ``position`` (a copy for this walk: its globals say which position), or None where
+    ``original`` is not the standard library's Python ``rmtree`` (then it runs as it is, without the position
+    checks)."""
     module = getattr(original, "__globals__", None)
     if not (isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree"):
         return None
@@ -170,8 +173,8 @@ def _clone(function: types.FunctionType, namespace: dict[str, Any]) -> types.Fun
 
 
 class _Removed:
-    """What a walk removed from the tree: how many entries, and the first ``_REMOVED_KEPT`` names (a hazard
-    record names them)."""
+    """What a walk removed from the tree: how many entries, and the first ``_REMOVED_KEPT`` names. A hazard record names
+    them."""
 
     __slots__ = ("count", "names")
 
@@ -181,8 +184,9 @@ class _Removed:
 
 
 class _FreshListing:
-    """Where this mount may answer lookups from a cache (NFS, FUSE...): the top's name in its parent's fresh
-    listing, read spaced so that listings take at most a tenth of the walk's time, however big the parent."""
+    """The top's name in its parent's fresh listing, on a caching mount. Where this mount may answer lookups from a
+    cache (NFS, FUSE...): the top's name in its parent's fresh listing, read spaced so that listings take at most a
+    tenth of the walk's time, however big the parent."""
 
     __slots__ = ("after", "listed_ino", "top")
 
@@ -192,13 +196,15 @@ class _FreshListing:
         self.after = 0.0  # monotonic time before which no listing is read between directories
 
     def due(self) -> bool:
-        """Whether to read a fresh listing before this step (a rename landing meanwhile costs the moved tree what
-        was removed since the last listing, and the hazard record names it)."""
+        """Whether to read a fresh listing before this step. Whether to read a fresh listing before this step (a rename
+        landing meanwhile costs the moved tree what was removed since the last listing, and the hazard record names
+        it)."""
         return time.monotonic() >= self.after
 
     def shows_top(self) -> bool:
-        """Whether the parent's fresh listing still shows the top's name as the inode it showed at the first
-        look (True where that cannot be told: an unreadable listing)."""
+        """Whether the parent's fresh listing still shows the top's name as its first inode. Whether the parent's fresh
+        listing still shows the top's name as the inode it showed at the first look (True where that cannot be told: an
+        unreadable listing)."""
         started = time.monotonic()
         listed = _listed_inode(self.top)
         now = time.monotonic()
@@ -214,9 +220,9 @@ class _FreshListing:
 
 
 class _Position:
-    """Where the tree being removed is: its top's name and identity, the directories the walk holds open, and
-    what the walk removed from it. The walk's filesystem functions are its methods (``_Os``): they report each
-    step to it and ask it, through ``check``, whether the tree is still at its path."""
+    """Where the tree being removed is, and what the walk removed from it. It holds its top's name and identity, and the
+    directories the walk holds open. The walk's filesystem functions are its methods (``_Os``): they report each step to
+    it and ask it, through ``check``, whether the tree is still at its path."""
 
     def __init__(self, top: str, world: World, held: _Held) -> None:
         self.top = top  # normalised
@@ -235,11 +241,11 @@ class _Position:
         self.held = held  # the top's descriptor, held while the call runs (see _find_renamed)
 
     def identity(self) -> os.stat_result | None:
-        """The top's identity: from the walk's own open of it, else from the lstat before the walk."""
+        """The top's identity, from the walk's open of it or the earlier lstat."""
         return self.ident or self.top_st
 
     def is_tree(self) -> bool:
-        """Whether the top was a directory before the walk (a rename can only take a tree away)."""
+        """Whether the top was a directory before the walk. A rename can only take a tree away."""
         return self.top_st is not None and stat.S_ISDIR(self.top_st.st_mode)
 
     def restart(self) -> None:
@@ -273,8 +279,9 @@ class _Position:
         os.close(fd)
 
     def scandir(self, path: Any = None) -> Any:
-        """``os.scandir``, its names noted for the directory the walk lists: what was there when the walk looked
-        (an entry that appears afterwards is not the call's to remove, see ``Walk._retry``)."""
+        """``os.scandir``, its names noted for the directory the walk lists. ``os.scandir``, its names noted for the
+        directory the walk lists: what was there when the walk looked (an entry that appears afterwards is not the
+        call's to remove, see ``Walk._retry``)."""
         listing = os.scandir() if path is None else os.scandir(path)
         return _Listing(listing, self.listing_of(path))
 
@@ -293,8 +300,9 @@ class _Position:
             self.dirs[fd] = os.path.join(self.dirs.get(dir_fd, ""), name) if dir_fd is not None else name
 
     def listing_of(self, path: Any) -> set[str] | None:
-        """The set that holds the names of the walk's first listing of the directory ``path`` names (a descriptor
-        the walk opened, or a path); None for a later listing of it, or a directory it cannot name."""
+        """The names of the walk's first listing of the directory ``path`` names. The set that holds the names of the
+        walk's first listing of the directory ``path`` names (a descriptor the walk opened, or a path); None for a later
+        listing of it, or a directory it cannot name."""
         if isinstance(path, int):
             where = self.dirs.get(path)
         else:
@@ -323,8 +331,8 @@ class _Position:
             removed.names.append(os.path.join(self.dirs[dir_fd], name) if dir_fd in self.dirs else name)
 
     def check(self, boundary: bool) -> None:
-        """Raise ``_Moved`` when the tree is no longer at its path (where that cannot be told, the call goes
-        on: it then fails on its own, as the standard rmtree's would).
+        """Raise ``_Moved`` when the tree is no longer at its path. Raise ``_Moved`` when the tree is no longer at its
+        path (where that cannot be told, the call goes on: it then fails on its own, as the standard rmtree's would).
 
         "At its path" means: the name's own ``lstat`` is what it was when the call began (so a top that is a mount
         point, a path through a symlink, or an overlay's merged directory is judged by what the name shows, never
@@ -365,9 +373,9 @@ class _Position:
 
 
 class _Caller:
-    """What the caller of ``rmtree`` asked of its errors: ``ignore_errors``, its own ``onerror``/``onexc``
-    (``onexc``: whether this ``rmtree`` takes one, 3.12+), and what it got (``forwarded``: the error that
-    escaped to it, the caller's, never absorbed)."""
+    """What the caller of ``rmtree`` asked of its errors, and what it got. What the caller of ``rmtree`` asked of its
+    errors: ``ignore_errors``, its own ``onerror``/``onexc`` (``onexc``: whether this ``rmtree`` takes one, 3.12+), and
+    what it got (``forwarded``: the error that escaped to it, the caller's, never absorbed)."""
 
     __slots__ = ("forwarded", "ignore", "onerror", "onexc", "use_onexc")
 
@@ -382,15 +390,17 @@ class _Caller:
 
     @property
     def handler(self) -> str | None:
-        """``"onexc"``/``"onerror"`` where the caller passed its own handler (and not ``ignore_errors``, which
-        overrides it): then every error the walk meets is the handler's to decide, as in the standard ``rmtree``."""
+        """The caller's own handler's keyword, ``"onexc"`` or ``"onerror"``, or None. ``"onexc"``/``"onerror"`` where
+        the caller passed its own handler (and not ``ignore_errors``, which overrides it): then every error the walk
+        meets is the handler's to decide, as in the standard ``rmtree``."""
         if self.ignore:
             return None
         return "onexc" if self.onexc is not None else "onerror" if self.onerror is not None else None
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], walk: Walk) -> tuple[list[Any], dict[str, Any]]:
-        """The caller's arguments with the walk's handler in place of the caller's (``onexc`` where it exists, else
-        ``onerror``, in the position the caller used; none with ``ignore_errors``)."""
+        """The caller's arguments with the walk's handler in place of the caller's. The caller's arguments with the
+        walk's handler in place of the caller's (``onexc`` where it exists, else ``onerror``, in the position the caller
+        used; none with ``ignore_errors``)."""
         positional, named = list(args), dict(kwargs)
         if not self.ignore:
             if self.use_onexc:
@@ -402,7 +412,7 @@ class _Caller:
         return positional, named
 
     def forward(self, func: Callable[..., Any], path: Any, exc: BaseException, exc_info: Any) -> None:
-        """Pass an error on as the standard library does: to the caller's handler, or raise it."""
+        """Pass an error on as the standard library does: to the caller's handler, or raise."""
         try:
             if self.onexc is not None:
                 self.onexc(func, path, exc)
@@ -416,8 +426,9 @@ class _Caller:
 
 
 class Found:
-    """What a walk absorbed: entries a peer removed first, directories removed again, seconds waited, the top
-    gone (``"before"`` or ``"after"`` the walk) and where a peer renamed it, the first error absorbed."""
+    """What a walk absorbed. What a walk absorbed: entries a peer removed first, directories removed again, seconds
+    waited, the top gone (``"before"`` or ``"after"`` the walk) and where a peer renamed it, the first error
+    absorbed."""
 
     __slots__ = ("entries_gone", "first_error", "handed", "renamed_to", "retried", "top_gone", "waited")
 
@@ -444,9 +455,9 @@ class Found:
 
 
 class Walk:
-    """fsguard's error handler for one guarded ``rmtree`` call, and what it found: called by the standard
-    rmtree as ``onerror(func, path, exc_info)`` or ``onexc(func, path, exc)``. It passes the caller's errors
-    on to the caller's handler (or raises them), and absorbs only what the rule says a peer did."""
+    """fsguard's error handler for one guarded ``rmtree`` call, and what it found. The standard rmtree calls it as
+    ``onerror(func, path, exc_info)`` or ``onexc(func, path, exc)``. It passes the caller's errors on to the caller's
+    handler (or raises them), and absorbs only what the rule says a peer did."""
 
     def __init__(self, position: _Position, original: Callable[..., Any], caller: _Caller, world: World, rules: Rules):
         self.position = position
@@ -458,9 +469,10 @@ class Walk:
         self.wait_on_vanish = False  # stop at the first vanished entry and wait for the peer (``remove``)
 
     def set_checking(self, checking: bool) -> None:
-        """Remove the tree with the position checked (the standard walk's copy for this walk, where the caller's
-        ``rmtree`` is the standard one), or, for a tree no peer can move meanwhile, with the caller's ``rmtree``
-        as it is: no checks, and no copy made."""
+        """Remove the tree with the position checked, or plainly where no peer can move it. Remove the tree with the
+        position checked (the standard walk's copy for this walk, where the caller's ``rmtree`` is the standard one),
+        or, for a tree no peer can move meanwhile, with the caller's ``rmtree`` as it is: no checks, and no copy
+        made."""
         position = self.position
         position.checking = checking
         if checking:
@@ -473,8 +485,8 @@ class Walk:
         self.remover(*positional, **named)
 
     def top_went(self, error: FileNotFoundError) -> bool:
-        """Whether the top went while the walk ran (``error``, saying so, escaped the handler): the rule waits
-        for the evidence."""
+        """Whether the top went while the walk ran; the rule waits for the evidence. ``error``, saying so, escaped the
+        handler."""
         found = self.found
         gone, waited = rule.escaped_gone(self.position.top, self.world, self.rules)
         found.waited += waited
@@ -526,8 +538,9 @@ class Walk:
         self.caller.forward(func, path, exc, exc_info)
 
     def _hand(self, func: Callable[..., Any], is_top: bool, path: Any) -> None:
-        """Note, for the record, a ``FileNotFoundError`` the caller's handler gets that the rule would have absorbed
-        as a peer's doing (decided from what the listings show now: the handler gets it anyway, no waiting)."""
+        """Note a ``FileNotFoundError`` the caller's handler gets that a peer caused. Note, for the record, a
+        ``FileNotFoundError`` the caller's handler gets that the rule would have absorbed as a peer's doing (decided
+        from what the listings show now: the handler gets it anyway, no waiting)."""
         found, rules = self.found, self.rules
         if not is_top:
             if not rule.entry_gone_by_peer(rules):
@@ -543,12 +556,12 @@ class Walk:
         found.handed = self.caller.handler
 
     def _retry(self, path: Any, code: int, frame: Any) -> bool:
-        """Remove a directory again that is not empty at its removal, if it is still the same directory and
-        everything in it now was in it when the walk listed it, or is what a removal in progress leaves (an NFS or
-        FUSE client's silly-renamed ``.nfs…``/``.fuse_hidden…`` file of an unlinked open one). An entry that
-        appeared after the walk's listing (a peer publishing into the tree) is not the call's to remove, and
-        neither is a busy mount point (no peer's removal ends that): the error goes where the standard rmtree
-        sends it."""
+        """Remove a directory again that was not empty at its removal, if still safe. Remove a directory again that is
+        not empty at its removal, if it is still the same directory and everything in it now was in it when the walk
+        listed it, or is what a removal in progress leaves (an NFS or FUSE client's silly-renamed
+        ``.nfs…``/``.fuse_hidden…`` file of an unlinked open one). An entry that appeared after the walk's listing (a
+        peer publishing into the tree) is not the call's to remove, and neither is a busy mount point (no peer's removal
+        ends that): the error goes where the standard rmtree sends it."""
         where = norm(path)
         before = self._started_on(where, frame)
         if code == errno.EBUSY and before is not None and not rule.busy_may_clear(where, before, self.world):
@@ -574,9 +587,10 @@ class Walk:
             found.waited += backoff.waited()
 
     def _remove_again(self, where: str) -> bool | None:
-        """Remove the directory ``where`` and what is in it, if all of that is what the walk listed there (or a
-        removal's residue; directories among it alike): True when it is gone, False when something of it stays
-        (tried again, bounded, by ``_retry``), None when something in it appeared after the walk's listing."""
+        """Remove the directory ``where`` and its contents, if the walk listed all of it. Remove the directory ``where``
+        and what is in it, if all of that is what the walk listed there (or a removal's residue; directories among it
+        alike): True when it is gone, False when something of it stays (tried again, bounded, by ``_retry``), None when
+        something in it appeared after the walk's listing."""
         try:
             names = os.listdir(where)
         except FileNotFoundError:
@@ -608,9 +622,10 @@ class Walk:
         return True
 
     def _started_on(self, path: str, frame: Any) -> os.stat_result | None:
-        """The directory the standard ``rmtree`` found at ``path`` when it started removing it, read from its
-        failing frame: ``orig_st`` (the recursive walk), or the stat cached in ``orig_entry`` (the stack-based
-        walk, which keeps no stat of the top: for the top, the walk's own)."""
+        """The directory the standard ``rmtree`` found at ``path`` when it started. The directory the standard
+        ``rmtree`` found at ``path`` when it started removing it, read from its failing frame: ``orig_st`` (the
+        recursive walk), or the stat cached in ``orig_entry`` (the stack-based walk, which keeps no stat of the top: for
+        the top, the walk's own)."""
         found: Any = frame.f_locals if frame is not None else {}
         st = found.get("orig_st")
         entry = found.get("orig_entry")
@@ -624,9 +639,10 @@ class Walk:
         return st if isinstance(st, os.stat_result) else None
 
     def wait_for_peer_removal(self) -> bool:
-        """A peer is removing this tree: wait, at most ``FSGUARD_SETTLE_S``, for its name to leave the parent's
-        fresh listing, instead of racing the peer entry by entry (N ranks' walks of one tree cost N times its
-        metadata operations). True when the tree went (removed, or renamed: then where), False to walk on.
+        """Wait for a peer removing this tree instead of racing it. A peer is removing this tree: wait, at most
+        ``FSGUARD_SETTLE_S``, for its name to leave the parent's fresh listing, instead of racing the peer entry by
+        entry (N ranks' walks of one tree cost N times its metadata operations). True when the tree went (removed, or
+        renamed: then where), False to walk on.
 
         Each probe is the name's own lookup (a peer's removal on this node shows there at once, and where the mount
         caches no missing names a miss is the truth: ``World.look``); while the lookup still shows the tree, a
@@ -670,9 +686,9 @@ _LISTING_EVERY_S = 0.05  # a wait for a peer's removal reads its first fresh lis
 
 
 class _Spacing:
-    """When the next fresh listing of a wait that began at ``began`` is due: at ``after``, then each after at least
-    as long again as the wait has lasted, listings taking at most a tenth of the time (and at least
-    ``_LISTING_EVERY_S`` apart)."""
+    """When the next fresh listing of a wait that began at ``began`` is due. When the next fresh listing of a wait that
+    began at ``began`` is due: at ``after``, then each after at least as long again as the wait has lasted, listings
+    taking at most a tenth of the time (and at least ``_LISTING_EVERY_S`` apart)."""
 
     __slots__ = ("after", "began")
 
@@ -693,8 +709,9 @@ class _Spacing:
 
 
 def _removal_residue(name: str) -> bool:
-    """Whether ``name`` is what a client leaves of an open file that was unlinked: NFS's ``.nfs`` plus 24 hex
-    digits, FUSE's ``.fuse_hidden`` plus 16 (the entry a removal of the tree took away, not a new one)."""
+    """Whether ``name`` is what a client leaves of an unlinked open file. Whether ``name`` is what a client leaves of an
+    open file that was unlinked: NFS's ``.nfs`` plus 24 hex digits, FUSE's ``.fuse_hidden`` plus 16 (the entry a removal
+    of the tree took away, not a new one)."""
     import re
 
     return re.fullmatch(r"\.nfs[0-9a-fA-F]{24}|\.fuse_hidden[0-9a-fA-F]{16}", name) is not None
@@ -712,8 +729,8 @@ _UNREADABLE: Any = object()
 
 
 def _listed_inode(top: str) -> Any:
-    """The inode number a fresh listing of the parent gives ``top``'s name: None when it is not listed,
-    ``_UNREADABLE`` when the listing cannot be read. Stops at the name."""
+    """The inode number a fresh listing of the parent gives ``top``'s name. None when not listed, ``_UNREADABLE`` when
+    the listing cannot be read. Stops at the name."""
     parent, name = os.path.split(top)
     try:
         with os.scandir(parent or os.curdir) as entries:
@@ -726,7 +743,7 @@ def _listed_inode(top: str) -> Any:
 
 
 def _entries_left(fd: int) -> bool:
-    """Whether the directory open at ``fd`` still lists entries (a fresh ``readdir``; False when it cannot)."""
+    """Whether the directory open at ``fd`` still lists entries. A fresh ``readdir``; False when it cannot."""
     try:
         return bool(os.listdir(fd))
     except OSError:
@@ -734,7 +751,7 @@ def _entries_left(fd: int) -> bool:
 
 
 def _find_renamed(top: str, orig: os.stat_result | None, held: _Held) -> str | None:
-    """Where the tree went, if a peer renamed it within its parent (found by its inode).
+    """Where the tree went, if a peer renamed it within its parent. It is found by its inode.
 
     An inode number is only an identity while something holds the inode: once the tree is removed, the next
     directory made may get its number (ext4 gives it at once). So the guarded call holds a descriptor of the
@@ -763,8 +780,8 @@ def _find_renamed(top: str, orig: os.stat_result | None, held: _Held) -> str | N
 
 
 class _Held:
-    """The descriptor of the tree's top that one guarded call holds open while it may search for it by inode
-    (``_find_renamed``); closed when the call ends."""
+    """The tree's top's descriptor, held open for a search by inode. The descriptor of the tree's top that one guarded
+    call holds open while it may search for it by inode (``_find_renamed``); closed when the call ends."""
 
     __slots__ = ("fds",)
 
@@ -804,7 +821,7 @@ class _Held:
 def wait_for_move(
     top: str, world: World, budget_s: float, pending: Callable[[], bool] | None, settle_s: float
 ) -> tuple[str, float]:
-    """Poll fresh listings of the parent, up to ``budget_s``, for ``top`` to disappear (a peer moved it).
+    """Poll fresh listings of the parent, up to ``budget_s``, for ``top`` to disappear. A peer moved it.
 
     ``pending``: whether a peer announced a rename of ``top`` (serialized mode); while one is announced the
     wait goes on up to ``settle_s`` more. Returns ("" when it stayed, else how it went, seconds waited)."""
@@ -861,8 +878,9 @@ def _remember_scratch(scratch: dict[str, None], top: str) -> None:
 
 
 class _Course:
-    """The course of one guarded ``rmtree``: its plan, the yield window, the walk (alone, or holding the path's
-    lock), and a failure that escaped the walk's handler, into one verdict."""
+    """The course of one guarded ``rmtree``, into one verdict. The course of one guarded ``rmtree``: its plan, the yield
+    window, the walk (alone, or holding the path's lock), and a failure that escaped the walk's handler, into one
+    verdict."""
 
     def __init__(self, walk: Walk, positional: list[Any], named: dict[str, Any], serializer: Any) -> None:
         self.walk = walk
@@ -911,9 +929,10 @@ class _Course:
         return found
 
     def _tell_handler(self) -> None:
-        """The tree left while this process waited: where the caller passed its own handler, the standard walk runs
-        now all the same, so that the handler sees the missing tree as the standard ``rmtree`` called now shows it
-        (a tree that stands there meanwhile is another one: the checked walk stops before removing anything)."""
+        """Show the caller's handler the tree that left while this process waited. The tree left while this process
+        waited: where the caller passed its own handler, the standard walk runs now all the same, so that the handler
+        sees the missing tree as the standard ``rmtree`` called now shows it (a tree that stands there meanwhile is
+        another one: the checked walk stops before removing anything)."""
         walk, (positional, named) = self.walk, self.arguments
         if walk.caller.handler is None or not walk.position.checking:
             return
@@ -926,8 +945,9 @@ class _Course:
         return self.pending is not None and self.pending()
 
     def _yield(self, budget_s: float) -> RmtreeVerdict | None:
-        """Wait up to ``budget_s`` (more while a peer's announced rename is pending) for a peer to move the
-        tree away: the verdict saying where it went, or None when it stayed."""
+        """Wait up to ``budget_s`` for a peer to move the tree away. Wait up to ``budget_s`` (more while a peer's
+        announced rename is pending) for a peer to move the tree away: the verdict saying where it went, or None when it
+        stayed."""
         walk = self.walk
         how, waited = wait_for_move(self.top, walk.world, budget_s, self.pending, walk.rules.settle_s)
         self.window += waited
@@ -937,8 +957,9 @@ class _Course:
         return rule.yielded(self.top, self.window, how, _find_renamed(self.top, position.top_st, position.held))
 
     def _walk(self) -> RmtreeVerdict | None:
-        """Remove the tree: alone (waiting for a peer that removes it too), or holding the path's lock (then a
-        rename of it that a peer announced meanwhile goes first: its verdict)."""
+        """Remove the tree, alone or holding the path's lock. Remove the tree: alone (waiting for a peer that removes it
+        too), or holding the path's lock (then a rename of it that a peer announced meanwhile goes first: its
+        verdict)."""
         walk, (positional, named) = self.walk, self.arguments
         if self.serializer is None:
             # Only in a job with peers (a lone process has nobody to wait for); serialized, peers do not walk

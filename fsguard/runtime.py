@@ -22,9 +22,8 @@ if TYPE_CHECKING:
 
 
 def site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """Directory prefixes for ``call_site``, found once, each skipped or not. fsguard and wrapt: skipped. fsguard's
-    applications, ``fsguard/demo`` and ``fsguard/cli``: not skipped. The standard library: skipped. Site-packages,
-    inside the standard library's directory: not skipped."""
+    """Directory prefixes for ``call_site``, found once, each skipped or not. The standard library: skipped.
+    Site-packages, inside the standard library's directory: not skipped."""
     caches = STATE.caches
     if caches.site_dirs is None:
         import sysconfig  # not at startup: only a record needs a call site

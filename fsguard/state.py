@@ -1,5 +1,4 @@
-"""The one process state of fsguard, and the one at-fork hook that keeps a forked child from inheriting
-held locks.
+"""The process state of fsguard, and the at-fork hook that resets it.
 
 ``STATE`` holds what an active fsguard knows about this process: the settings, the launch, the original
 functions it patched and the wraps waiting for a module's first import (``pending``), the serializer
@@ -114,8 +113,9 @@ class Memory:
 
 
 class Writer:
-    """The record writer's state (``fsguard.records``): kept across installs (the logger's handler stays
-    attached, the file open); in a forked child its lock is new and the parent's file is left alone."""
+    """The record writer's state (``fsguard.records``). The record writer's state (``fsguard.records``): kept across
+    installs (the logger's handler stays attached, the file open); in a forked child its lock is new and the parent's
+    file is left alone."""
 
     __slots__ = (
         "handler",
@@ -171,7 +171,7 @@ class State:
         self.reset()
 
     def reset(self) -> None:
-        """Back to "not installed": default settings, no launch, no originals, no serializer, no rules, no caches."""
+        """Back to "not installed": no settings, launch, originals, serializer, rules or caches."""
         self.settings: config.Settings = config.Settings()
         self.launch: launcher.Launch | None = None
         # This job's and attempt's tag (``launcher.job_tag``), in a job with peers only: what guarded mkdir and
@@ -189,15 +189,15 @@ _local = local()
 
 
 def busy() -> bool:
-    """True while this thread is inside fsguard's own decision or logging (guarded calls then pass through)."""
+    """True while this thread is inside fsguard's own decision or logging. Guarded calls then pass through."""
     return getattr(_local, "busy", False)
 
 
 def shutting_down() -> bool:
-    """Whether the interpreter is finalizing (``__del__`` of module globals, late finalizers): imports fail then
-    (``sys.meta_path`` is None) and records could not be written, so a guarded call is the unpatched call.
-    Asked only where fsguard would import or record: a failure's decision, a serialized call (every rmtree
-    asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
+    """Whether the interpreter is finalizing. Whether the interpreter is finalizing (``__del__`` of module globals, late
+    finalizers): imports fail then (``sys.meta_path`` is None) and records could not be written, so a guarded call is
+    the unpatched call. Asked only where fsguard would import or record: a failure's decision, a serialized call (every
+    rmtree asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
     return sys.meta_path is None or sys.is_finalizing()
 
 
@@ -230,7 +230,7 @@ _child_resets: list[Callable[[], None]] = []
 
 
 def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
-    """Run ``reset`` in every forked child (a module function: it stays alive as long as the process)."""
+    """Run ``reset`` in every forked child. A module function: it stays alive as long as the process."""
     _child_resets.append(reset)
     return reset
 
@@ -242,8 +242,8 @@ _forkables: dict[str, WeakSet[Forkable]] = {}
 
 
 def forkable(obj: Forkable) -> None:
-    """Run ``obj.after_fork_in_child()`` in every forked child while ``obj`` is alive (weakly held: an object
-    nobody uses any more is not kept alive by this)."""
+    """Run ``obj.after_fork_in_child()`` in every forked child while ``obj`` is alive. It is weakly held: an object
+    nobody uses any more is not kept alive by this."""
     forkables = _forkables.get("all")
     if forkables is None:
         from weakref import WeakSet
@@ -287,9 +287,10 @@ _gate: _Gate | None = None  # made at the first section (``_hook_gate``), made a
 
 
 class Unforkable:
-    """A section of fsguard's own work that no fork may split: a fork from another thread waits for it to end
-    (bounded, ``FORK_WAIT_S``), and a section does not start while a fork is under way. Nests; a fork made by
-    the thread inside the section itself does not wait for it. About a microsecond to enter and leave."""
+    """A section of fsguard's own work that no fork may split. A section of fsguard's own work that no fork may split: a
+    fork from another thread waits for it to end (bounded, ``FORK_WAIT_S``), and a section does not start while a fork
+    is under way. Nests; a fork made by the thread inside the section itself does not wait for it. About a microsecond
+    to enter and leave."""
 
     __slots__ = ("_gate", "_ident")
 
@@ -321,11 +322,12 @@ _gate_hooked: list[bool] = []
 
 
 def _hook_gate() -> _Gate:
-    """Make the gate, and register its side of the at-fork hook, at the first section, not at startup: hooks
-    run newest first before a fork, so a fork then waits for the sections before it takes the locks of hooks
-    registered earlier (``logging``'s, which torch imports, and ``fsguard.records``' when a record was written
-    already); a section that logs then never waits for the fork that waits for it. ``logging`` imported for the
-    first time inside a section registers its hook after the gate's: ``_lend_logging_lock``."""
+    """Make the gate and its at-fork hook at the first section. Make the gate, and register its side of the at-fork
+    hook, at the first section, not at startup: hooks run newest first before a fork, so a fork then waits for the
+    sections before it takes the locks of hooks registered earlier (``logging``'s, which torch imports, and
+    ``fsguard.records``' when a record was written already); a section that logs then never waits for the fork that
+    waits for it. ``logging`` imported for the first time inside a section registers its hook after the gate's:
+    ``_lend_logging_lock``."""
     global _gate
     with _gate_making:
         if _gate is None:
@@ -367,11 +369,11 @@ def _before_fork() -> None:
 
 
 def _lend_logging_lock() -> tuple[Any, int]:
-    """Release ``logging``'s lock while this thread waits for sections, if it holds it for the fork: (the lock,
-    how many times). ``logging`` first imported inside a section (the first failure's imports) registers its
-    at-fork hook after the gate's, so a fork took logging's lock before it waited, and the section's import
-    then waited for that lock in logging's own module body: the fork waited out ``FORK_WAIT_S`` for a section
-    that could not end before it did, split it, and the child had half an import."""
+    """Release ``logging``'s lock while this thread waits for sections, if held for the fork. Returns the lock and how
+    many times. ``logging`` first imported inside a section (the first failure's imports) registers its at-fork hook
+    after the gate's, so a fork took logging's lock before it waited, and the section's import then waited for that lock
+    in logging's own module body: the fork waited out ``FORK_WAIT_S`` for a section that could not end before it did,
+    split it, and the child had half an import."""
     lock: Any = getattr(sys.modules.get("logging"), "_lock", None)
     owned = getattr(lock, "_is_owned", None)
     times = 0
@@ -406,8 +408,9 @@ _late_fork_reporters: list[Callable[[float, list[str]], None]] = []
 
 
 def report_late_forks(report: Callable[[float, list[str]], None]) -> Callable[[float, list[str]], None]:
-    """Call ``report(waited_s, thread_names)`` in the parent after a fork that went on while other threads were
-    still inside ``Unforkable`` sections (the record is written by the layer that opens such sections)."""
+    """Report, in the parent, a fork that went on while sections were open. Call ``report(waited_s, thread_names)`` in
+    the parent after a fork that went on while other threads were still inside ``Unforkable`` sections (the record is
+    written by the layer that opens such sections)."""
     _late_fork_reporters.append(report)
     return report
 

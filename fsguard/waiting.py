@@ -1,4 +1,4 @@
-"""Bounded waits with backoff: the one way fsguard waits for something (a peer's rename, a lock, a listing).
+"""Bounded waits with backoff: the one way fsguard waits for something. A peer's rename, a lock, a listing.
 
 Every wait has a budget on the monotonic clock and is never longer (principle 5: never hang a job). Its
 steps start at ``first_s`` and grow by ``factor`` up to ``cap_s``; the last step is cut to what is left of
@@ -62,8 +62,9 @@ class Backoff:
         return self.budget_s - self.waited()
 
     def pause(self, limit_s: float | None = None) -> bool:
-        """Sleep the next step, cut to what is left of the budget and to ``limit_s``; False, without sleeping,
-        once the budget is spent, the tries are used up or ``stop`` is set (also when it is set meanwhile).
+        """Sleep the next step; False once the budget or tries are spent. Sleep the next step, cut to what is left of
+        the budget and to ``limit_s``; False, without sleeping, once the budget is spent, the tries are used up or
+        ``stop`` is set (also when it is set meanwhile).
 
         A loop whose own blocking wait (a store's ``wait`` on a key) did the waiting skips ``pause`` for that
         round: only the loops that sleep advance the steps."""
@@ -90,8 +91,8 @@ def wait_for(
     factor: float = 2.0,
     stop: threading.Event | None = None,
 ) -> tuple[T | None, float]:
-    """Call ``probe`` at once and then after each step until it returns something other than None, the budget
-    is spent or ``stop`` is set. Returns (what it returned last, seconds waited)."""
+    """Call ``probe`` now and after each step, until it returns non-None. It stops when the budget is spent or ``stop``
+    is set. Returns (what it returned last, seconds waited)."""
     backoff = Backoff(budget_s, first_s, cap_s, factor=factor, stop=stop)
     while True:
         seen = probe()

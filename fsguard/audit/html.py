@@ -316,7 +316,7 @@ def _timeline(collector: Collector, rows: list[timeline.Lane], kind: str) -> tup
 
 
 def _fit(text: str, width: int) -> str:
-    """A lane's label in the label column: long host names keep their start (the whole name is in the tip)."""
+    """A lane's label in the label column. Long host names keep their start; the whole name is in the tip."""
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -560,7 +560,7 @@ def render(
 
 
 def write(path: str, page: Iterable[str]) -> None:
-    """Write the page whole or not at all (a temporary file beside it, then a rename); raises OSError."""
+    """Write the page whole or not at all; raises OSError. It writes a temporary file beside it, then renames it."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, temporary = tempfile.mkstemp(prefix=".fsguard-report-", suffix=".html", dir=directory)
     try:

@@ -56,7 +56,7 @@ class Sink(Protocol):
         """A new input starts: per-input state is reset."""
 
     def busy(self) -> bool:
-        """True while the sink must see every line (inside a traceback), not just lines with markers."""
+        """True while the sink must see every line, as inside a traceback."""
 
     def feed(self, line: bytes, lineno: int) -> None:
         """One line, without its newline."""
@@ -142,7 +142,7 @@ def _read_errors() -> tuple[type[BaseException], ...]:
 
 
 def blocks(path: str) -> Iterator[bytes]:
-    """The input's bytes in blocks that end at a line end (except a cut over-long line or a last line).
+    """The input's bytes in blocks that end at a line end. Only a cut over-long line or a last line ends elsewhere.
 
     Raises ``InputError`` for an unreadable, binary or damaged input, after yielding what came before.
     """
@@ -189,7 +189,7 @@ def _damaged(error: BaseException) -> str:
 
 
 def feed(chunks: Iterator[bytes], sink: Sink) -> None:
-    """Hand ``sink`` every line that matters: lines from a marker on while idle, every line while busy."""
+    """Hand ``sink`` every line that matters. Idle: lines from a marker on; busy: every line."""
     markers = sink.markers
     lineno = 1
     for block in chunks:
@@ -221,7 +221,7 @@ def feed(chunks: Iterator[bytes], sink: Sink) -> None:
 
 
 def process(paths: Sequence[str], sink: Sink, report: Callable[[Problem], None]) -> int:
-    """Read every input through ``sink``; report problems as they happen; return how many inputs were read."""
+    """Read every input through ``sink``, reporting problems; return how many were read."""
     read = 0
     for path, walked in walk(paths, report):
         name = "<stdin>" if path == STDIN else path

@@ -1,5 +1,5 @@
-"""Ordering races outside the guarded calls: a staging directory a peer moved or removed while this rank
-still listed or wrote into it.
+"""Ordering races outside the guarded calls. A peer moved or removed a staging directory while this rank still listed or
+wrote into it.
 
 No patch of ``os.*`` can fix these (the write itself is lost), so ``scan`` reports them ``not fixable``;
 but they are races, and they make its exit status 1. A missing path alone proves nothing (a typo, an
@@ -79,7 +79,7 @@ def call_name(site: Frame | None) -> str:
 
 
 def missing(exception: str, message: str, errno_name: str | None, paths: list[str], call: str) -> list[str]:
-    """The directories one of which this error says is missing (most likely first), or [] for another error."""
+    """The directories this error says are missing, most likely first; [] for another error."""
     name = exception.rsplit(".", 1)[-1]
     if name == "RuntimeError":
         match = _TORCH_PARENT.search(message)
@@ -102,6 +102,7 @@ def verb(call: str) -> str:
 
 
 def related(directory: str, moved: str) -> bool:
-    """Is ``moved`` (a path a peer renamed or removed) the directory itself, one inside it, or one above it?"""
+    """Whether ``moved`` is the directory itself, one inside it, or one above it. ``moved`` is a path a peer renamed or
+    removed."""
     directory, moved = directory.rstrip("/"), moved.rstrip("/")
     return directory == moved or directory.startswith(moved + "/") or moved.startswith(directory + "/")

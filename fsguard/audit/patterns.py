@@ -1,4 +1,4 @@
-"""Path patterns: the paths of one call site, folded so that one line stands for all of them.
+"""Path patterns: one call site's paths, folded into one line.
 
 Each path component is folded on its own, and only what is a *number or a random run as a whole* changes,
 so that names stay readable (``fsguard-demo-h7gtusfl`` stays as it is):
@@ -67,8 +67,9 @@ _STAGING_WORD = re.compile(r"(?i)tmp|temp|staging|partial|incomplete")
 
 
 def mentions_staging(source: str) -> bool:
-    """Whether a call's source line names a staging or temporary tree (``shutil.rmtree(staging_dir)``): the
-    standard rmtree's errors name the entry (often relative to a directory descriptor), not the tree."""
+    """Whether a call's source line names a staging or temporary tree. Whether a call's source line names a staging or
+    temporary tree (``shutil.rmtree(staging_dir)``): the standard rmtree's errors name the entry (often relative to a
+    directory descriptor), not the tree."""
     _, _, call = source.partition("rmtree(")
     return bool(_STAGING_WORD.search(call))
 
@@ -115,7 +116,7 @@ def _cut_name(path: str, width: int) -> str:
 
 
 def _keep_last(path: str, keep: int) -> str:
-    """``path`` with its first component, ``...`` and its last ``keep`` components (whole when that is all)."""
+    """``path`` shortened to its first component, ``...`` and its last ``keep`` components. Whole when that is all."""
     parts = path.split("/")
     first = 2 if parts[0] == "" else 1  # "/tmp" or "relative"
     if len(parts) - first <= keep:

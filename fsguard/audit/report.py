@@ -1,5 +1,5 @@
-"""What ``fsguard report PATH...`` finds: what fsguard absorbed in a job, where, how often, and whether
-anything was at risk.
+"""What ``fsguard report PATH...`` finds. It says what fsguard absorbed in a job, where, how often, and whether anything
+was at risk.
 
 Inputs: per-process JSON-lines files (``FSGUARD_LOG``), directories of them, and job logs in which the
 records are stderr lines among everything else (any launcher prefix), gzip/bzip2/xz compressed, ``-``
@@ -41,7 +41,7 @@ _ANNOUNCED = re.compile("fsguard: (?:" + "|".join(DECISIONS) + ") ")
 
 @functools.lru_cache(maxsize=4096)
 def _pattern(args: tuple[str, ...]) -> str:
-    """The folded pattern of a call's paths, cached: the ranks of a job race on the same paths."""
+    """The folded pattern of a call's paths, cached: ranks race on the same paths."""
     return patterns.fold_args(list(args))
 
 
@@ -200,7 +200,7 @@ class Collector:
         return sorted(self.groups.values(), key=Group.sort_key)
 
     def finish(self) -> None:
-        """Count the records a process's stderr lines stand for beyond those read one by one (once)."""
+        """Count, once, the records a process's stderr lines stand for beyond those read."""
         if self._more_added:
             return
         self._more_added = True
@@ -375,7 +375,8 @@ def render_markdown(collector: Collector, read: int) -> str:
 
 
 def collect(paths: list[str], problems: tables.Problems, collector: Collector | None = None) -> tuple[Collector, int]:
-    """The records of every input (into ``collector``, a new one by default), and how many inputs were read."""
+    """Collect the records of every input; return the collector and how many inputs were read. ``collector`` is a new
+    one by default."""
     collector = Collector() if collector is None else collector
     read = inputs.process(paths, collector, problems)
     collector.finish()

@@ -1,5 +1,6 @@
-"""What ``fsguard scan LOG...`` finds: in logs of jobs that ran *without* fsguard, the filesystem races that
-crashed them, and whether fsguard would have saved the job.
+"""What ``fsguard scan LOG...`` finds: races that crashed jobs run without fsguard. What ``fsguard scan LOG...`` finds:
+in logs of jobs that ran *without* fsguard, the filesystem races that crashed them, and whether fsguard would have saved
+the job.
 
 A traceback counts when its exception is an ``OSError`` (or subclass) raised from ``os.makedirs``,
 ``os.mkdir``, ``os.rename``, ``os.replace``, ``os.remove``, ``os.unlink``, ``os.rmdir``, ``os.symlink``, ``os.link``,
@@ -133,8 +134,8 @@ VERDICTS = _verdicts()
 
 
 def verdict(op: str, errno_name: str | None, staging: bool = False) -> tuple[str, str]:
-    """The verdict for one operation and error (of a staging or temporary tree), with one sentence of why, from
-    the guards' ``SCAN`` tables."""
+    """The verdict for one operation and error, with one sentence of why. It is read from the guards' ``SCAN`` tables,
+    for a staging or temporary tree."""
     name = errno_name or ""
     keys = [(op, name, True), (op, name, False)] if staging else [(op, name, False)]
     for key in [*keys, (EVERY_OP, name, False)]:
@@ -186,8 +187,9 @@ DEPENDS_WHY = (
 
 
 def _top(frame: Frame) -> bool:
-    """Whether ``frame`` is the first of a thread or process (a script's module, runpy, a thread's or process's
-    bootstrap; the re-raising ``@record`` wrapper of torch's elastic agent, where its summary's copy starts)."""
+    """Whether ``frame`` is the first of a thread or process. Whether ``frame`` is the first of a thread or process (a
+    script's module, runpy, a thread's or process's bootstrap; the re-raising ``@record`` wrapper of torch's elastic
+    agent, where its summary's copy starts)."""
     if frame.function == "<module>":
         return True
     found = _TOP.search(frame.file)
@@ -201,9 +203,10 @@ def _top(frame: Frame) -> bool:
 
 
 def unproven(tb: Traceback) -> str | None:
-    """Why a traceback cannot prove its error ended its thread unhandled, or None: the exception was handled
-    (another followed it), was raised while handling another, never reaches a thread's top, or passed through a
-    frame that carries errors (a future, a task) or may suppress them (a context manager's exit, a generator)."""
+    """Why a traceback cannot prove its error ended its thread unhandled, or None. Why a traceback cannot prove its
+    error ended its thread unhandled, or None: the exception was handled (another followed it), was raised while
+    handling another, never reaches a thread's top, or passed through a frame that carries errors (a future, a task) or
+    may suppress them (a context manager's exit, a generator)."""
     if tb.chained:
         return "the program handled it (another exception followed during its handling)"
     if tb.handling:
@@ -244,8 +247,8 @@ def parse_error(exception: str, message: str) -> tuple[str, str | None, list[str
 
 @dataclass(frozen=True)
 class Raised:
-    """The error a finding's tracebacks end in: its type's name, its errno's name (None where the message shows
-    none), and the first traceback's message."""
+    """The error a finding's tracebacks end in. It holds its type's name, its errno's name (None where the message shows
+    none) and the first traceback's message."""
 
     type: str
     errno: str | None
@@ -257,7 +260,7 @@ class Raised:
 
 @dataclass(frozen=True)
 class Place:
-    """Where a traceback was read: the input (a file, or ``-``) and the line its ``Traceback`` header is on."""
+    """Where a traceback was read: the input (a file, or ``-``) and its header's line."""
 
     source: str
     line: int
@@ -289,7 +292,8 @@ class Finding(tables.Tally):
 
     @property
     def counts(self) -> bool:
-        """Does it make the exit status 1: a race fsguard absorbs or serializes, or a proven ordering race."""
+        """Whether it makes the exit status 1. It does for a race fsguard absorbs or serializes, or a proven ordering
+        race."""
         return self.verdict != NOT_FIXABLE or self.race
 
     def sort_key(self) -> tuple[int, int, int, str]:
@@ -324,8 +328,9 @@ _MOVES = ("rename", "replace", "move", "rmtree")
 
 @dataclass(frozen=True)
 class KnownBug:
-    """Library code whose failures, whatever error they end in, are an ordering or shared-writer bug of the
-    library when its ranks run it together: no patch of ``os.*`` can fix them, and the fix is the program's."""
+    """Library code whose failures are the library's own ordering or shared-writer bug. Library code whose failures,
+    whatever error they end in, are an ordering or shared-writer bug of the library when its ranks run it together: no
+    patch of ``os.*`` can fix them, and the fix is the program's."""
 
     op: str  # shown in the OP column
     file: re.Pattern[str]  # a frame of the library, by its file
@@ -376,8 +381,9 @@ def known_bug(tb: Traceback) -> tuple[KnownBug, Frame] | None:
 
 
 def _earlier(finding: Finding, tb: Traceback) -> None:
-    """Where a finding was first seen: the earliest line of its first input (a traceback is reported once the
-    next line of its stream says whether it was handled, so an interleaved one may come later)."""
+    """Where a finding was first seen: the earliest line of its first input. Where a finding was first seen: the
+    earliest line of its first input (a traceback is reported once the next line of its stream says whether it was
+    handled, so an interleaved one may come later)."""
     if tb.source == finding.first_seen.source and tb.lineno < finding.first_seen.line:
         finding.first_seen = Place(tb.source, tb.lineno)
         finding.error = Raised(finding.error.type, finding.error.errno, tb.message)
@@ -468,7 +474,7 @@ class Findings:
             finding.sources.add(tb.source)
 
     def finish(self) -> None:
-        """Decide the ordering findings, now that every input is read (their evidence is in other tracebacks)."""
+        """Decide the ordering findings once every input is read. Their evidence is in other tracebacks."""
         if self._finished:
             return
         self._finished = True

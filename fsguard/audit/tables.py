@@ -1,5 +1,5 @@
-"""Output shared by ``report`` and ``scan``: an 80-column human table, Markdown, JSON; and ``Tally``, what both
-count of a group.
+"""Output shared by ``report`` and ``scan``: tables, Markdown, JSON, and ``Tally``. The table is an 80-column human
+table; ``Tally`` is what both count of a group.
 
 The human form is one row of short columns per group, then indented detail lines (call site, path
 pattern, a sentence of why), so that it reads at a glance in an 80-column terminal without wrapping.
@@ -35,7 +35,7 @@ Detail = tuple[str, str, str]  # (label, text, how)
 
 @dataclass(kw_only=True)
 class Tally:
-    """The events of one group (a call site): how many, from which ranks and hosts, on which path patterns."""
+    """The events of one call site: how many, from which ranks, hosts and path patterns."""
 
     count: int = 0
     ranks: set[int] = field(default_factory=set)
@@ -63,7 +63,7 @@ class Column:
 
 @dataclass
 class Row:
-    """One group: a mark (``!!`` for what needs attention), its cells, and ``(label, text, how)`` details."""
+    """One group: a mark, its cells, and ``(label, text, how)`` details. The mark is ``!!`` for what needs attention."""
 
     mark: str
     cells: list[str]
@@ -130,7 +130,7 @@ def markdown(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]
 
 
 def code(text: str) -> str:
-    """Markdown inline code for a path or site (backticks inside are rare enough to swap for quotes)."""
+    """Markdown inline code for a path or site. Backticks inside are rare enough to swap for quotes."""
     return f"`{text.replace('`', chr(39))}`" if text else ""
 
 
@@ -174,7 +174,7 @@ def iso(epoch: float) -> str:
 
 
 class Problems:
-    """Problems with inputs: printed on stderr as they happen, kept for JSON and the exit status."""
+    """Problems with inputs: printed as they happen, kept for JSON and the exit status."""
 
     def __init__(self, command: str) -> None:
         self.command = command
@@ -194,12 +194,14 @@ class Problems:
 
 
 def exit_status(problems: Problems, found: bool) -> int:
-    """2 for read errors (they hide what the input held), else 1 when something was found, else 0."""
+    """The exit status: 2 for read errors, else 1 when something was found, else 0. Read errors come first, since they
+    hide what the input held."""
     return 2 if problems.error else 1 if found else 0
 
 
 def document(read: int, problems: Problems, status: int, version: str, **found: Any) -> dict[str, Any]:
-    """A command's ``--json`` form: what it read, what it ``found`` (its own fields), its problems and exit status."""
+    """A command's ``--json`` form. It holds what the command read, what it ``found`` (its own fields), its problems and
+    exit status."""
     head = {"command": problems.command, "version": version, "inputs_read": read}
     return {**head, **found, "problems": problems.as_json(), "exit_status": status}
 

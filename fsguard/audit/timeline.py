@@ -166,7 +166,7 @@ class Timeline:
                 heapq.heapreplace(self._waits, (waited, -self._seq, sample or Sample.of(record)))
 
     def _by_host(self) -> None:
-        """Too many processes to draw one lane each: from now on cells are per host (memory: hosts x BINS)."""
+        """Switch to one lane per host: too many processes to draw one each. From now on memory is hosts x BINS."""
         host_of = {index: self.hosts[host] for (host, _, _), index in self.processes.items()}
         merged: dict[tuple[int, int], Cell] = {}
         for (lane, k), cell in self.cells.items():
@@ -208,7 +208,7 @@ class Timeline:
 
 @dataclass
 class Lane:
-    """One row of the picture: a process, a host, or a run of hosts (so that 1,000 ranks stay readable)."""
+    """One row of the picture: a process, a host, or a run of hosts. Runs of hosts keep 1,000 ranks readable."""
 
     label: str
     host: str

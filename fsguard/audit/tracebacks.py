@@ -1,5 +1,5 @@
-"""Python tracebacks in job logs, read line by line: several ranks interleaved, launcher prefixes, and the
-failure summary that torchrun's elastic agent prints (``ChildFailedError``).
+"""Python tracebacks in job logs, read line by line. Python tracebacks in job logs, read line by line: several ranks
+interleaved, launcher prefixes, and the failure summary that torchrun's elastic agent prints (``ChildFailedError``).
 
 Each launcher-prefixed stream (``[rank3]:``, ``3:``, ``[1,3]<stderr>:``) has its own reader, so tracebacks
 of several ranks interleaved line by line in one file come apart again. Lines without a prefix are one
@@ -161,8 +161,9 @@ class Reader:
         self._done.clear()
 
     def _chain(self, stream: str, body: str) -> bool:
-        """The line after a complete traceback of ``stream``: True when it was a blank line or a chain marker
-        (consumed); the traceback is reported once its next non-blank line says whether it was handled."""
+        """Whether the line after a complete traceback continues it. The line after a complete traceback of ``stream``:
+        True when it was a blank line or a chain marker (consumed); the traceback is reported once its next non-blank
+        line says whether it was handled."""
         done = self._done.get(stream)
         stripped = body.strip()
         if done is None or not stripped:

@@ -22,7 +22,7 @@ COMMANDS = {
 
 
 def chosen(argv: Sequence[str]) -> str | None:
-    """The sub-command named on the command line, if any: the first word that is not an option."""
+    """The sub-command named on the command line, if any."""
     for arg in argv:
         if not arg.startswith("-"):
             return arg if arg in COMMANDS else None

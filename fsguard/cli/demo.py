@@ -1,4 +1,4 @@
-"""``fsguard demo``: a small local job with the classic filesystem races, run without and then with fsguard.
+"""``fsguard demo``: a small local job with the classic races, without and with fsguard.
 
 The job (``fsguard.demo.workload``) is started as a distributed launcher would: by ``torchrun`` when torch
 is importable, otherwise by fsguard's minimal launcher, which sets the same rank variables. Every rank is
@@ -298,7 +298,7 @@ def _table(before: Outcome, after: Outcome, ranks: int) -> str:
 
 
 def _report(records_dir: Path, found: list[records.Record], page: Path) -> bool:
-    """``fsguard report`` of the guarded run, also written as the web page ``page``; False if none was."""
+    """``fsguard report`` of the guarded run, also written as the web page ``page``. False if none was."""
     if importlib.util.find_spec("fsguard.cli.report") is not None:
         _say(f"$ fsguard report --html {page} {records_dir}")
         done = subprocess.run(
@@ -314,8 +314,8 @@ def _report(records_dir: Path, found: list[records.Record], page: Path) -> bool:
 
 
 def _page_path(root: Path, keep: bool) -> Path:
-    """Where the web page goes: in ``--keep``'s directory, else a file of its own in the temporary directory
-    (the run's directory is removed at the end, the page is kept)."""
+    """Where the web page goes: ``--keep``'s directory, else a temporary file of its own. The run's directory is removed
+    at the end; the page is kept."""
     if keep:
         return root / "report.html"
     fd, name = tempfile.mkstemp(prefix="fsguard-demo-report-", suffix=".html")
@@ -354,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _launcher(args: argparse.Namespace) -> str | None:
-    """The launcher the demo uses (``auto``: torchrun where torch is importable); None: told why on stderr."""
+    """The launcher the demo uses; None, told why on stderr. ``auto`` means torchrun where torch is importable."""
     if args.ranks < 2:
         print("fsguard demo: --ranks must be at least 2 (a race needs two)", file=sys.stderr)
         return None
@@ -383,7 +383,7 @@ def _announce(args: argparse.Namespace, launcher: str, root: Path) -> None:
 
 
 def _conclude(args: argparse.Namespace, launcher: str, root: Path, before: Outcome, after: Outcome) -> int:
-    """The table, the summary and the report of both runs; the exit status (1: the guarded run failed)."""
+    """Print both runs' table, summary and report; return the exit status. It is 1 when the guarded run failed."""
     _say("\n" + _table(before, after, args.ranks) + "\n")
     page = _page_path(root, bool(args.keep))
     page_written = _report(root / "with-fsguard" / "records", after.records, page)

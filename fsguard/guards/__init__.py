@@ -39,7 +39,7 @@ class World(Protocol):
         """The name as the freshest probe its mount honours shows it (``fsguard.evidence.look``)."""
 
     def lstat(self, path: str) -> os.stat_result | None:
-        """The name's own ``lstat`` (a lookup: may be stale on a caching mount), None when it fails."""
+        """The name's own ``lstat``, None when it fails. A lookup: may be stale on a caching mount."""
 
     def stat(self, path: Any, follow_symlinks: bool = True) -> os.stat_result | None:
         """``os.stat`` of a path argument as given, None when it fails."""
@@ -56,24 +56,26 @@ class World(Protocol):
     def wait_for(
         self, probe: Callable[[], T | None], budget_s: float, where: str | None = None
     ) -> tuple[T | None, float]:
-        """``probe()`` until it answers (not None), bounded by ``budget_s`` and by ``where``'s mount (nothing to
-        wait for on a coherent one). Returns (the answer or None, seconds waited)."""
+        """``probe()`` until it answers (not None), bounded by ``budget_s`` and ``where``'s mount. Nothing to wait for
+        on a coherent mount. Returns (the answer or None, seconds waited)."""
 
     def lookups_may_be_stale(self, path: str | int) -> bool:
-        """Whether the mount of ``path`` (or of a device number: no lookup) may answer lookups from a cache
-        (``fsguard.mounts``)."""
+        """Whether the mount of ``path`` may answer lookups from a cache (``fsguard.mounts``). A device number asks
+        without a lookup."""
 
     def generation_beside(self, path: str) -> str | None:
         """A sibling directory that is another generation of the name (``checkpoint-6`` or ``checkpoint-1``
         beside ``checkpoint-2``)."""
 
     def job_tag(self, path: str) -> str | None:
-        """Whose the directory at ``path`` is by this node's journal (``fsguard.evidence.job_tag_of``): the tag of
-        the job that made it, ``""`` where no job of a single-node job's node made it, None where it cannot tell."""
+        """Whose the directory at ``path`` is, by this node's journal. Whose the directory at ``path`` is by this node's
+        journal (``fsguard.evidence.job_tag_of``): the tag of the job that made it, ``""`` where no job of a single-node
+        job's node made it, None where it cannot tell."""
 
     def made_by_this_rank(self, path: str) -> bool:
-        """Whether this job's journal names this rank as the directory's maker (``fsguard.evidence.made_by_rank``):
-        made by a process of this rank, this one or its children (a ``multiprocessing.Pool``'s)."""
+        """Whether this job's journal names this rank as the directory's maker. Whether this job's journal names this
+        rank as the directory's maker (``fsguard.evidence.made_by_rank``): made by a process of this rank, this one or
+        its children (a ``multiprocessing.Pool``'s)."""
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         """Whether ``path`` (whose ``lstat`` is ``st``) is the root of a mount."""
@@ -158,20 +160,21 @@ class Rules(Frozen):
         return Rules(0.0, *self._values()[1:])  # type: ignore[arg-type]
 
     def before_job(self, when: float) -> bool:
-        """Made or changed before this job started, beyond the ``fresh_s`` allowance (never a peer's: what no
-        evidence can absorb, told by one ``lstat`` before a decision: ``fsguard.failure``)."""
+        """Made or changed before this job started, beyond the ``fresh_s`` allowance. Made or changed before this job
+        started, beyond the ``fresh_s`` allowance (never a peer's: what no evidence can absorb, told by one ``lstat``
+        before a decision: ``fsguard.failure``)."""
         return when < self.job_start - self.fresh_s
 
     def is_fresh(self, when: float) -> bool:
-        """Made or changed (``when``: a birth time or a ctime) during this job: at most ``fresh_s`` before its
-        start on this node (``fsguard.evidence.job_start``), for clock skew between nodes and the file server
-        and for the start stagger of launchers without a rendezvous; and, in a restarted attempt, not before it
-        started (no allowance: every worker of the previous attempt was stopped before a worker of this one
-        started, so what changed before is the previous attempt's)."""
+        """Made or changed during this job (``when``: a birth time or a ctime). Made or changed (``when``: a birth time
+        or a ctime) during this job: at most ``fresh_s`` before its start on this node (``fsguard.evidence.job_start``),
+        for clock skew between nodes and the file server and for the start stagger of launchers without a rendezvous;
+        and, in a restarted attempt, not before it started (no allowance: every worker of the previous attempt was
+        stopped before a worker of this one started, so what changed before is the previous attempt's)."""
         return when >= self.job_start - self.fresh_s and (self.attempt_start is None or when >= self.attempt_start)
 
     def since(self, now: float) -> str:
-        """The job's start, for a record: ``job started 12.3 s ago (the start of torchrun agent (pid 7))``."""
+        """The job's start, for a record. ``job started 12.3 s ago (the start of torchrun agent (pid 7))``."""
         attempt = "" if self.attempt_start is None else f"; this attempt started {now - self.attempt_start:.1f} s ago"
         return (
             f"job started {now - self.job_start:.1f} s ago ({self.job_start_source}; {self.fresh_s:g} s "
@@ -179,12 +182,13 @@ class Rules(Frozen):
         )
 
     def whose(self, tag: str | None) -> str:
-        """Whose a directory is by its job tag (``World.job_tag``): ``"this attempt"``; ``"this job"`` (the same
-        job, another node's restart count: torchrun's agents count restarts per node, so ranks of one attempt
-        may differ there; the attempt is told by time, ``is_fresh``); ``"another job"`` (another job's or
-        another attempt's tag: never a peer's); ``"untagged"`` (a single-node job, whose node's journal is
-        complete: no guarded mkdir or makedirs of this job made it); ``"unknown"`` (the journal cannot tell: a
-        peer on another node, or this process has no tag of its own to compare with)."""
+        """Whose a directory is by its job tag (``World.job_tag``). Whose a directory is by its job tag
+        (``World.job_tag``): ``"this attempt"``; ``"this job"`` (the same job, another node's restart count: torchrun's
+        agents count restarts per node, so ranks of one attempt may differ there; the attempt is told by time,
+        ``is_fresh``); ``"another job"`` (another job's or another attempt's tag: never a peer's); ``"untagged"`` (a
+        single-node job, whose node's journal is complete: no guarded mkdir or makedirs of this job made it);
+        ``"unknown"`` (the journal cannot tell: a peer on another node, or this process has no tag of its own to compare
+        with)."""
         if self.job is None or tag is None:
             return "unknown"
         if tag == "":
@@ -195,8 +199,8 @@ class Rules(Frozen):
 
 
 def by_tag(whose: str) -> str:
-    """What identity evidence a decision had, for its record: ``"job tag"``, ``"job tag and time"`` (the job by
-    its tag, the attempt by time) or ``"time only"``."""
+    """What identity evidence a decision had, for its record. What identity evidence a decision had, for its record:
+    ``"job tag"``, ``"job tag and time"`` (the job by its tag, the attempt by time) or ``"time only"``."""
     if whose == "this job":
         return "job tag and time"
     return "job tag" if whose in ("this attempt", "another job") else "time only"
@@ -211,11 +215,12 @@ EVERY_OP = "*"
 
 
 class Scan(Frozen):
-    """One row of a rule's ``SCAN`` table, at the end of its module, beside the rule it restates: the errors
-    (errno names) of the operations (as ``fsguard scan`` names them: ``move`` for ``shutil.move``, ``remove``
-    for ``os.unlink`` too, ``*`` for every one), given as space-separated words; the verdict; and ``why``, one
-    sentence for the person reading the scan: the evidence a run with fsguard needs. ``staging``: the row holds
-    only for a staging or temporary tree (one a peer may commit with a rename), and wins over the plain one."""
+    """One row of a rule's ``SCAN`` table: errors, operations, verdict, why. One row of a rule's ``SCAN`` table, at the
+    end of its module, beside the rule it restates: the errors (errno names) of the operations (as ``fsguard scan``
+    names them: ``move`` for ``shutil.move``, ``remove`` for ``os.unlink`` too, ``*`` for every one), given as
+    space-separated words; the verdict; and ``why``, one sentence for the person reading the scan: the evidence a run
+    with fsguard needs. ``staging``: the row holds only for a staging or temporary tree (one a peer may commit with a
+    rename), and wins over the plain one."""
 
     _fields = ("ops", "errors", "verdict", "why", "staging")
     __slots__ = _fields

@@ -37,7 +37,7 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
 
 
 def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
-    """The directory at ``path`` (which a mkdir found existing) was made by a peer during this job."""
+    """Whether a peer made the directory at ``path`` during this job. A mkdir found it existing."""
     if own_event(world, path, within=True) in ("made", "made-shared", "found"):
         return reraise("this process made it (or found it there) itself")
     # mkdir's EEXIST is the server's word that the name exists; a shared filesystem's listing may show a peer's
@@ -90,8 +90,8 @@ def _whose(path: str, world: World, rules: Rules, age: float, waited: float) -> 
 
 
 def directory_in_listing(path: str, world: World) -> bool | None:
-    """True: a directory; False: something else stands there (decided, nothing to wait for); None: not
-    listed (yet: a shared filesystem may not show a peer's new directory at once)."""
+    """Whether ``name`` is listed as a directory. True: a directory; False: something else stands there (decided). None:
+    not listed yet; a shared filesystem may not show a peer's new directory at once."""
     seen = world.look(path)
     if not seen.present:
         return None

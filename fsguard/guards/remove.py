@@ -1,6 +1,7 @@
-"""``os.remove``, ``os.unlink`` and ``os.rmdir`` (and ``Path.unlink``/``Path.rmdir``): absorb ``FileNotFoundError``
-when a peer of this job removed the name moments ago (every rank cleaning up one build or staging directory by
-hand, as torch inductor's C++ builder does with its ``*_CxxBuild`` directory).
+"""``os.remove``, ``os.unlink``, ``os.rmdir``: absorb a peer's removal moments ago. ``os.remove``, ``os.unlink`` and
+``os.rmdir`` (and ``Path.unlink``/``Path.rmdir``): absorb ``FileNotFoundError`` when a peer of this job removed the name
+moments ago (every rank cleaning up one build or staging directory by hand, as torch inductor's C++ builder does with
+its ``*_CxxBuild`` directory).
 
 A missing name leaves no trace of whether it ever existed, so the evidence is about the job and the
 directory: absorbed only where a distributed launcher says this process has peers (``FSGUARD=force`` alone,
@@ -67,8 +68,9 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
 
 
 def _nearest_existing(missing: str, world: World) -> tuple[str, str, os.stat_result | None]:
-    """(the topmost missing directory, the directory above it, its ``lstat``) for a missing ``missing``; the
-    ``lstat`` is None when nothing exists within ``UP_TO`` levels (never a whole chain of missing names)."""
+    """The topmost missing directory above ``missing``, its parent and the parent's ``lstat``. (the topmost missing
+    directory, the directory above it, its ``lstat``) for a missing ``missing``; the ``lstat`` is None when nothing
+    exists within ``UP_TO`` levels (never a whole chain of missing names)."""
     for _ in range(UP_TO):
         above = os.path.dirname(missing)
         if above == missing:

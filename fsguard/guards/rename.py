@@ -111,11 +111,11 @@ def _absorbed(evidence: str, waited: float, shared_file: bool) -> Verdict:
 
 
 def _shared_file(src: str, seen: Look, st: os.stat_result | None, world: World) -> bool:
-    """Whether a peer renamed away a *file* this process had been writing under the same name: the destination
-    the peer's move made is a regular file, and no guarded call of this process put the source there whole (a
-    move or link onto the name: a private temp published atomically, as a compiler cache does). A file written
-    in place under a name several ranks share (``blobs/<etag>.incomplete`` appended by two nodes,
-    ``.metadata.tmp`` of two coordinators) holds whatever each wrote, in any order; a directory
+    """Whether a peer renamed away a *file* this process had been writing. Whether a peer renamed away a *file* this
+    process had been writing under the same name: the destination the peer's move made is a regular file, and no guarded
+    call of this process put the source there whole (a move or link onto the name: a private temp published atomically,
+    as a compiler cache does). A file written in place under a name several ranks share (``blobs/<etag>.incomplete``
+    appended by two nodes, ``.metadata.tmp`` of two coordinators) holds whatever each wrote, in any order; a directory
     (``tmp-checkpoint-N``, each rank's own files in it) does not mix writes."""
     listed = seen.kind == "file" if seen.kind is not None else None  # what the fresh look said, where it says
     if not (listed if listed is not None else st is not None and stat.S_ISREG(st.st_mode)):
@@ -125,8 +125,9 @@ def _shared_file(src: str, seen: Look, st: os.stat_result | None, world: World) 
 
 
 def _missing_source(error: OSError, src: str, dst: str, world: World) -> Verdict | str:
-    """What the error says: a decided verdict (a conflict; not a missing source), or a missing source, with
-    the words for one this node's stale entry of it made the call fail as a non-empty destination."""
+    """What a rename's error says: a decided verdict, or a missing source. What the error says: a decided verdict (a
+    conflict; not a missing source), or a missing source, with the words for one this node's stale entry of it made the
+    call fail as a non-empty destination."""
     if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
         if not _source_moved_under_a_stale_entry(src, world):
             return conflict(
@@ -169,8 +170,8 @@ def _not_a_peers(
     own_put: float | None,
     waited: float,
 ) -> Verdict | None:
-    """The re-raise where the destination present is not a peer's move (another job's, older than the job, this
-    process's own move onto it); None: a peer's."""
+    """The re-raise where the destination is not a peer's move; None: a peer's. Not a peer's: another job's, older than
+    the job, or this process's own move onto it."""
     tag = world.job_tag(dst) if stat.S_ISDIR(st.st_mode) else None  # files carry no job tag
     if rules.whose(tag) == "another job":
         return reraise(f"source gone; the destination is another job's or attempt's (its job tag {tag!r})", waited)
@@ -190,9 +191,10 @@ def _not_a_peers(
 
 
 def _source_moved_under_a_stale_entry(src: str, world: World) -> bool:
-    """A directory rename that failed as if onto a non-empty directory, although its source is no longer in its
-    parent's fresh listing: on a filesystem whose lookups may be stale (GlusterFS), this node's cached entry of
-    the source still named the directory a peer already moved, and that is what the call tried to move."""
+    """Whether a failed directory rename met this node's stale entry of a moved source. A directory rename that failed
+    as if onto a non-empty directory, although its source is no longer in its parent's fresh listing: on a filesystem
+    whose lookups may be stale (GlusterFS), this node's cached entry of the source still named the directory a peer
+    already moved, and that is what the call tried to move."""
     if not world.lookups_may_be_stale(src):
         return False
     seen = world.look(src)

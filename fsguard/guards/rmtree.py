@@ -82,9 +82,10 @@ def plan(
     yield_s: float,
     scratch: bool = False,
 ) -> Plan:
-    """How to remove the tree at ``path``: ``"wait"`` (first wait up to ``yield_s`` for a peer's rename, then the
-    checked walk), ``"check"`` (the checked walk at once: the tree must stay at its path while it is removed) or
-    ``"plain"`` (no peer can move it meanwhile: the walk without position checks).
+    """How to remove the tree at ``path``: ``"wait"``, ``"check"`` or ``"plain"``. How to remove the tree at ``path``:
+    ``"wait"`` (first wait up to ``yield_s`` for a peer's rename, then the checked walk), ``"check"`` (the checked walk
+    at once: the tree must stay at its path while it is removed) or ``"plain"`` (no peer can move it meanwhile: the walk
+    without position checks).
 
     Wait for a directory that changed during this job and that peers may have written into and may still commit:
     one this process did not make, or made with ``makedirs(exist_ok=True)`` (a name others make too: whoever came
@@ -118,8 +119,8 @@ def plan(
 
 
 def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> RmtreeVerdict:
-    """The tree left its path while this process waited to remove it: moved (found under another name by its
-    inode) or removed by a peer; either way nothing is left to remove."""
+    """The tree left its path while this process waited to remove it. A peer moved it (found under another name by its
+    inode) or removed it; nothing is left to remove."""
     if renamed_to is None:
         return RmtreeVerdict.of(
             Verdict(
@@ -145,9 +146,10 @@ def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Rmtr
 def removed_peer_tree(
     top: str, waited_s: float, absorbed: RmtreeVerdict | None, made_here: bool = False, identity: str | None = None
 ) -> RmtreeVerdict:
-    """A tree peers may still have meant to commit, removed after no peer moved it within the window: one they
-    made during this job, or one this process made with ``makedirs(exist_ok=True)``, a name they make too.
-    ``identity``: what told it a peer's (``fsguard.guards.by_tag``: its job tag, or time only)."""
+    """A tree peers may still have meant to commit, removed after the window. A tree peers may still have meant to
+    commit, removed after no peer moved it within the window: one they made during this job, or one this process made
+    with ``makedirs(exist_ok=True)``, a name they make too. ``identity``: what told it a peer's
+    (``fsguard.guards.by_tag``: its job tag, or time only)."""
     detail = dict(absorbed.detail) if absorbed is not None else {}
     detail["not_moved_within_s"] = round(waited_s, 4)
     if identity is not None:
@@ -192,8 +194,8 @@ def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_
 
 
 def top_gone_before_by_peer(top: str, world: World, rules: Rules) -> tuple[bool, float]:
-    """The top path was missing at the start: a peer's removal (its parent changed during this job), and not
-    this process's own earlier removal or move. Returns (decision, seconds waited)."""
+    """The top path was missing at the start, by a peer's removal. Its parent changed during this job, and this process
+    did not remove or move it earlier. Returns (decision, seconds waited)."""
     if own_event(world, top) in ("removed", "moved-away"):
         return False, 0.0
 
@@ -271,8 +273,9 @@ def walk_verdict(
 def handed_to_caller(
     entries_gone: list[str], top_gone: str | None, error: BaseException | None, handler: str
 ) -> RmtreeVerdict:
-    """What a peer did (entries, or the whole tree, removed first) went to the caller's own handler, as the
-    standard ``rmtree`` sends it: the handler is the program's decision, and fsguard raises nothing of it."""
+    """A peer's work went to the caller's own handler, as the standard ``rmtree`` sends it. What a peer did (entries, or
+    the whole tree, removed first) went to the caller's own handler, as the standard ``rmtree`` sends it: the handler is
+    the program's decision, and fsguard raises nothing of it."""
     parts = []
     if top_gone == "before":
         parts.append("tree already removed (its parent changed during this job)")
@@ -291,23 +294,25 @@ def handed_to_caller(
 
 
 def entry_gone_by_peer(rules: Rules) -> bool:
-    """An entry listed a moment ago is gone: a peer's removal only in a job with peers. A lone process
-    (``FSGUARD=force`` outside a launcher) has none: another thread of its own removed it, and the standard
-    library's error is the answer (at once: there is nobody to wait for)."""
+    """An entry listed a moment ago is gone: a peer's removal, if there are peers. A lone process (``FSGUARD=force``
+    outside a launcher) has none: another thread of its own removed it, and the standard library's error is the answer
+    (at once: there is nobody to wait for)."""
     return rules.peers
 
 
 def settle_on_vanishing(vanished: int) -> bool:
-    """Whether a walk that saw ``vanished`` entries disappear under it stops to wait for the peer removing the
-    same tree (``fsguard.rmwalk.Walk.settle``): at the first one. One vanished entry is already the evidence that
-    a peer walks this tree; every further entry raced costs both ranks a metadata operation for nothing."""
+    """Whether a walk that sees entries vanish waits for the peer removing the tree. Whether a walk that saw
+    ``vanished`` entries disappear under it stops to wait for the peer removing the same tree
+    (``fsguard.rmwalk.Walk.settle``): at the first one. One vanished entry is already the evidence that a peer walks
+    this tree; every further entry raced costs both ranks a metadata operation for nothing."""
     return vanished >= 1
 
 
 def busy_may_clear(path: str, st: os.stat_result, world: World) -> bool:
-    """Whether an ``EBUSY`` removal of the directory ``path`` inside the tree (``st``: what the walk found there)
-    is tried again (``fsguard.rmwalk.Walk._retry``): not for a mount point (a bind-mounted directory), which no
-    peer's removal makes free: the standard error goes on at once, as without fsguard."""
+    """Whether an ``EBUSY`` removal of ``path`` inside the tree is tried again. Whether an ``EBUSY`` removal of the
+    directory ``path`` inside the tree (``st``: what the walk found there) is tried again
+    (``fsguard.rmwalk.Walk._retry``): not for a mount point (a bind-mounted directory), which no peer's removal makes
+    free: the standard error goes on at once, as without fsguard."""
     return not world.is_mount_point(path, st)
 
 

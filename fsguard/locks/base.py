@@ -1,4 +1,4 @@
-"""The small protocol every lock backend speaks, and the words a lock's holder is known by.
+"""The small protocol every lock backend speaks, and how a lock's holder is named.
 
 A backend does one thing: take or give back a mutual-exclusion lock named by a short key, waiting at most a
 given time. What to lock, in which order, what to record and when to give up is ``Serializer``'s business.
@@ -51,13 +51,13 @@ class Held:
         self.pid = os.getpid()  # a forked child never gives back its parent's lock (see ``forked``)
 
     def forked(self) -> bool:
-        """Taken by another process: this is a forked child's copy, and the lock is not its to give back."""
+        """Taken by another process: this forked child's copy is not its to give back."""
         return self.pid != os.getpid()
 
 
 class Backend(Protocol):
-    """Every capability the serializer uses; each backend implements all of them (checked by mypy, and by
-    ``tests/rules/test_lock_backends.py``, which runs every backend through the same contract).
+    """Every capability the serializer uses. Every capability the serializer uses; each backend implements all of them
+    (checked by mypy, and by ``tests/rules/test_lock_backends.py``, which runs every backend through the same contract).
 
     Mutual exclusion by key: ``acquire`` raises ``LockTimeout`` or ``Unreachable`` (or anything else, which the
     caller treats as ``Unreachable``); ``release`` returns nothing and never raises for a lock that was lost: it
@@ -101,7 +101,7 @@ class Backend(Protocol):
 
 
 def holder_text(rank: int | None, host: str, what: str) -> str:
-    """How a holder is named in lock values and records: ``rank 3 pid 4711 on node7 (rmtree /ckpt/tmp)``."""
+    """How a holder is named in lock values and records. ``rank 3 pid 4711 on node7 (rmtree /ckpt/tmp)``."""
     who = f"rank {rank} " if rank is not None else ""
     return f"{who}pid {os.getpid()} on {host} ({what})"
 

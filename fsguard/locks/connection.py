@@ -1,5 +1,6 @@
-"""The job's store, reached: the connection requests go through, the one blocking waits use, and the alarms
-that bound those waits (``fsguard.locks.store`` builds its lock and its flights on them).
+"""The job's store, reached: requests, blocking waits, and the alarms bounding them. The job's store, reached: the
+connection requests go through, the one blocking waits use, and the alarms that bound those waits
+(``fsguard.locks.store`` builds its lock and its flights on them).
 
 Connections: requests go through the default process group's own store client where one exists on that
 server (c10d serializes its requests and ours), otherwise through a client connection of fsguard's own,
@@ -44,8 +45,9 @@ BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only w
 
 
 def running(thread: threading.Thread | None, target: Callable[[], None], name: str) -> threading.Thread:
-    """``thread`` while it runs, otherwise a new daemon thread running ``target`` (started once a lock or an alarm
-    needs it, and again in a forked child, which has none of its parent's threads)."""
+    """``thread`` while it runs, otherwise a new daemon thread running ``target``. ``thread`` while it runs, otherwise a
+    new daemon thread running ``target`` (started once a lock or an alarm needs it, and again in a forked child, which
+    has none of its parent's threads)."""
     if thread is not None and thread.is_alive():
         return thread
     thread = threading.Thread(target=target, name=name, daemon=True)
@@ -54,11 +56,11 @@ def running(thread: threading.Thread | None, target: Callable[[], None], name: s
 
 
 class Alarms:
-    """A waiter's own bound on a blocking ``wait``: at the deadline, this thread sets the key waited for (through
-    the other connection), so that a wait ends by a key being set, never by its socket timing out. c10d reports
-    a timed-out wait on stderr (two ``[c10d] waitForInput`` warning lines) even when the caller expects it, and a
-    waiter on a killed holder would print them at every wait; with the alarm, only a store that fails to answer
-    (``BACKSTOP_S`` later) still shows its warnings, as it should.
+    """A waiter's own bound on a blocking ``wait``. A waiter's own bound on a blocking ``wait``: at the deadline, this
+    thread sets the key waited for (through the other connection), so that a wait ends by a key being set, never by its
+    socket timing out. c10d reports a timed-out wait on stderr (two ``[c10d] waitForInput`` warning lines) even when the
+    caller expects it, and a waiter on a killed holder would print them at every wait; with the alarm, only a store that
+    fails to answer (``BACKSTOP_S`` later) still shows its warnings, as it should.
 
     A key set by an alarm is the key that the holder of the value waited on would set when that value stops being
     current: other waiters on it wake too, see the value unchanged, and poll (with backoff) instead of waiting on
@@ -112,15 +114,15 @@ def holder_of(value: bytes) -> str | None:
 
 
 def next_key(key: str, value: bytes) -> str:
-    """The key a flight's waiters that saw ``value`` block on: set when the value changes (``Wakes.post``)."""
+    """The key a flight's waiters that saw ``value`` block on. It is set when the value changes (``Wakes.post``)."""
     return key + "/next/" + value.partition(b" ")[0].decode("ascii", "replace")
 
 
 class Requests:
-    """The connection every request goes through: the process group's own client where one talks to the same
-    server, otherwise one of fsguard's own. One class opens it (at most once per ``RETRY_S`` after a failure),
-    joins a group that appears later, and forgets a connection that broke, so that the lock, the flights and the
-    lease renewals share one client and one lock around its requests."""
+    """The connection every request goes through. The connection every request goes through: the process group's own
+    client where one talks to the same server, otherwise one of fsguard's own. One class opens it (at most once per
+    ``RETRY_S`` after a failure), joins a group that appears later, and forgets a connection that broke, so that the
+    lock, the flights and the lease renewals share one client and one lock around its requests."""
 
     def __init__(self, lock_timeout: float, env: Mapping[str, str], opened: Callable[[], None]) -> None:
         self.op_timeout = min(max(lock_timeout, 1.0), 30.0)
@@ -167,10 +169,10 @@ class Requests:
         return root
 
     def _join_group(self) -> None:
-        """A process group now exists: send requests through its client instead of this process's own
-        connection when it talks to the same server (the same keys: peers still on their own connections meet
-        it there), and close ours; the connection for waits stays. Another server: ours stays for good (peers
-        without a group could not meet us there)."""
+        """Send requests through the new process group's client where it shares the server. A process group now exists:
+        send requests through its client instead of this process's own connection when it talks to the same server (the
+        same keys: peers still on their own connections meet it there), and close ours; the connection for waits stays.
+        Another server: ours stays for good (peers without a group could not meet us there)."""
         self._may_join = False  # asked once
         try:
             root = self._group_store()
@@ -255,10 +257,10 @@ class Requests:
 
 
 class Wakes:
-    """How a waiter blocks without polling: on a connection of its own (a c10d client serves one request at a
-    time, so a wait on the requests' connection would hold up the job's own requests and this process's lease
-    renewals), bounded by its own alarm rather than a socket timeout, on keys that are deleted a lease after they
-    were set (``post``), when every waiter has seen them."""
+    """How a waiter blocks without polling. How a waiter blocks without polling: on a connection of its own (a c10d
+    client serves one request at a time, so a wait on the requests' connection would hold up the job's own requests and
+    this process's lease renewals), bounded by its own alarm rather than a socket timeout, on keys that are deleted a
+    lease after they were set (``post``), when every waiter has seen them."""
 
     def __init__(self, requests: Requests, lease_s: float) -> None:
         self._requests = requests
@@ -287,17 +289,17 @@ class Wakes:
             self._opening.release()
 
     def open_soon(self) -> None:
-        """The connection for waits, opened off the calling thread: each new c10d connection reverse-resolves
-        the store's address, which costs seconds where a DNS server drops a burst of queries (many ranks at
-        once), so only one connection is ever opened on a call's path."""
+        """Open the connection for waits off the calling thread. The connection for waits, opened off the calling
+        thread: each new c10d connection reverse-resolves the store's address, which costs seconds where a DNS server
+        drops a burst of queries (many ranks at once), so only one connection is ever opened on a call's path."""
         if self.waiter is None and self._requests.tcp is not None and not self._opening.locked():
             threading.Thread(target=self.open, name="fsguard-wait-connect", daemon=True).start()
 
     def wait(self, name: str, timeout: float) -> bool | None:
-        """Block until key ``name`` exists, at most ``timeout``: True when someone set it, False when this
-        waiter's own bound did (``Alarms``: a timeout without c10d's warnings), None when this store cannot
-        wait (not a TCPStore) or its connection for waits is not open yet (being opened in the background): the
-        caller polls."""
+        """Block until key ``name`` exists, at most ``timeout``. Block until key ``name`` exists, at most ``timeout``:
+        True when someone set it, False when this waiter's own bound did (``Alarms``: a timeout without c10d's
+        warnings), None when this store cannot wait (not a TCPStore) or its connection for waits is not open yet (being
+        opened in the background): the caller polls."""
         if self._requests.tcp is None or timeout <= 0:
             return None
         if self.waiter is None:
@@ -328,8 +330,7 @@ class Wakes:
             self._io.release()
 
     def wait_for_change(self, key: str, value: bytes, timeout: float) -> bool | None:
-        """Block until the holder of ``value`` renews or gives the lock back, at most ``timeout`` (see
-        ``wait``)."""
+        """Block until the holder of ``value`` renews or gives the lock back. At most ``timeout`` (see ``wait``)."""
         return self.wait(next_key(key, value), timeout)
 
     def post(self, key: str, value: bytes) -> None:

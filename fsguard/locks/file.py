@@ -106,7 +106,7 @@ class FileBackend:
             return self._dir_fd
 
     def prepare(self) -> None:
-        """Nothing to open ahead: a node-local lock file is opened by the call that takes it."""
+        """Nothing to open ahead: the call that takes a node-local lock file opens it."""
 
     def acquire(self, key: str, timeout: float, what: str) -> Held:
         dir_fd = self._dir()
@@ -154,7 +154,7 @@ class FileBackend:
     # --- renames announced ahead of their locks (fsguard.locks.serializer): a shared flock per rename ---
 
     def announce(self, key: str) -> int | None:
-        """Hold a shared flock on ``<key>.rename`` until ``withdraw``; None if it cannot be taken at once."""
+        """Hold a shared flock on ``<key>.rename`` until ``withdraw``. None if it cannot be taken at once."""
         fd = os.open(f"{key}.rename", _FLAGS, 0o600, dir_fd=self._dir())
         backoff = Backoff(
             float("inf"), 0.0005, 0.0005, tries=49
@@ -211,7 +211,7 @@ _PID = re.compile(r"pid (\d+) on ")
 
 
 def _gone_note(holder: str, host: str) -> str:
-    """Whether the holder we waited for is still alive (same node, so its pid means something here)."""
+    """Whether the holder we waited for is still alive. It is on this node, so its pid means something here."""
     found = _PID.search(holder)
     if not found or not holder[found.end() :].startswith(f"{host} "):
         return ""

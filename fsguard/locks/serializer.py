@@ -1,4 +1,4 @@
-"""One guarded call at a time per path: lock the call's target paths, run it, unlock, record what waiting cost.
+"""One guarded call at a time per path: lock, run, unlock, record the wait.
 
 Keys: the normalised path (absolute, ``..`` folded), hashed into one of ``STRIPES`` stripes. Stripes bound
 what a long job leaves behind (lock files on the node, keys in the store) whatever number of paths it
@@ -39,7 +39,7 @@ Choice = Callable[[], tuple[Backend, Backend | None, str | None]]  # (backend, f
 
 @report_late_forks
 def _forked_late(waited: float, threads: list[str]) -> None:
-    """The record of a fork that went on while other threads were still inside ``Unforkable`` sections."""
+    """The record of a fork made while other threads were inside ``Unforkable`` sections."""
     runtime.record(
         "fork",
         "waited",
@@ -84,14 +84,15 @@ class Serializer:
         forkable(self)
 
     def after_fork_in_child(self) -> None:
-        """Fresh locks: another thread of the parent may have been choosing the backend, or holding keys."""
+        """Fresh locks: the parent may have been choosing the backend, or holding keys."""
         self._local = threading.local()
         self._choosing = threading.Lock()
 
     @property
     def backend(self) -> Backend:
-        """Chosen at the first serialized call, not at startup: whether torch is importable is only known
-        once every ``.pth`` file has run (one of them may be what puts torch on ``sys.path``)."""
+        """The lock backend, chosen at the first serialized call. Chosen at the first serialized call, not at startup:
+        whether torch is importable is only known once every ``.pth`` file has run (one of them may be what puts torch
+        on ``sys.path``)."""
         if self._backend is None:
             with self._choosing, Unforkable():  # imports the backend's module: no fork may split that
                 if self._choose is not None:
@@ -105,10 +106,11 @@ class Serializer:
         return self._backend
 
     def prepare_in_background(self) -> None:
-        """Open the backend's connection ahead of the first serialized call, off its critical path: a daemon
-        thread waits until the program has imported ``torch.distributed`` (fsguard never imports torch before
-        its first serialized call), then chooses the backend and connects (``fsguard.locks.store``: a connection
-        made by many ranks at once can cost seconds). It ends at once when a serialized call chose first."""
+        """Open the backend's connection ahead of the first serialized call. Open the backend's connection ahead of the
+        first serialized call, off its critical path: a daemon thread waits until the program has imported
+        ``torch.distributed`` (fsguard never imports torch before its first serialized call), then chooses the backend
+        and connects (``fsguard.locks.store``: a connection made by many ranks at once can cost seconds). It ends at
+        once when a serialized call chose first."""
         threading.Thread(target=self._prepare, name="fsguard-connect", daemon=True).start()
 
     def _prepare(self) -> None:
@@ -148,10 +150,10 @@ class Serializer:
         kwargs: dict[str, Any],
         guarded_call: GuardedCall,
     ) -> Any:
-        """``guarded_call`` with the original function locked: the lock covers the filesystem call itself
-        (for ``rmtree``, the whole walk), and is given back before a failure goes to the guard's rule. A
-        rule may wait up to ``FSGUARD_SETTLE_S`` for a slow filesystem to show a peer's change; waiting
-        that out while holding the lock would make every later rank wait for it too."""
+        """Run ``guarded_call`` with the original function locked. ``guarded_call`` with the original function locked:
+        the lock covers the filesystem call itself (for ``rmtree``, the whole walk), and is given back before a failure
+        goes to the guard's rule. A rule may wait up to ``FSGUARD_SETTLE_S`` for a slow filesystem to show a peer's
+        change; waiting that out while holding the lock would make every later rank wait for it too."""
         call = Call(op, args, kwargs)
         paths = call.targets()
         if not paths:
@@ -180,14 +182,14 @@ class Serializer:
         paths: list[str] | None = None,
         performer: Callable[[], Any] | None = None,
     ) -> Any:
-        """``perform()`` (the whole guarded call), or, when peers make the identical call at this moment, one
-        of them performs it and the others return ``shared`` as soon as its ``perform()`` returned. When it
-        raised (or ended without an outcome: killed, frozen, too slow), every waiting rank calls its own
-        ``perform()``, so each gets its own result and its own error object (``performer``: what the rank
-        that performs a shared call calls instead of ``perform``). A ``makedirs`` that a peer made
-        and returned from earlier returns ``shared`` at once while nothing of the job was removed or renamed
-        since (``flight.REUSABLE``). A claim (``flight.claim_error``) shares a peer's outcome only where its
-        own error would crash its thread (``crashes``): a caller that handles it makes its own call."""
+        """Run ``perform()``, or share a peer's identical call made at this moment. ``perform()`` (the whole guarded
+        call), or, when peers make the identical call at this moment, one of them performs it and the others return
+        ``shared`` as soon as its ``perform()`` returned. When it raised (or ended without an outcome: killed, frozen,
+        too slow), every waiting rank calls its own ``perform()``, so each gets its own result and its own error object
+        (``performer``: what the rank that performs a shared call calls instead of ``perform``). A ``makedirs`` that a
+        peer made and returned from earlier returns ``shared`` at once while nothing of the job was removed or renamed
+        since (``flight.REUSABLE``). A claim (``flight.claim_error``) shares a peer's outcome only where its own error
+        would crash its thread (``crashes``): a caller that handles it makes its own call."""
         op = call.op
         paths = paths or call.targets()
         claimed = self._claim(call, paths) if paths else None
@@ -217,8 +219,9 @@ class Serializer:
         return result
 
     def _crashes(self, error: type[OSError]) -> bool:
-        """Whether an ``error`` of the call being made would crash its thread (no handler of the program's
-        decides); False where that cannot be told (no ``crashes`` set: ``fsguard.patching`` sets it)."""
+        """Whether an ``error`` of the call being made would crash its thread. Whether an ``error`` of the call being
+        made would crash its thread (no handler of the program's decides); False where that cannot be told (no
+        ``crashes`` set: ``fsguard.patching`` sets it)."""
         crashes = self.crashes
         if crashes is None:
             return False
@@ -264,7 +267,7 @@ class Serializer:
         return outcome, bool(late)
 
     def _abandoned(self, backend: Any, op: str, paths: list[str], value: bytes, why: str, waited: float) -> None:
-        """A record: this rank waited for a peer's identical call, got no outcome, and made its own call."""
+        """A record: this rank waited in vain for a peer's identical call."""
         from .connection import holder_of
 
         performer = holder_of(value) or "an unknown performer"
@@ -362,8 +365,8 @@ class Serializer:
             pass
 
     def _moved(self, ended: bool) -> None:
-        """Count a removal or rename of the job (``Backend.moved``); a store out of reach: no outcome is
-        reused meanwhile either (``flight_claim`` fails too, and every call is made)."""
+        """Count a removal or rename of the job (``Backend.moved``). With the store out of reach, no outcome is reused
+        meanwhile either: ``flight_claim`` fails too, and every call is made."""
         try:
             with runtime.Busy():
                 self.backend.moved(ended)
@@ -371,7 +374,8 @@ class Serializer:
             pass
 
     def pending(self, path: str) -> bool:
-        """Whether a peer announced a rename whose source is ``path`` (its stripe) and has not finished it."""
+        """Whether a peer announced a rename whose source is ``path`` and has not finished it. ``path`` is matched by
+        its stripe."""
         try:
             with runtime.Busy():
                 return self.backend.pending(stripe(path))
@@ -381,7 +385,7 @@ class Serializer:
     # --- taking and giving back ------------------------------------------------------------------------
 
     def _take(self, backend: Backend, keys: list[str], what: str, deadline: float) -> list[Held]:
-        """All keys in order, or none: on any failure the ones taken are given back before raising."""
+        """Take all keys in order, or none. On any failure the ones taken are given back before raising."""
         held: list[Held] = []
         try:
             with runtime.Busy():  # torch's import and our own file calls must not be guarded (or locked) again

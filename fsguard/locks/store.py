@@ -78,7 +78,7 @@ def lease_for(lock_timeout: float) -> float:
 
 @dataclass
 class _Lease:
-    """One lock or flight this process holds, and its value in the store: renewing it rewrites the value."""
+    """One lock or flight this process holds, and its value in the store. Renewing it rewrites the value."""
 
     key: str
     token: bytes
@@ -95,13 +95,13 @@ class _Lease:
 
 
 def _reserved(ticket: int) -> bytes:
-    """The value of a lock that is free for ``ticket`` (and for no other): empty for the first ticket."""
+    """The value of a lock free for ``ticket`` alone; empty for the first ticket."""
     return b"" if ticket == 1 else b"=%d" % ticket
 
 
 def _ticket_of(value: bytes) -> int:
-    """The ticket a lock value belongs to: a reservation (``=<t>``, or empty for ticket 1) or a holder's value
-    (``<t>:<token>#<seq> <holder text>``)."""
+    """The ticket a lock value belongs to. The ticket a lock value belongs to: a reservation (``=<t>``, or empty for
+    ticket 1) or a holder's value (``<t>:<token>#<seq> <holder text>``)."""
     if not value:
         return 1
     head = value[1:] if value.startswith(b"=") else value.partition(b":")[0]
@@ -114,8 +114,8 @@ def _holds(value: bytes) -> bool:
 
 
 def _sealed(count: int) -> bytes | None:
-    """The outcome a flight's sealed waiter count carries (``SEAL`` added once: ``ok``, twice: ``err``), or None
-    while it is not sealed."""
+    """The outcome a flight's sealed waiter count carries, or None while not sealed. ``SEAL`` added once: ``ok``; twice:
+    ``err``."""
     return b"err" if count >= 2 * SEAL else b"ok" if count >= SEAL else None
 
 
@@ -124,9 +124,9 @@ def _go_key(name: str, ticket: int) -> str:
 
 
 class _Renewer:
-    """The holder's side of a lease: one daemon thread rewrites the value of every lock and flight this process
-    holds every quarter lease, so that a waiter can tell a live holder (however long its call takes) from one
-    that was killed or froze, without comparing clocks."""
+    """The holder's side of a lease: one thread renews every held value. The holder's side of a lease: one daemon thread
+    rewrites the value of every lock and flight this process holds every quarter lease, so that a waiter can tell a live
+    holder (however long its call takes) from one that was killed or froze, without comparing clocks."""
 
     def __init__(self, requests: Requests, wakes: Wakes, lease_s: float) -> None:
         self._requests = requests
@@ -219,8 +219,9 @@ class _Tickets:
     def _queue(
         self, key: str, lease: _Lease, started: float, timeout: float, holder: str | None
     ) -> tuple[Held | None, str | None]:
-        """Wait for ``lease``'s ticket to be served: (the lock, who held it), or (None, ...) when its turn came and
-        was passed on while this thread could not claim it (it then takes a new ticket)."""
+        """Wait for ``lease``'s ticket to be served. Wait for ``lease``'s ticket to be served: (the lock, who held it),
+        or (None, ...) when its turn came and was passed on while this thread could not claim it (it then takes a new
+        ticket)."""
         name, ticket, mine = lease.key, lease.ticket, lease.value()
         go = _go_key(name, ticket)
         seen, since = b"", started
@@ -266,8 +267,8 @@ class _Tickets:
 
     @staticmethod
     def _taken_over(key: str, lease: _Lease, started: float, holder: str | None, stale: bytes, for_s: float) -> Held:
-        """The lock, claimed from ticket ``stale``'s holder that stopped renewing, or from a ticket that did not
-        claim its turn."""
+        """Take the lock over from ticket ``stale``'s holder. That holder stopped renewing, or its ticket did not claim
+        its turn."""
         held = Held(key, lease, time.monotonic() - started, holder, took_over=_holds(stale))
         held.note = (
             f"; took over its lease, not renewed for {for_s:.1f} s (holder killed or frozen)"
@@ -277,8 +278,8 @@ class _Tickets:
         return held
 
     def _skip(self, name: str, stale: bytes, at: int, mine: bytes | None) -> bool:
-        """Pass the turn of ticket ``at`` (lock value ``stale``) on to the next ticket; with ``mine``, that ticket
-        is this waiter's: take the lock itself. True when it did."""
+        """Pass the turn of ticket ``at`` (lock value ``stale``) on to the next ticket. With ``mine``, that ticket is
+        this waiter's: take the lock itself. True when it did."""
         if mine is not None:
             if self._requests.cas(name, stale, mine) != mine:
                 return False
@@ -412,8 +413,8 @@ class _Flights:
                 stale = current
 
     def _outcome(self, key: str, token: bytes) -> bytes | None:
-        """The outcome a closed flight's sealed count carries; None: closed without one (its performer was
-        found dead)."""
+        """The outcome a closed flight's sealed count carries. None: closed without one; its performer was found
+        dead."""
         return _sealed(self._requests.add(key + "/n/" + token.decode("ascii", "replace"), 0))
 
     def done(self, held: Held, outcome: bytes) -> int:
@@ -435,9 +436,9 @@ class _Flights:
 
 
 class StoreBackend:
-    """Lease locks in the job's key-value store (see the module docstring): the ``Backend`` the serializer
-    calls, made of its parts (the connection for requests, the waits, the lease renewer, the ticket queue, the
-    flights), which a forked child makes afresh."""
+    """Lease locks in the job's key-value store: the serializer's ``Backend``. Lease locks in the job's key-value store
+    (see the module docstring): the ``Backend`` the serializer calls, made of its parts (the connection for requests,
+    the waits, the lease renewer, the ticket queue, the flights), which a forked child makes afresh."""
 
     name = "store"
     scope = "job"
@@ -467,8 +468,8 @@ class StoreBackend:
         self._flights = _Flights(self.requests, self.wakes, renewer, self.prefix, self.lease_s)
 
     def prepare(self) -> None:
-        """Connect now, ahead of the first serialized call (a background thread's job), the connection for waits
-        too. Never raises."""
+        """Connect now, ahead of the first serialized call, the connection for waits too. It is a background thread's
+        job. Never raises."""
         try:
             self.requests.connect()
         except Exception:  # noqa: BLE001 - the first call tries again (after RETRY_S) and records why
@@ -486,7 +487,7 @@ class StoreBackend:
     # --- renames announced ahead of their locks (fsguard.locks.serializer): a counter per stripe ----------
 
     def announce(self, key: str) -> str:
-        """Count a rename of ``key`` as on its way (every rank of the job sees the counter)."""
+        """Count a rename of ``key`` as on its way; every rank sees the counter."""
         self._count(key, 1)
         return key
 
@@ -507,9 +508,10 @@ class StoreBackend:
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
     def flight_claim(self, flight: str, what: str, reuse: bool = False) -> tuple[bool, Any] | None:
-        """(True, the flight's ``Held``) for the performer, (False, the flight's current value) for a waiter;
-        None when this store cannot wait on keys (no singleflight). A flight is a lease like a lock: renewed by
-        the holder's renewal thread while it is performed, so that its waiters can tell a killed performer.
+        """Claim flight ``key``: perform it, or wait for its performer. (True, the flight's ``Held``) for the performer,
+        (False, the flight's current value) for a waiter; None when this store cannot wait on keys (no singleflight). A
+        flight is a lease like a lock: renewed by the holder's renewal thread while it is performed, so that its waiters
+        can tell a killed performer.
 
         ``reuse``: the call's outcome stays true until something of the job is removed or renamed (a
         ``makedirs``: the directory exists). Its performer then leaves ``=ok <moves>`` behind, and a later
@@ -518,10 +520,10 @@ class StoreBackend:
         return self._flights.claim(flight, what, reuse)
 
     def moved(self, ended: bool) -> None:
-        """A removal or rename of this job starts (``ended`` False), or ended: outcomes published before no
-        longer apply. One counter, read in one request, says both how many started and how many ended: an
-        outcome is left for reuse only by a call made while no move was under way (a move under way may undo
-        it after the fact), and reused only while no move started since."""
+        """Count a removal or rename of this job as started or ended (``ended``). Outcomes published before no longer
+        apply. One counter, read in one request, says both how many started and how many ended: an outcome is left for
+        reuse only by a call made while no move was under way (a move under way may undo it after the fact), and reused
+        only while no move started since."""
         try:
             self._flights.moved(ended)
         except Unreachable:
@@ -530,11 +532,12 @@ class StoreBackend:
             raise self.requests.broken(error) from error
 
     def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
-        """(outcome, late, why): the outcome the performer of flight ``value`` published (``ok`` or ``err``),
-        and whether it had counted its waiters already when this one joined (it then records itself). None
-        with why: given up after ``timeout`` (``"timeout"``), or because the flight's lease was not renewed for
-        a whole lease (``"dead"``: the performer was killed or frozen; the caller goes to the lock, whose
-        take-over serves it), or because the performer ended without an outcome to share (``"gone"``).
+        """Wait for flight ``value``'s outcome: (outcome, late, why). (outcome, late, why): the outcome the performer of
+        flight ``value`` published (``ok`` or ``err``), and whether it had counted its waiters already when this one
+        joined (it then records itself). None with why: given up after ``timeout`` (``"timeout"``), or because the
+        flight's lease was not renewed for a whole lease (``"dead"``: the performer was killed or frozen; the caller
+        goes to the lock, whose take-over serves it), or because the performer ended without an outcome to share
+        (``"gone"``).
 
         No polling: the waiter blocks on the flight's hand-off key, which the performer sets at each renewal
         and when it ends (``Wakes.post``), and its own alarm at the end of the lease."""

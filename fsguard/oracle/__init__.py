@@ -1,4 +1,4 @@
-"""The handler oracle: does a failing call's error end its thread, or may the program handle it?
+"""The handler oracle: does a failing call's error end its thread?
 
 fsguard absorbs only a would-be crash (issue 45). The oracle answers "ends the thread" only where it has
 read every construct on the error's way out and each passes it on: ``except`` clauses that do not match or
@@ -23,8 +23,9 @@ from .walk import CONVERSIONS, walk
 
 
 def caller_handles(error: BaseException, frame: Any = None) -> dict[str, Any] | None:
-    """None when ``error`` would end its thread or process; else what decides instead, for the record:
-    ``{"reason": ..., "handler": "except OSError", "frame": "file:line", ...}``. Never raises."""
+    """None when ``error`` would end its thread or process; else what decides instead. None when ``error`` would end its
+    thread or process; else what decides instead, for the record: ``{"reason": ..., "handler": "except OSError",
+    "frame": "file:line", ...}``. Never raises."""
     try:
         start = frame if frame is not None else sys._getframe(1)
         return walk(type(error), start, 0, CONVERSIONS)

@@ -86,7 +86,7 @@ class Code:
         return None
 
     def reraise_after(self, n: int, limit: int = 1_000_000) -> int | None:
-        """Offset of the first RERAISE from instruction ``n`` on that leaves to the same handler as ``n``."""
+        """Offset of the first RERAISE from instruction ``n`` leaving to ``n``'s handler."""
         leaves_to = self.handler(self.ins[n].offset)
         for ins in self.ins[n : n + limit]:
             if ins.opname == "RERAISE" and self.handler(ins.offset) == leaves_to:
@@ -111,7 +111,7 @@ class Code:
         return None
 
     def real_handler(self, at: int | None) -> int | None:
-        """The first handler that is not a cleanup on the way out from offset ``at`` (-1: unreadable)."""
+        """The first handler from offset ``at`` that is not a cleanup; -1: unreadable."""
         for _ in range(32):
             target = self.handler(at)
             if target is None:
@@ -165,7 +165,7 @@ def layers(code: Any, offset: int) -> list[Layer]:
 
 
 def _catch(c: Code, n: int) -> tuple[Catch | None, int | None]:
-    """The ``try`` statement whose handler starts at instruction ``n``, and where its error goes on from.
+    """The ``try`` whose handler starts at instruction ``n``, and where its error goes on.
 
     That is the handler's own start (PUSH_EXC_INFO), whose cleanup leads outwards as its bodies' raises do; a
     block nested in a bare ``except``'s body is not on that way."""
@@ -252,8 +252,9 @@ def _unique(raised: list[Raised]) -> tuple[Raised, ...]:
 
 
 def _delegation(instructions: list[Any], n: int, named: Any) -> tuple[int, int] | None:
-    """For a call of one argument at instruction ``n``, the handler's own error (``f(e)``, ``self.handle(e)``):
-    the instruction range of its callee's attribute chain; else None."""
+    """The callee a handler hands its own error to, as an instruction range. For a call of one argument at instruction
+    ``n``, the handler's own error (``f(e)``, ``self.handle(e)``): the instruction range of its callee's attribute
+    chain; else None."""
     if instructions[n].arg != 1:
         return None
     m = n - 1
@@ -313,9 +314,10 @@ def operand(instructions: list[Any], end: int) -> int | None:
 
 
 def _clauses(c: Code, n: int) -> tuple[Any, int | None, int | None]:
-    """The ``except`` clauses starting at instruction ``n``: ([(instructions, label, body index)], offset of
-    the RERAISE after the last clause, the body of a bare ``except`` ending them or None); (None, None, None)
-    for no clause (a ``finally``); ("unknown", None, None) for clauses fsguard cannot read."""
+    """The ``except`` clauses starting at instruction ``n``. The ``except`` clauses starting at instruction ``n``:
+    ([(instructions, label, body index)], offset of the RERAISE after the last clause, the body of a bare ``except``
+    ending them or None); (None, None, None) for no clause (a ``finally``); ("unknown", None, None) for clauses fsguard
+    cannot read."""
     found: list[tuple[list[Any], str, int]] = []
     for _ in range(256):
         run: list[Any] = []
@@ -366,8 +368,9 @@ def label(run: list[Any]) -> str:
 
 
 def _with(c: Code, target: int) -> With:
-    """The ``with`` item whose ``__exit__`` is called at handler ``target``: its context expression, unless
-    that is conditional (``a if c else b``) or a name it loads is rebound inside the block."""
+    """The ``with`` item whose ``__exit__`` is called at handler ``target``. The ``with`` item whose ``__exit__`` is
+    called at handler ``target``: its context expression, unless that is conditional (``a if c else b``) or a name it
+    loads is rebound inside the block."""
     entries = [(start, end) for start, end, t in c.table if t == target]
     n = c.index.get(min(entries)[0]) if entries else None
     consumer = _entry(c.ins, n)

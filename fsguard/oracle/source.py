@@ -160,7 +160,7 @@ def _nodes(body: list[Any]) -> list[Any]:
 
 
 def _finally(body: list[Any]) -> Fate:
-    """Whether a ``finally`` body passes the error on: unless it may return, break, continue, raise or yield."""
+    """Whether a ``finally`` body passes the error on. It does unless it may return, break, continue, raise or yield."""
     nodes = _nodes(body)
     if any(isinstance(n, _LEAVES) for n in nodes):
         return SWALLOWS

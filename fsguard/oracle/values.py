@@ -23,7 +23,7 @@ class NewClass:
 
 @dataclass(frozen=True)
 class Exits:
-    """A call that may end the thread or process, told by its expression's value at the search. ``sys.exit``:
+    """A call that may end the thread or process. It is told by its expression's value at the search. ``sys.exit``:
     ``SystemExit`` goes on; ``os._exit``: the process ends."""
 
     expression: Any

@@ -17,8 +17,8 @@ _CARRIERS = ("concurrent.futures", "multiprocessing.pool", "asyncio")
 
 
 def walk(cls: type[BaseException], frame: Any, first: int, conversions: int) -> dict[str, Any] | None:
-    """Follow an error of class ``cls`` from ``frame`` (its layers from ``first`` on) outwards; None: it
-    ends its thread or process (a would-be crash)."""
+    """Follow an error of class ``cls`` outwards from ``frame``, its layers from ``first`` on. None: it ends its thread
+    or process (a would-be crash)."""
     own, applications, _, _ = site_dirs()
     passing = _pass_through()
     up = 0
@@ -83,8 +83,8 @@ def _at(frame: Any, found: dict[str, Any], up: int) -> dict[str, Any]:
 
 
 def _top(code: Any, frame: Any) -> str | None:
-    """At a thread's or process's top frame: "" where the error ends it (the default hooks), the reason
-    where the program's own hook decides; None: not a top."""
+    """What decides at a thread's or process's top frame; None: not a top. "" where the error ends it (the default
+    hooks), the reason where the program's own hook decides."""
     threading = sys.modules.get("threading")
     thread = getattr(getattr(threading, "Thread", None), "_bootstrap_inner", None)
     if thread is not None and code is thread.__code__:
@@ -99,7 +99,7 @@ def _top(code: Any, frame: Any) -> str | None:
 
 
 def _at_top() -> dict[str, Any] | None:
-    """The first frame of a thread fsguard does not know, or the main thread's: its hook decides."""
+    """The first frame of an unknown thread, or the main thread's: its hook decides."""
     threading = sys.modules.get("threading")
     if threading is not None and threading.current_thread() is not threading.main_thread():
         return {"reason": "the top of a thread fsguard does not know"}
@@ -132,9 +132,10 @@ def _reports_only(hook: Any) -> bool:
 
 
 def _pass_through() -> frozenset[Any]:
-    """Code objects of standard wrappers whose handlers settle only the caller's own arguments (``exist_ok``,
-    ``missing_ok``, ``parents``) or fall back: their caller decides. ``shutil.move`` catches ``OSError`` from
-    ``os.rename`` to copy across filesystems; a source a peer moved would fail the copy too."""
+    """Code objects of standard wrappers whose caller decides. Code objects of standard wrappers whose handlers settle
+    only the caller's own arguments (``exist_ok``, ``missing_ok``, ``parents``) or fall back: their caller decides.
+    ``shutil.move`` catches ``OSError`` from ``os.rename`` to copy across filesystems; a source a peer moved would fail
+    the copy too."""
     caches = STATE.caches
     if caches.pass_through is None:
         import os

@@ -1,14 +1,13 @@
 """wrapt's ``FunctionWrapper`` at the price of wrapt's C extension alone (issue 37).
 
-``import wrapt`` runs the package's ``__init__``, which imports everything wrapt offers: asyncio,
-``importlib.metadata``, ``inspect`` (about 60 ms of a 10 ms interpreter start on wrapt 2.5). fsguard needs
-one type, ``FunctionWrapper`` of the extension ``wrapt._wrappers``. So the package's module object is made
-from its real spec but not executed, the extension is imported beneath it (2.x's extension imports
-``wrapt.exceptions`` too), and the package itself is executed later, on that very module object, by the
-first ``import wrapt`` of anyone (a meta path finder that hands it over once, then leaves). That import is
-then an ordinary one: the program gets the whole wrapt, and its ``wrapt.FunctionWrapper`` is the type
-fsguard's wrappers are instances of (``wrapt.__wrapt__``, or ``wrapt.wrappers`` in 1.x, takes the types
-from ``sys.modules["wrapt._wrappers"]``).
+``import wrapt`` runs the package's ``__init__``, which imports everything wrapt offers. That is asyncio,
+``importlib.metadata`` and ``inspect``: about 60 ms of a 10 ms interpreter start on wrapt 2.5. fsguard needs one type,
+``FunctionWrapper`` of the extension ``wrapt._wrappers``. So the package's module object is made from its real spec but
+not executed. The extension is imported beneath it (2.x's extension imports ``wrapt.exceptions`` too). The first
+``import wrapt`` of anyone executes the package later, on that very module object. A meta path finder hands it over
+once, then leaves. That import is then an ordinary one: the program gets the whole wrapt. Its ``wrapt.FunctionWrapper``
+is the type fsguard's wrappers are instances of. (``wrapt.__wrapt__``, or ``wrapt.wrappers`` in 1.x, takes the types
+from ``sys.modules["wrapt._wrappers"]``.)
 
 Where that cannot hold, this is ``import wrapt``: wrapt already imported, extensions disabled
 (``WRAPT_DISABLE_EXTENSIONS``: the program's wrapt would use the pure-Python types), no extension, any surprise.
@@ -89,11 +88,10 @@ def _find_spec(skip: object = None) -> ModuleSpec | None:
 
 
 class _Deferred:
-    """Let the first ``import wrapt`` execute the unexecuted package, or step aside. Hands the unexecuted package to the
-    first ``import wrapt``, which then executes it (once), where the import path then finds that very package; where it
-    finds another (a pinned wrapt the program put first on ``sys.path``), it steps aside for good: the program imports
-    and finds its own, and fsguard's wrappers keep the type of the extension imported at start-up (callable,
-    unwrappable: ``__wrapped__``)."""
+    """Let the first ``import wrapt`` execute the unexecuted package, or step aside. The first ``import wrapt`` executes
+    the package once, where the import path finds that very package. Where it finds another (a pinned wrapt first on
+    ``sys.path``), this steps aside for good. The program then imports its own. fsguard's wrappers keep the type of the
+    extension imported at start-up (callable, unwrappable: ``__wrapped__``)."""
 
     def __init__(self, package: ModuleType, spec: ModuleSpec, loaded: list[str]) -> None:
         self.package = package

@@ -1,10 +1,10 @@
 """One guarded call, decoded: ``Call``. The only module that knows the guarded functions' signatures.
 
-The happy path decodes nothing: the wrapper calls through and remembers the raw ``(op, args, kwargs)`` tuple
-(``(op, args, kwargs, time)`` for the calls that record a time). A ``Call`` is built from that only when
-something asks: a failure's decision, the memory's index, the serializer keying a call, the rmtree walk.
-Arguments are bound by the signatures below, as the interpreter binds them (positional or by keyword), never
-picked out by hand, into a ``Bound``; a call its function would reject binds to nothing (no paths).
+The happy path decodes nothing: the wrapper calls through and remembers the raw ``(op, args, kwargs)`` tuple (``(op,
+args, kwargs, time)`` for the calls that record a time). A ``Call`` is built from that only when something asks: a
+failure's decision, the memory's index, the serializer keying a call, the rmtree walk. Arguments are bound by the
+signatures below, as the interpreter binds them, into a ``Bound``. They are never picked out by hand. A call its
+function would reject binds to nothing (no paths).
 """
 
 from __future__ import annotations
@@ -46,9 +46,8 @@ class Options:
 
 
 class OnError:
-    """What an ``rmtree`` call does with its walk's errors, as given. What an ``rmtree`` call does with its walk's
-    errors, as given: ignore them (``ignore_errors``, read for its truth), or hand them to the caller's ``onerror`` or
-    ``onexc`` (None where not given)."""
+    """What an ``rmtree`` call does with its walk's errors, as given. ``ignore_errors`` ignores them, read for its
+    truth. Otherwise they go to the caller's ``onerror`` or ``onexc`` (None where not given)."""
 
     __slots__ = ("ignore_errors", "onerror", "onexc")
 
@@ -76,10 +75,9 @@ def _on_error(ignore_errors: Any, onerror: Any, onexc: Any) -> OnError:
 
 
 class Bound:
-    """A call's arguments as its function binds them. A call's arguments as its function binds them: the path arguments
-    as given (None for one not given; ``()`` for a call its function rejects), and the others in named parts, with the
-    function's defaults. Parts are read, never assigned: a call that gives none of a part's arguments shares one default
-    part."""
+    """A call's arguments as its function binds them. The path arguments as given: None for one not given, ``()`` for a
+    call its function rejects. The others in named parts, with the function's defaults. Parts are read, never assigned:
+    a call that gives none of a part's arguments shares one default part."""
 
     __slots__ = ("fds", "given", "on_error", "options")
 
@@ -154,13 +152,13 @@ _UNBOUND = Bound(())
 class Call:
     """One call of a guarded function, decoded, in named parts.
 
-    The call as made: ``op``, ``args``/``kwargs`` (to make it again), ``time`` (the wall-clock time after the
-    call, where the wrapper recorded one) and ``outcome`` (for a remembered ``makedirs(exist_ok=True)``,
-    ``made-shared``: it made the directory, or ``found``). Its paths: ``given``, the path arguments as given
-    (``(path,)``, or ``(src, dst)`` for rename, replace, symlink and link; None for one not given; ``()`` for a
-    call its function rejects), and ``path`` (one-path operations), ``src`` and ``dst`` (two-path ones): the
-    same, normalised (absolute, ``..`` folded, relative to ``cwd``; None where missing or not a path). The rest:
-    ``fds`` (``DirFds``), ``options`` (``Options``) and ``on_error`` (``OnError``, rmtree's), as bound."""
+    The call as made: ``op``, and ``args``/``kwargs`` to make it again. ``time``: the wall-clock time after the call,
+    where the wrapper recorded one. ``outcome``, for a remembered ``makedirs(exist_ok=True)``: ``made-shared`` (it made
+    the directory) or ``found``. Its paths: ``given``, the path arguments as given. That is ``(path,)``, or ``(src,
+    dst)`` for rename, replace, symlink and link; None for one not given; ``()`` for a call its function rejects.
+    ``path`` (one-path operations), ``src`` and ``dst`` (two-path ones) are the same, normalised. Normalised means
+    absolute, ``..`` folded, relative to ``cwd``; None where missing or not a path. The rest: ``fds`` (``DirFds``),
+    ``options`` (``Options``) and ``on_error`` (``OnError``, rmtree's), as bound."""
 
     __slots__ = (
         "args",
@@ -278,9 +276,8 @@ def _effects(
 
 
 def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Effect | None, float | None]:
-    """What a raw memory entry did, without building the ``Call``. What a raw memory entry did: ``Call.remembered(entry,
-    cwd)``'s ``made()``, ``gone()`` and ``time``, without building the ``Call`` (the memory's index asks this of
-    thousands of entries at once)."""
+    """What a raw memory entry did, without building the ``Call``. That is ``Call.remembered(entry, cwd)``'s ``made()``,
+    ``gone()`` and ``time``. The memory's index asks this of thousands of entries at once."""
     op = entry[0]
     outcome = MAKEDIRS_OUTCOMES.get(op)
     if outcome is not None:
@@ -306,9 +303,9 @@ def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Eff
 
 
 def fspath(path: Any) -> str | bytes:
-    """``os.fspath``, also for the bytes-like objects ``os`` still takes. ``os.fspath``, and the bytes of a
-    ``bytearray``/``memoryview``, which the C functions of ``os`` still take (with a DeprecationWarning) and so can fail
-    with: ``TypeError`` for anything else."""
+    """``os.fspath``, also for the bytes-like objects ``os`` still takes. ``os``'s C functions still take a
+    ``bytearray``/``memoryview`` (with a DeprecationWarning), so this gives their bytes. ``TypeError`` for anything
+    else."""
     if isinstance(path, (bytearray, memoryview)):
         return bytes(path)
     value: str | bytes = os.fspath(path)
@@ -316,9 +313,8 @@ def fspath(path: Any) -> str | bytes:
 
 
 def ends_in_separator(path: Any) -> bool:
-    """Whether a path argument as given ends in a separator. Whether a path argument as given ends in a separator: the
-    kernel then names only a directory there (a ``rename`` moves only one; a ``symlink`` or ``link`` can never be made
-    at such a name)."""
+    """Whether a path argument as given ends in a separator. The kernel then names only a directory there. A ``rename``
+    moves only one; a ``symlink`` or ``link`` can never be made at such a name."""
     try:
         return os.fsdecode(fspath(path)).endswith(os.sep)
     except (TypeError, ValueError):
@@ -326,10 +322,10 @@ def ends_in_separator(path: Any) -> bool:
 
 
 def norm(path: Any, cwd: str | None = None) -> str:
-    """Absolute text form of a path argument, as the kernel resolves it. Absolute text form of a path argument, relative
-    to ``cwd`` (default: the current one), naming the file the call itself names: ``.`` and repeated slashes dropped,
-    and ``..`` resolved as the kernel resolves it, after a symlink before it (``latest/../cache``, with ``latest`` a
-    link to ``runs/run-3``, is ``runs/cache``), never folded lexically over one."""
+    """Absolute text form of a path argument, as the kernel resolves it. It is relative to ``cwd`` (default: the current
+    one), naming the file the call itself names. ``.`` and repeated slashes are dropped. ``..`` is resolved as the
+    kernel does, after a symlink before it, never folded lexically over one. ``latest/../cache``, with ``latest`` a link
+    to ``runs/run-3``, is ``runs/cache``."""
     if type(path) is str and path[:1] == "/" and "/." not in path and "//" not in path and path[-1:] != "/":
         return path  # already normal: the index normalises thousands of these at once
     value: str | bytes = fspath(path)
@@ -345,10 +341,9 @@ _SYMLINKS_FOLLOWED = 40  # as the kernel's ELOOP bound
 
 
 def _dotdot(path: str) -> str:
-    """``path`` (absolute) with each ``..`` applied as the kernel applies it. ``path`` (absolute) with each ``..``
-    applied to the directory the kernel finds there: a component before it that is a symlink is replaced by the link's
-    target first (one ``lstat`` per ``..``, a ``readlink`` per link). Where a component cannot be read (missing: the
-    call fails there too), the rest stays as given."""
+    """``path`` (absolute) with each ``..`` applied as the kernel applies it. A component before a ``..`` that is a
+    symlink is replaced by the link's target first. That costs one ``lstat`` per ``..`` and a ``readlink`` per link.
+    Where a component cannot be read (missing: the call fails there too), the rest stays as given."""
     pending = [part for part in reversed(path.split("/")) if part and part != "."]
     resolved: list[str] = []
     links = 0

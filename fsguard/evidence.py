@@ -1,10 +1,10 @@
 """What the decision rules may ask about the world. That is presence by the mount's fresh probe, freshness, bounded
 waits for a peer's work, and own memory.
 
-Shared filesystems cache lookups (``stat``, ``open``) for seconds, but a directory listing is read fresh
-from the server; so there the rules ask "is the name in its parent's listing?" before anything else, and
-only then fall back to a short bounded wait. On a coherent local filesystem (``fsguard.mounts``) the name's
-own ``lstat`` is already the truth: no listing, and nothing to wait for.
+Shared filesystems cache lookups (``stat``, ``open``) for seconds, but read a directory listing fresh from the server.
+So there the rules ask "is the name in its parent's listing?" first. Only then do they fall back to a short bounded
+wait. On a coherent local filesystem (``fsguard.mounts``) the name's own ``lstat`` is already the truth: no listing, and
+nothing to wait for.
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ class Look:
 
 def look(path: str) -> Look:
     """Find ``path`` by the cheapest probe its mount honours. First the name's own ``lstat``, whose device says the
-    mount (no lookup of its own): on a coherent local filesystem that is the truth; elsewhere a name it shows may
-    be a stale cache entry, so the parent's directory listing (not served from the lookup cache) is read up to the
-    name. A name it does not find is the truth where the mount caches no "no such name" answers (JuiceFS's and
-    FUSE's default, NFS ``lookupcache=positive``: ``fsguard.mounts.misses_are_fresh``), with the parent as its own
-    lookup shows it; where such answers may be cached, the listing again. On a distributed filesystem a listing is
-    several requests to the metadata server and a lookup one at most (none while the kernel's entry is fresh)."""
+    mount (no lookup of its own). On a coherent local filesystem that is the truth. Elsewhere a name it shows may be a
+    stale cache entry. So the parent's directory listing, not served from the lookup cache, is read up to the name. A
+    name it does not find is the truth where the mount caches no "no such name" answers. (That is JuiceFS's and FUSE's
+    default, and NFS ``lookupcache=positive``: ``fsguard.mounts.misses_are_fresh``.) Then the parent is read as its own
+    lookup shows it. Where such answers may be cached, the listing is read again. On a distributed filesystem a listing
+    is several requests to the metadata server and a lookup one at most (none while the kernel's entry is fresh)."""
     full = path.rstrip(os.sep) or os.sep
     parent, name = os.path.split(full)
     parent = parent or os.curdir
@@ -98,10 +98,10 @@ def _missing(parent: str, name: str) -> Look:
 
 
 def _directory_device(path: str) -> int | None:
-    """The device of the directory at ``path`` (following symlinks), None where it is no directory. Where the
-    kernel has ``statx``, asked with ``AT_STATX_DONT_SYNC``: the lookup alone, from the attributes this node
-    holds (a directory's type and device never change), not the server's again after every change this node made
-    in the directory, as a ``stat`` asks on a distributed filesystem."""
+    """The device of the directory at ``path`` (following symlinks), None where it is no directory. Where the kernel has
+    ``statx``, it asks with ``AT_STATX_DONT_SYNC``: the lookup alone, from the attributes this node holds. A directory's
+    type and device never change. A ``stat`` on a distributed filesystem would ask the server again after every change
+    this node made in the directory."""
     found = _statx(path, _STATX_TYPE, _AT_STATX_DONT_SYNC)
     if found is None:
         st = os.stat(path)
@@ -130,15 +130,14 @@ def _listed(parent: str, name: str) -> Look:
 
 
 def generation_beside(path: str) -> str | None:
-    """A sibling directory that is another generation of ``path``'s name, or None. The name of a sibling directory that
-    is another generation of ``path``'s name: the same name with other numbers in it (``checkpoint-2`` beside
-    ``checkpoint-6`` or ``checkpoint-1``, ``global_step10`` beside ``global_step20``), from the parent's fresh listing;
-    None where there is none, or the name holds no number.
+    """A sibling directory that is another generation of ``path``'s name, or None. Another generation is the same name
+    with other numbers in it, read from the parent's fresh listing. ``checkpoint-2`` is beside ``checkpoint-6`` or
+    ``checkpoint-1``, ``global_step10`` beside ``global_step20``. None where there is none, or the name holds no number.
 
-    A rotation this process runs needs no listing per removal: where a listing showed another generation beside
-    one this process then removed (own memory: its guarded ``rmtree``), that removed generation is the answer for
-    the next generation of the name in that directory (a Trainer's ``save_total_limit`` removes one per save; on a
-    distributed filesystem a listing is several requests to the metadata server)."""
+    A rotation this process runs needs no listing per removal. A listing may have shown another generation beside one
+    this process then removed (own memory: its guarded ``rmtree``). That removed generation is then the answer for the
+    name's next generation in that directory. A Trainer's ``save_total_limit`` removes one per save. On a distributed
+    filesystem a listing is several requests to the metadata server."""
     parent, name = os.path.split(path.rstrip(os.sep) or os.sep)
     stem, numbers = _generation(name)
     if not numbers:
@@ -214,9 +213,9 @@ def kind_of(st: os.stat_result) -> str:
 
 
 def is_mount_point(path: str, st: os.stat_result | None = None) -> bool:
-    """Whether ``path`` is the root of a mount. Whether ``path`` is the root of a mount (a bind mount of a directory of
-    the same filesystem included, which device numbers cannot tell: ``/proc/self/mountinfo`` can). Read afresh at each
-    call: a program may mount while it runs; asked only on the way to a wait, never on a happy path."""
+    """Whether ``path`` is the root of a mount. A bind mount of a directory of the same filesystem counts. Device
+    numbers cannot tell it; ``/proc/self/mountinfo`` can. Read afresh at each call: a program may mount while it runs;
+    asked only on the way to a wait, never on a happy path."""
     st = st or lstat_or_none(path)
     parent = lstat_or_none(os.path.dirname(path))
     if st is None or parent is None:
@@ -289,9 +288,9 @@ def _proc_start(pid: int | str) -> float | None:
 
 
 def _launcher_ancestor(limit: int = 8) -> tuple[str, float, int] | None:
-    """(what, start time, pid) of the nearest launcher ancestor. (what, start time, pid) of the nearest ancestor that is
-    a launcher's agent or daemon: a process ``launcher.is_launcher_process`` recognises by its command line (torchrun,
-    deepspeed's and accelerate's launchers, mpirun), or one of ``_LAUNCHER_DAEMONS`` by name."""
+    """(what, start time, pid) of the nearest launcher ancestor. The ancestor is a process
+    ``launcher.is_launcher_process`` recognises by its command line. That is torchrun, deepspeed's and accelerate's
+    launchers, or mpirun; or one of ``_LAUNCHER_DAEMONS`` by name."""
     from .launcher import is_launcher_process
 
     pid = os.getppid()
@@ -317,11 +316,10 @@ def _launcher_ancestor(limit: int = 8) -> tuple[str, float, int] | None:
 
 
 def job_start(launched: bool) -> float:
-    """When this job started on this node, as well as this process can tell. When this job started on this node, as well
-    as this process can tell (``job_start_source`` says how): inside a launch, the start of the nearest launcher
-    ancestor (see above); without one it can see (a PID namespace, an unknown launcher), ``SLURM_JOB_START_TIME``, else
-    its parent's start (a driver's children's, ``_parent_or_driver``); outside a launch (``FSGUARD=force``), this
-    process's own start."""
+    """When this job started on this node, as well as this process can tell. ``job_start_source`` says how it was told.
+    Inside a launch: the start of the nearest launcher ancestor (see above). Without one it can see (a PID namespace, an
+    unknown launcher): ``SLURM_JOB_START_TIME``. Else its parent's start, or a driver's children's
+    (``_parent_or_driver``). Outside a launch (``FSGUARD=force``): this process's own start."""
     found = STATE.caches.job_start
     if found is None:
         own = _proc_start("self")
@@ -341,11 +339,11 @@ def job_start(launched: bool) -> float:
 
 
 def _parent_or_driver(own: float, parent: float) -> tuple[float, str]:
-    """(start, how found) of the job where no launcher is in sight. (start, how found) where no launcher is in sight:
-    the parent's start, unless it started longer before this process than ``FSGUARD_FRESH_S``: then it is a driver that
-    starts one job after another (a notebook, a sweep runner), not a launcher starting its ranks, and the job started
-    with the earliest of its living children started with this process (within ``FSGUARD_FRESH_S`` before it: not a job
-    it ran before, nor a helper it keeps running)."""
+    """(start, how found) of the job where no launcher is in sight. The parent's start, unless it started longer before
+    this process than ``FSGUARD_FRESH_S``. Then it is a driver that starts one job after another (a notebook, a sweep
+    runner), not a launcher. The job then started with the earliest of its living children started with this process.
+    Those are children started within ``FSGUARD_FRESH_S`` before it: not a job it ran before, nor a helper it keeps
+    running."""
     fresh_s = STATE.settings.fresh_s
     if parent >= own - fresh_s:
         return min(own, parent), "the parent process's start"
@@ -375,10 +373,10 @@ def _children(pid: int) -> list[int]:
 
 
 def attempt_start(launched: bool) -> float | None:
-    """When this attempt of a restarted torchrun job started on this node. When this attempt of a restarted torchrun job
-    (``TORCHELASTIC_RESTART_COUNT`` > 0) started on this node: the earliest start among its agent's living children, the
-    workers of this attempt (the agent stopped every worker of the previous attempt before it started this one's; the
-    agent itself started with the first attempt); a worker's own subprocesses (DataLoader workers) ask the same agent.
+    """When this attempt of a restarted torchrun job started on this node. This is a job with
+    ``TORCHELASTIC_RESTART_COUNT`` > 0. The attempt started with the earliest of its agent's living children, the
+    workers of this attempt. The agent stopped every worker of the previous attempt before it started this one's. The
+    agent itself started with the first attempt. A worker's own subprocesses (DataLoader workers) ask the same agent.
     Without a launcher ancestor in sight, this process's parent's children. None for a first attempt, outside a launch,
     or where no start can be read."""
     cached = STATE.caches.attempt_start
@@ -397,12 +395,12 @@ def attempt_start(launched: bool) -> float | None:
 
 
 def job_tag_of(path: str) -> str | None:
-    """Whose the directory at ``path`` is, by this node's journal. Whose the directory at ``path`` is, by this node's
-    journal of what each job made (``fsguard.journal``; nothing is read from the directory itself): the tag of the job
-    whose guarded mkdir made it last; this job's tag with ``;made N s before this job started`` where an earlier job of
-    the same identity made it (torchrun's default run id and port relaunched, a driver's jobs in turn); ``""`` in a
-    single-node job (``launcher.single_node``) when no job of this node made it: no guarded call of a peer did; None
-    where the journal cannot tell (a peer on another node, no tag of this job's own)."""
+    """Whose the directory at ``path`` is, by this node's journal. The journal (``fsguard.journal``) notes what each job
+    made; nothing is read from the directory itself. The answer is the tag of the job whose guarded mkdir made it last.
+    An earlier job of the same identity adds ``;made N s before this job started`` to this job's tag. (That is
+    torchrun's default run id and port relaunched, or a driver's jobs in turn.) In a single-node job
+    (``launcher.single_node``) it is ``""`` when no job of this node made it: no peer's guarded call did. None where the
+    journal cannot tell: a peer on another node, or no tag of this job's own."""
     own = STATE.job
     if own is None:
         return None
@@ -417,9 +415,8 @@ def job_tag_of(path: str) -> str | None:
 
 
 def made_by_rank(path: str, rank: int) -> bool:
-    """Whether this job's newest journal entry for ``path`` names ``rank`` as its maker. Whether this job's newest
-    journal entry for ``path`` names ``rank`` as its maker: a process of that rank, the rank itself or its children (a
-    ``multiprocessing.Pool``'s), made the directory there last."""
+    """Whether this job's newest journal entry for ``path`` names ``rank`` as its maker. That is, a process of that rank
+    made the directory there last. It may be the rank itself or its children (a ``multiprocessing.Pool``'s)."""
     own = STATE.job
     found = None if own is None else journal.newest(path, own)
     return found is not None and found[1] == own and found[2] == rank
@@ -430,9 +427,9 @@ _STATX_TYPE, _STATX_INO, _STATX_BTIME = 0x1, 0x100, 0x800
 
 
 def identity(fd: int) -> tuple[int, int]:
-    """(device, inode number) of the open descriptor ``fd``. (device, inode number) of the open descriptor ``fd``: from
-    the attributes this node holds where the kernel has ``statx`` (``AT_STATX_DONT_SYNC``: neither ever changes for an
-    open inode, so nothing is asked of a distributed filesystem's server), else ``fstat``'s."""
+    """(device, inode number) of the open descriptor ``fd``. Where the kernel has ``statx``, from the attributes this
+    node holds (``AT_STATX_DONT_SYNC``). Neither ever changes for an open inode, so nothing is asked of a distributed
+    filesystem's server. Else ``fstat``'s."""
     raw = _statx("", _STATX_INO, _AT_EMPTY_PATH | _AT_STATX_DONT_SYNC, fd)
     if raw is None:
         st = os.fstat(fd)
@@ -443,9 +440,9 @@ def identity(fd: int) -> tuple[int, int]:
 
 
 def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
-    """``statx(2)`` of ``path``, or None where there is no ``statx``. ``statx(2)`` of ``path``: the raw ``struct
-    statx``; None where there is no ``statx`` (libc's, glibc 2.28+, imported with ctypes at the first call: on the
-    failure path only). Raises ``OSError`` as ``os.stat`` does."""
+    """``statx(2)`` of ``path``, or None where there is no ``statx``. The raw ``struct statx``. ``statx`` is libc's
+    (glibc 2.28+), imported with ctypes at the first call: on the failure path only. Raises ``OSError`` as ``os.stat``
+    does."""
     caches = STATE.caches  # statx: libc's and a buffer maker, False where there is none
     if caches.statx is None:
         try:
@@ -471,10 +468,9 @@ def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
 
 
 def birth_time(path: str) -> float | None:
-    """When the file at ``path`` was created, or None where not known. When the file at ``path`` (not following a final
-    symlink) was created: ``statx``'s ``btime``, where the filesystem keeps it (ext4, xfs, btrfs, tmpfs, ...; NFS and
-    many FUSE filesystems do not); None where it is not known. Called on the failure path only (ctypes is imported here,
-    not at startup)."""
+    """When the file at ``path`` was created, or None where not known. It does not follow a final symlink. It is
+    ``statx``'s ``btime``, where the filesystem keeps it: ext4, xfs, btrfs, tmpfs, ... do; NFS and many FUSE filesystems
+    do not. Called on the failure path only (ctypes is imported here, not at startup)."""
     try:
         raw = _statx(path, _STATX_BTIME, _AT_SYMLINK_NOFOLLOW)
     except OSError:
@@ -500,9 +496,9 @@ def wait_for_seen(probe: Callable[[], T | None], budget_s: float, where: str | N
     """Call ``probe`` with backoff until it returns non-None or the budget passes. The backoff is 5 ms doubling to 200
     ms.
 
-    ``where``: a path whose mount bounds the budget (``fsguard.mounts.wait_budget``): nothing to wait for on a
-    coherent local filesystem, at most the mount's own lookup cache time where it is known, else ``budget_s``.
-    Returns (result or None, seconds waited). Never waits longer than the budget.
+    ``where``: a path whose mount bounds the budget (``fsguard.mounts.wait_budget``). Nothing to wait for on a coherent
+    local filesystem. At most the mount's own lookup cache time where it is known; else ``budget_s``. Returns (result or
+    None, seconds waited). Never waits longer than the budget.
     """
     started = time.monotonic()
     result = probe()

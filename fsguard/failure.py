@@ -1,13 +1,13 @@
 """The one failure pipeline: absorb a guarded call's error, or leave it unchanged.
 
-``fsguard.patching`` builds one :class:`~fsguard.calls.Call` for the failing call and hands ``(call, error)`` to
-:func:`absorbs`, which goes down once, asking each stage in turn: what no evidence can absorb (one ``lstat``),
-fsguard's own or a finalizing interpreter's call, the standard library's own business (``fsguard.callers``'
-frame questions) -> the caller's context (``fsguard.oracle``: what the calling code does with the error) -> the
-rule, ``guards.<op>.decide(call, error, world, rules)`` -> defer (where the calling code handles the error) or
-absorb -> the record. A guarded ``rmtree`` goes down the same way (:func:`walk`): the rules, the walk
-(``fsguard.rmwalk``, which asks its rule at each step), the context of the error it let escape, the record.
-The rules, the caller's context and the evidence are imported at the first failure, not at startup.
+``fsguard.patching`` builds one :class:`~fsguard.calls.Call` for the failing call. It hands ``(call, error)`` to
+:func:`absorbs`, which goes down once, asking each stage in turn. First what no evidence can absorb (one ``lstat``), and
+fsguard's own or a finalizing interpreter's call. Then the standard library's own business (``fsguard.callers``' frame
+questions). Then the caller's context (``fsguard.oracle``: what the calling code does with the error). Then the rule,
+``guards.<op>.decide(call, error, world, rules)``. Then defer (where the calling code handles the error) or absorb, and
+last the record. A guarded ``rmtree`` goes down the same way (:func:`walk`). First the rules, then the walk
+(``fsguard.rmwalk``, which asks its rule at each step). Then the context of the error it let escape, and the record. The
+rules, the caller's context and the evidence are imported at the first failure, not at startup.
 """
 
 from __future__ import annotations
@@ -69,10 +69,9 @@ _WAIT_FOR_EVIDENCE = frozenset({"rename", "replace"})
 
 
 def load_policy() -> None:
-    """Import the rules and the evidence now rather than at the first failure. Import the rules and the evidence now
-    rather than at the first failure: for a process about to lose access to its own site-packages (dropping privileges
-    to a user that cannot read them, ``chroot``). Without it such a process still runs: a rule that cannot be imported
-    re-raises the original error."""
+    """Import the rules and the evidence now rather than at the first failure. For a process about to lose access to its
+    own site-packages: dropping privileges to a user that cannot read them, or ``chroot``. Without it such a process
+    still runs: a rule that cannot be imported re-raises the original error."""
     _import_failure_path()
     rules()
 
@@ -120,10 +119,10 @@ def rules() -> Rules:
 
 
 def absorbs(call: Call, error: OSError) -> bool:
-    """The pipeline: True to absorb ``error``, the failure of ``call``. Called by the guarded function's wrapper
-    itself (the frame questions below count from it). Any failure inside fsguard's own decision means: re-raise
-    the original. Each stage is asked once, in turn: what no evidence can absorb, fsguard's own call and the
-    standard library's own business; the caller's context; the rule; defer or absorb; the record."""
+    """The pipeline: True to absorb ``error``, the failure of ``call``. Called by the guarded function's wrapper itself
+    (the frame questions below count from it). Any failure inside fsguard's own decision means: re-raise the original.
+    Each stage is asked once, in turn. What no evidence can absorb, fsguard's own call and the standard library's own
+    business. Then the caller's context; the rule; defer or absorb; the record."""
     op = call.op
     if busy() or shutting_down() or _stays_raised(call, error):
         return False
@@ -159,19 +158,17 @@ def absorbs(call: Call, error: OSError) -> bool:
 
 
 def _may_wait(op: str, error: OSError, job: str | None) -> bool:
-    """Whether the rule may wait for evidence. Whether the rule may wait for evidence: a rename's missing source (a
-    peer's destination may still show), a mkdir's existing directory in a single-node job (a peer's journal note may be
-    one ``write`` behind)."""
+    """A rename's missing source may wait: a peer's destination may still show. So may a mkdir's existing directory in a
+    single-node job: a peer's journal note may be one ``write`` behind."""
     if op in _WAIT_FOR_EVIDENCE:
         return isinstance(error, FileNotFoundError)
     return op in ("mkdir", "makedirs") and isinstance(error, FileExistsError) and is_single_node(job)
 
 
 def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: float, serializer: Any) -> OSError | None:
-    """One guarded ``rmtree``, down the pipeline once. One guarded ``rmtree``, down the pipeline once: the rules, the
-    walk (``fsguard.rmwalk``, which asks the rmtree rule at each step), its verdict deferred and recorded as a
-    failure's. Returns the error the caller gets (None: removed, or absorbed); the walk raises what it does not
-    decide."""
+    """One guarded ``rmtree``, down the pipeline once. The rules, then the walk (``fsguard.rmwalk``, which asks the
+    rmtree rule at each step). Its verdict is deferred and recorded as a failure's. Returns the error the caller gets
+    (None: removed, or absorbed); the walk raises what it does not decide."""
     try:
         from . import rmwalk
         from .world import LIVE
@@ -220,12 +217,11 @@ def _stays_raised(call: Call, error: OSError) -> bool:
 
 
 def _stands_before(name: Any) -> bool:
-    """Whether a mkdir's ``FileExistsError`` is one no evidence can absorb. Whether a mkdir's (or
-    makedirs(exist_ok=False)'s) ``FileExistsError`` at ``name`` is one no evidence can absorb, told by one lstat before
-    any decision: something other than a directory stands there, or a directory older than the job (the rule,
-    :func:`fsguard.guards.makedirs.made_by_peer`, re-raises both, whatever else it finds). A handled ``try:
-    os.mkdir(lock) except FileExistsError`` on such a path costs one lstat: no listing, no handler analysis. False: not
-    sure (no lstat: a stale lookup cache may say missing; a fresh directory), the full decision follows."""
+    """Whether a mkdir's ``FileExistsError`` is one no evidence can absorb. (A ``makedirs(exist_ok=False)``'s too.) One
+    lstat before any decision tells it. Something other than a directory stands there, or a directory older than the
+    job. The rule, :func:`fsguard.guards.makedirs.made_by_peer`, re-raises both, whatever else it finds. A handled
+    ``try: os.mkdir(lock) except FileExistsError`` on such a path costs one lstat: no listing, no handler analysis.
+    False: not sure (no lstat: a stale lookup cache may say missing; a fresh directory), the full decision follows."""
     try:
         st = os.lstat(name)
     except Exception:  # noqa: BLE001 - anything odd: the full decision
@@ -247,9 +243,8 @@ def _stands_before(name: Any) -> bool:
 
 
 def _oracle() -> Any:
-    """``fsguard.oracle`` (the caller's context), imported at the first failure. ``fsguard.oracle`` (the caller's
-    context), imported at the first failure as the rules are: no fork splits the import (``state.Unforkable``), and
-    fsguard's own calls inside it are not guarded."""
+    """``fsguard.oracle`` (the caller's context), imported at the first failure. It is imported as the rules are: no
+    fork splits the import (``state.Unforkable``). fsguard's own calls inside it are not guarded."""
     found = sys.modules.get("fsguard.oracle")
     if found is None:
         with Busy(), Unforkable():
@@ -282,11 +277,10 @@ def rule_failed(op: str, failure: Exception) -> None:
 
 
 def defer_to_caller(verdict: Verdict, found: dict[str, Any] | None) -> Verdict:
-    """Defer a verdict to the program where its error would not crash it. The same verdict where the error would crash
-    its thread or process (``found`` None: fsguard absorbs only a would-be crash); otherwise a ``deferred`` one:
-    re-raised to the program's own handling (or left to the program where fsguard cannot read it), recorded with the
-    evidence that would have absorbed it and what decides instead (``found``, the caller's context from
-    fsguard.oracle)."""
+    """Defer a verdict to the program where its error would not crash it. Where it would crash its thread or process
+    (``found`` None), the verdict stands: fsguard absorbs only a would-be crash. Otherwise it is ``deferred``: re-raised
+    to the program's own handling, or left to the program where fsguard cannot read it. The record keeps the evidence
+    that would have absorbed it, and what decides instead (``found``, the caller's context from fsguard.oracle)."""
     from .guards import Verdict
 
     if found is None:

@@ -7,11 +7,11 @@ file, with ``O_APPEND`` (an entry is written whole): no operation on the user's 
 attribute, nothing in the user's tree. A failing ``mkdir`` asks ``newest``: which job of this node last made a
 directory at that path, and when.
 
-What it can tell: every guarded mkdir of every job of this user on this node, so in a single-node job (all its
-ranks here: ``launcher.single_node``) a directory its journal lacks was made by no guarded call of this job.
-What it cannot: a peer on another node (its journal is on its own node: there time decides), a directory made
-by a tool or an unguarded process, one spelled differently (through a symlink) by its maker, or one made with
-``dir_fd``. Journals nobody wrote into for ``STALE_S`` are removed by the next job to start on the node.
+What it can tell: every guarded mkdir of every job of this user on this node. So in a single-node job
+(``launcher.single_node``), a directory its journal lacks was made by no guarded call of this job. What it cannot: a
+peer on another node, whose journal is on its own node (there time decides). A directory made by a tool or an unguarded
+process, or spelled differently (through a symlink) by its maker, or made with ``dir_fd``. Journals nobody wrote into
+for ``STALE_S`` are removed by the next job to start on the node.
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def made(path: Any, tag: str) -> None:
 
 def newest(path: str, own: str) -> tuple[float, str, int | None] | None:
     """(when, job tag, maker's rank) of the newest entry naming ``path``; None where none does. It reads this node's
-    journals. The failure path only: reads every journal (``own``: this job's tag, told by its file's name; another long
-    tag, hashed in its file's name, is named by the file)."""
+    journals. The failure path only: it reads every journal. ``own`` is this job's tag, told by its file's name; another
+    long tag, hashed in its file's name, is named by the file."""
     where = directory()
     if where is None:
         return None

@@ -182,10 +182,9 @@ def is_single_node(tag: str | None) -> bool:
 
 
 def job_tag(env: Mapping[str, str]) -> str | None:
-    """This job's and this attempt's identity, as its launcher states it. This job's and this attempt's identity, as its
-    launcher states it to every rank alike
-    (``TORCHELASTIC_RUN_ID=3f2a...;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0``), and in a single-node job its host
-    (``;host=node7``); None where nothing names the job (then "made by this job" is told by time alone). Kept in
+    """This job's and this attempt's identity, as its launcher states it. Its launcher states it to every rank alike:
+    ``TORCHELASTIC_RUN_ID=3f2a...;MASTER_PORT=29500;TORCHELASTIC_RESTART_COUNT=0``. In a single-node job its host is
+    added (``;host=node7``). None where nothing names the job; then "made by this job" is told by time alone. Kept in
     fsguard's own journal (``fsguard.journal``), never on users' files."""
     job = [f"{name}={env[name]}" for name in _JOB_VARIABLES if env.get(name)]
     host = [HOST_PART + hostname(env)] if single_node(env) else []
@@ -216,8 +215,8 @@ _OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 def is_launcher_process(argv: Sequence[str]) -> bool:
     """True for the launcher's own agent (e.g. torchrun under ``srun``), which must not be patched.
 
-    Only the program itself counts: ``argv[0]`` (a ``torchrun`` entry point), or the script or ``-m`` module
-    the interpreter runs; never the program's own arguments (``train.py --out runs/torchrun`` is a rank).
+    Only the program itself counts: ``argv[0]`` (a ``torchrun`` entry point), or the script or ``-m`` module the
+    interpreter runs. Never the program's own arguments: ``train.py --out runs/torchrun`` is a rank.
     """
     args = list(argv)
     if not args:
@@ -242,8 +241,8 @@ def is_launcher_process(argv: Sequence[str]) -> bool:
 def activation(mode: str, launch: Launch | None, argv: Sequence[str] | None) -> tuple[bool, str]:
     """Whether fsguard patches a process (``mode`` from ``FSGUARD``, ``argv``: its command line), and why.
 
-    The one rule, used by startup and by ``fsguard status``. ``argv`` None means a command line that is not a
-    launcher's agent (a rank's): ``status`` runs in a process of its own, so its own command line says nothing.
+    The one rule, used by startup and by ``fsguard status``. ``argv`` None means a command line that is not a launcher's
+    agent (a rank's). ``status`` runs in a process of its own, so its own command line says nothing.
     """
     if mode == "off":
         return False, "FSGUARD is not set to 1 or force"

@@ -37,9 +37,9 @@ DIRS_SIZE = state.DIRS_SIZE
 
 
 class Event:
-    """The newest thing this process did to a path. The newest thing this process did to a path: ``made``,
-    ``made-shared`` (a ``makedirs(exist_ok=True)`` that made it), ``found`` (a ``makedirs(exist_ok=True)`` that found
-    the directory there: not made by this process), ``moved-away`` or ``removed``."""
+    """The newest thing this process did to a path. ``made``; ``made-shared``, a ``makedirs(exist_ok=True)`` that made
+    it. ``found``, a ``makedirs(exist_ok=True)`` that found the directory there, not made by this process.
+    ``moved-away`` or ``removed``."""
 
     __slots__ = ("kind", "seq", "time")
 
@@ -116,8 +116,8 @@ class _Index:
         self._rebuild_below()  # the numbering starts again: no entry of before may look current
 
     def clear(self) -> None:
-        """Forget what MEMORY told. What MEMORY told (the kept directories stay, and the numbering goes on; ``below``'s
-        entries of what is forgotten are stale from now on, dropped when they are met or at the next rebuild)."""
+        """Forget what MEMORY told. The kept directories stay, and the numbering goes on. ``below``'s entries of what is
+        forgotten are stale from now on; they are dropped when met or at the next rebuild."""
         self.made: dict[str, tuple[int, str, float | None]] = {}  # made at the path
         self.gone: dict[str, tuple[int, str, float | None]] = {}  # removed or moved away, with all below it
         self.gone_seq = 0  # the newest number in ``gone``
@@ -210,9 +210,8 @@ class _Index:
         self.dirs.pop(path, None)  # older than this (directories below it go at the next sweep)
 
     def _below(self, path: str, seq: int, in_dirs: bool) -> None:
-        """Note ``path`` (made at ``seq``) under every directory above it. Note ``path`` (made at ``seq``) under every
-        directory above it: under each ``prefix`` (ending in the separator) that ``path.startswith``, as the question
-        "anything below" reads it."""
+        """Note ``path`` (made at ``seq``) under every directory above it. Under each ``prefix`` (ending in the
+        separator) that ``path.startswith``, as the question "anything below" reads it."""
         entry = (seq, path, in_dirs)
         parent = path[: path.rfind(os.sep) + 1]
         if parent != self.below_parent:  # names made one after another share their directories' lists

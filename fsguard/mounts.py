@@ -139,16 +139,14 @@ def cache_s(path_or_dev: str | bytes | int | os.PathLike[Any]) -> float | None:
 
 
 def misses_are_fresh(found: Mount) -> bool:
-    """Whether a lookup that finds no name there is the truth. Whether a lookup that finds no name there is the truth (a
-    coherent filesystem, or a mount that caches no negative lookups): only names a lookup still shows may be stale
-    then."""
+    """Whether a lookup that finds no name there is the truth. It is on a coherent filesystem, or a mount that caches no
+    negative lookups. Only names a lookup still shows may be stale then."""
     return found.negative_s == 0.0
 
 
 def wait_budget(path_or_dev: str | bytes | int | os.PathLike[Any], settle_s: float) -> float:
-    """How long a rule waits for a name to show there. How long a rule waits for a name to show there: nothing on a
-    coherent filesystem; at most the mount's own lookup cache time where it is known (a stale entry has expired by
-    then); ``settle_s`` at most."""
+    """How long a rule waits for a name to show there. Nothing on a coherent filesystem. At most the mount's own lookup
+    cache time where it is known; a stale entry has expired by then. ``settle_s`` at most."""
     return wait_budget_for(mount_of(path_or_dev), settle_s)
 
 
@@ -308,10 +306,9 @@ def _seconds(text: str) -> float | None:
 
 
 def _juicefs_cache_s(point: str) -> tuple[float | None, float | None]:
-    """JuiceFS's cache times, read from its mount's ``.config`` file. JuiceFS keeps its mount's settings in a virtual
-    ``.config`` file at the mount's root (JSON; timeouts in nanoseconds, or Go duration text): the longest of its entry,
-    directory-entry, negative-entry and attribute cache times, and its negative-entry cache time (0 by default). None
-    where it is hidden (``--hide-internal``)."""
+    """JuiceFS's cache times, read from its mount's ``.config`` file. The file is JSON; timeouts are in nanoseconds, or
+    Go duration text. Returns the longest of its entry, directory-entry, negative-entry and attribute cache times. Also
+    its negative-entry cache time (0 by default). None where it is hidden (``--hide-internal``)."""
     try:
         with open(os.path.join(point, ".config"), "rb") as f:
             import json

@@ -157,16 +157,14 @@ def _wrapper(
 
 
 def _leaf_found(std_makedirs: Any, error: OSError) -> bool:
-    """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call. Whether a mkdir's ``FileExistsError``
-    is the standard makedirs' own call (the wrapper's caller), which settles it itself (exist_ok, or its decided
-    re-raise): then the error goes straight back to it."""
+    """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call. The wrapper's caller settles it itself:
+    exist_ok, or its decided re-raise. Then the error goes straight back to it."""
     return std_makedirs is not None and error.__class__ is FileExistsError and sys._getframe(2).f_code is std_makedirs
 
 
 def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
-    """Whether the wrapper (the caller) hands its call to the serializer. Whether the wrapper (the caller) hands its
-    call to the serializer: not fsguard's own call, not the standard library's own business
-    (``callers.left_to_caller``), not while the interpreter finalizes."""
+    """Whether the wrapper (the caller) hands its call to the serializer. Not fsguard's own call, not the standard
+    library's own business (``callers.left_to_caller``), not while the interpreter finalizes."""
     if busy() or shutting_down():
         return False
     if not passes_fds:
@@ -180,10 +178,9 @@ _LEVEL = object()  # passed as ``instance``: one level of a makedirs taken in tu
 def _parents_in_turn(
     wrapper: Callable[..., Any], wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """The standard makedirs' call for a missing parent, without its recursion. The standard makedirs' call for a
-    missing parent, ``makedirs(head, exist_ok=exist_ok)``, made without its recursion: a deep ``makedirs`` adds no
-    frames per level, so it goes as deep as without fsguard (a guarded level is three frames, not one: 400 levels hit
-    the recursion limit).
+    """The standard makedirs' call for a missing parent, without its recursion. That is ``makedirs(head,
+    exist_ok=exist_ok)``. A deep ``makedirs`` adds no frames per level, so it goes as deep as without fsguard. (A
+    guarded level is three frames, not one: 400 levels hit the recursion limit.)
 
     The missing parents are found as the standard makedirs finds them (``path.exists`` of each head, in the
     same order), then each level is one guarded call, the topmost first, its parent there by then: the same
@@ -277,9 +274,8 @@ def _makedirs_exist_ok(
 
 
 def _journal_note() -> list[Callable[[Any, str], None]]:
-    """A one-entry list holding the journal's note (``fsguard.journal.made``). A one-entry list holding the journal's
-    note (``fsguard.journal.made``): at first a stand-in that imports the journal at the first directory made (not at
-    start-up), puts the note in its place and notes."""
+    """A one-entry list holding the journal's note (``fsguard.journal.made``). At first a stand-in: it imports the
+    journal at the first directory made (not at start-up). It then puts the note in its place and notes."""
     slot: list[Callable[[Any, str], None]] = []
 
     def first(path: Any, job: str) -> None:
@@ -298,9 +294,8 @@ def _note(path: Any, job: str) -> None:
 
 
 def _journal_made() -> Callable[[Any, str], None]:
-    """``fsguard.journal.made``, imported inside a section (``state.Unforkable``). ``fsguard.journal.made``, imported
-    inside a section (``state.Unforkable``): a fork from another thread meanwhile would leave its child a half-imported
-    module, whose lock it waits for forever."""
+    """``fsguard.journal.made``, imported inside a section (``state.Unforkable``). A fork from another thread meanwhile
+    would leave its child a half-imported module. The child would wait forever for its lock."""
     with Unforkable():
         from .journal import made
     return made
@@ -385,9 +380,8 @@ def _wrapping(op: str, target: str) -> Callable[[ModuleType], None]:
 
 
 def _wrap(op: str, target: str, module: ModuleType) -> None:
-    """Replace ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function. Replace
-    ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function (now, or at the import of its module:
-    then under the import's own module lock, before anyone else can see the module)."""
+    """Replace ``module.<attribute>`` of ``target`` with operation ``op``'s guarded function. Now, or at the import of
+    its module. Then it happens under the import's own module lock, before anyone else can see the module."""
     with STATE.lock:
         STATE.pending.pop(target, None)
         if target in STATE.originals:
@@ -422,8 +416,8 @@ def uninstall(ops: Iterable[str] | None = None) -> None:
 
 def _swap_in_pathlib(old: Any, new: Any) -> None:
     """Point Python 3.10's ``pathlib`` accessor at the guarded os functions. Python 3.10's pathlib calls os through
-    ``_NormalAccessor``, whose attributes it took from os on import (where the program imported pathlib before fsguard
-    patched): ``Path.mkdir`` and the others follow os."""
+    ``_NormalAccessor``, whose attributes it took from os on import. (Where the program imported pathlib before fsguard
+    patched.) Then ``Path.mkdir`` and the others follow os."""
     accessor = getattr(sys.modules.get("pathlib"), "_NormalAccessor", None)
     if accessor is not None:
         for name, value in list(vars(accessor).items()):
@@ -456,7 +450,6 @@ def _enable_serializer() -> None:
 
 
 def _crashes(error: type[OSError]) -> bool:
-    """Whether an ``error`` at the serialized call being made would crash its thread. Whether an ``error`` raised at the
-    serialized call being made would crash its thread (no handler of the program's decides): asked before a claim gets a
-    peer's outcome (``fsguard.locks.flight.claim_error``)."""
+    """Whether an ``error`` at the serialized call being made would crash its thread. No handler of the program's
+    decides. It is asked before a claim gets a peer's outcome (``fsguard.locks.flight.claim_error``)."""
     return failure._oracle().caller_handles(error(), sys._getframe(1)) is None

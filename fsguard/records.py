@@ -34,9 +34,8 @@ _LINE = re.compile(r"fsguard: (?P<decision>[a-z]+) ")
 
 
 class Origin(Value):
-    """Who wrote a record: which process of which job, with which fsguard. Who wrote a record: which process (``host``,
-    ``pid``) of which job (``rank``, ``local_rank``, ``world_size``, ``launcher``; None outside a launcher), with which
-    fsguard (``version``)."""
+    """Who wrote a record: which process of which job, with which fsguard. The process is ``host`` and ``pid``; the job
+    is ``rank``, ``local_rank``, ``world_size``, ``launcher`` (None outside a launcher). ``version`` is fsguard's."""
 
     _fields = ("host", "pid", "rank", "local_rank", "world_size", "launcher", "version")
     __slots__ = _fields
@@ -79,10 +78,10 @@ FIELDS = (
 
 
 class Record(Value):
-    """One decision fsguard made, with everything a person needs to audit it. One decision fsguard made, with everything
-    a person needs to audit it later: what was decided about which call (``op``, ``decision``, ``evidence``, ``args``,
-    ``error``, ``waited_s``, ``detail``), where and when (``site``, ``time``), who wrote it (``origin``), in which
-    version of the format (``v``). Its JSON (``FIELDS``) is flat: the origin's fields stand beside the others.
+    """One decision fsguard made, with everything a person needs to audit it. What was decided about which call: ``op``,
+    ``decision``, ``evidence``, ``args``, ``error``, ``waited_s``, ``detail``. Where and when: ``site``, ``time``. Who
+    wrote it: ``origin``. In which version of the format: ``v``. Its JSON (``FIELDS``) is flat: the origin's fields
+    stand beside the others.
 
     Not imported at startup: ``fsguard.runtime`` imports this module when it writes its first record.
     """
@@ -142,10 +141,9 @@ class Record(Value):
         return f"{self.site.get('file')}:{self.site.get('line')} in {self.site.get('function')}"
 
     def deferred_by(self) -> str | None:
-        """What decided instead of fsguard, for a ``deferred`` record; else None. What decided instead of fsguard, for a
-        ``deferred`` record (else None), from its ``detail``: the handler and where it is, what carried the error, and
-        why fsguard left the error to it: ``except OSError at train.py:41: a handler that may swallow it``. A record
-        that says nothing of it: ``not recorded``."""
+        """What decided instead of fsguard, for a ``deferred`` record; else None. It is read from its ``detail``: the
+        handler and where it is, what carried the error, and why fsguard left the error to it. ``except OSError at
+        train.py:41: a handler that may swallow it``. A record that says nothing of it: ``not recorded``."""
         if self.decision != "deferred":
             return None
         detail = self.detail if isinstance(self.detail, dict) else {}
@@ -214,9 +212,8 @@ def parse_line(line: str) -> Record | None:
 
 @state.at_fork
 def _after_fork_in_child() -> None:
-    """Fresh lock; the parent's open file is left alone. Fresh lock; the parent's open file is left alone (closing it
-    would flush the parent's buffer here, or wait forever on its buffer's lock): the child opens its own on its first
-    record."""
+    """Fresh lock; the parent's open file is left alone. Closing it would flush the parent's buffer here, or wait
+    forever on its buffer's lock. The child opens its own on its first record."""
     writer = state.STATE.writer
     writer.lock = threading.RLock()
     writer.held_for_fork = False
@@ -230,9 +227,9 @@ FORK_WAIT_S = 5.0
 
 
 def _before_fork() -> None:
-    """Let a record being written finish before the fork. Let a record being written finish before the fork: a thread
-    writing to stderr holds ``sys.stderr``'s own buffer lock, which no reset can give back in the child (its next write
-    to stderr would wait forever). Bounded: after ``FORK_WAIT_S`` the fork goes on without it."""
+    """Let a record being written finish before the fork. A thread writing to stderr holds ``sys.stderr``'s own buffer
+    lock. No reset can give it back in the child, whose next write to stderr would wait forever. Bounded: after
+    ``FORK_WAIT_S`` the fork goes on without it."""
     state.STATE.writer.held_for_fork = state.STATE.writer.lock.acquire(timeout=FORK_WAIT_S)
 
 

@@ -59,10 +59,10 @@ class _Vanishing(BaseException):
 
 
 class _Os:
-    """``os`` for one checked walk, its steps reported to the walk's position. ``os`` for one checked walk: ``open``,
-    ``unlink``, ``rmdir``, ``close`` and ``scandir`` are the walk's ``_Position``'s, which report each step to it (and
-    ask it, through ``check``, whether the tree is still at its path); every other name is ``os``'s own, read live (a
-    test or program that swaps ``os.lstat`` is obeyed)."""
+    """``os`` for one checked walk, its steps reported to the walk's position. ``open``, ``unlink``, ``rmdir``,
+    ``close`` and ``scandir`` are the walk's ``_Position``'s. They report each step to it, and ask it, through
+    ``check``, whether the tree is still at its path. Every other name is ``os``'s own, read live: a test or program
+    that swaps ``os.lstat`` is obeyed."""
 
     __slots__ = ("close", "open", "rmdir", "scandir", "unlink")
 
@@ -105,9 +105,9 @@ class _Listing:
 
 
 def _unguarded(name: str) -> Callable[..., Any]:
-    """``os.<name>`` as the standard walk would call it, never fsguard's wrapper. ``os.<name>`` as the standard walk
-    would call it (a program's or a test's own replacement included), but never fsguard's guarded wrapper of it: this
-    walk decides its own failures (and holds the path's lock)."""
+    """``os.<name>`` as the standard walk would call it, never fsguard's wrapper. A program's or a test's own
+    replacement is included. Never fsguard's guarded wrapper: this walk decides its own failures, and holds the path's
+    lock."""
     func: Callable[..., Any] = getattr(os, name)
     original = STATE.originals.get(name)  # the unguarded os function, where fsguard patched it
     if original is not None and getattr(func, "__wrapped__", None) is original:
@@ -121,10 +121,10 @@ def _real(func: Any) -> Any:
 
 
 class _Globals(dict[str, Any]):
-    """The globals of one checked walk. The globals of one checked walk: ``shutil``'s own as they are when the walk
-    first reads each name (a test or program that swaps ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` before the
-    call is obeyed), with ``os`` replaced, and the standard walk functions ``rmtree`` calls copied to see these globals
-    too. Each name is looked up once per walk, builtins included, then read from here at a plain dictionary's speed."""
+    """The globals of one checked walk. ``shutil``'s own, as they are when the walk first reads each name, with ``os``
+    replaced. A test or program that swaps ``shutil._rmtree_safe_fd`` or ``_use_fd_functions`` before the call is
+    obeyed. The standard walk functions ``rmtree`` calls are copied to see these globals too. Each name is looked up
+    once per walk, builtins included, then read from here at a plain dictionary's speed."""
 
     def __init__(self, module: dict[str, Any], proxy: _Os) -> None:
         super().__init__(os=proxy, __builtins__=module.get("__builtins__", __builtins__))
@@ -150,10 +150,9 @@ def _builtin(builtins: Any, name: str) -> Any:
 
 
 def checked(original: Any, position: _Position) -> Callable[..., Any] | None:
-    """The standard ``rmtree`` made to report to ``position``, or None. The standard ``rmtree`` made to use fsguard's
-    functions reporting to ``position`` (a copy for this walk: its globals say which position), or None where
-    ``original`` is not the standard library's Python ``rmtree`` (then it runs as it is, without the position
-    checks)."""
+    """The standard ``rmtree`` made to report to ``position``, or None. It is a copy for this walk: its globals say
+    which position. None where ``original`` is not the standard library's Python ``rmtree``. That one then runs as it
+    is, without the position checks."""
     module = getattr(original, "__globals__", None)
     if not (isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree"):
         return None
@@ -185,8 +184,8 @@ class _Removed:
 
 class _FreshListing:
     """The top's name in its parent's fresh listing, on a caching mount. Where this mount may answer lookups from a
-    cache (NFS, FUSE...): the top's name in its parent's fresh listing, read spaced so that listings take at most a
-    tenth of the walk's time, however big the parent."""
+    cache (NFS, FUSE...). Listings are read spaced, taking at most a tenth of the walk's time, however big the
+    parent."""
 
     __slots__ = ("after", "listed_ino", "top")
 
@@ -196,15 +195,13 @@ class _FreshListing:
         self.after = 0.0  # monotonic time before which no listing is read between directories
 
     def due(self) -> bool:
-        """Whether to read a fresh listing before this step. Whether to read a fresh listing before this step (a rename
-        landing meanwhile costs the moved tree what was removed since the last listing, and the hazard record names
-        it)."""
+        """Whether to read a fresh listing before this step. A rename landing meanwhile costs the moved tree what was
+        removed since the last listing. The hazard record names it."""
         return time.monotonic() >= self.after
 
     def shows_top(self) -> bool:
-        """Whether the parent's fresh listing still shows the top's name as its first inode. Whether the parent's fresh
-        listing still shows the top's name as the inode it showed at the first look (True where that cannot be told: an
-        unreadable listing)."""
+        """Whether the parent's fresh listing still shows the top's name as its first inode. True where that cannot be
+        told: an unreadable listing."""
         started = time.monotonic()
         listed = _listed_inode(self.top)
         now = time.monotonic()
@@ -279,9 +276,8 @@ class _Position:
         os.close(fd)
 
     def scandir(self, path: Any = None) -> Any:
-        """``os.scandir``, its names noted for the directory the walk lists. ``os.scandir``, its names noted for the
-        directory the walk lists: what was there when the walk looked (an entry that appears afterwards is not the
-        call's to remove, see ``Walk._retry``)."""
+        """``os.scandir``, its names noted for the directory the walk lists. That is what was there when the walk
+        looked. An entry that appears afterwards is not the call's to remove (see ``Walk._retry``)."""
         listing = os.scandir() if path is None else os.scandir(path)
         return _Listing(listing, self.listing_of(path))
 
@@ -300,9 +296,9 @@ class _Position:
             self.dirs[fd] = os.path.join(self.dirs.get(dir_fd, ""), name) if dir_fd is not None else name
 
     def listing_of(self, path: Any) -> set[str] | None:
-        """The names of the walk's first listing of the directory ``path`` names. The set that holds the names of the
-        walk's first listing of the directory ``path`` names (a descriptor the walk opened, or a path); None for a later
-        listing of it, or a directory it cannot name."""
+        """The names of the walk's first listing of the directory ``path`` names. It is the set that holds them;
+        ``path`` is a descriptor the walk opened, or a path. None for a later listing of it, or a directory it cannot
+        name."""
         if isinstance(path, int):
             where = self.dirs.get(path)
         else:
@@ -331,8 +327,8 @@ class _Position:
             removed.names.append(os.path.join(self.dirs[dir_fd], name) if dir_fd in self.dirs else name)
 
     def check(self, boundary: bool) -> None:
-        """Raise ``_Moved`` when the tree is no longer at its path. Raise ``_Moved`` when the tree is no longer at its
-        path (where that cannot be told, the call goes on: it then fails on its own, as the standard rmtree's would).
+        """Raise ``_Moved`` when the tree is no longer at its path. Where that cannot be told, the call goes on. It then
+        fails on its own, as the standard rmtree's would.
 
         "At its path" means: the name's own ``lstat`` is what it was when the call began (so a top that is a mount
         point, a path through a symlink, or an overlay's merged directory is judged by what the name shows, never
@@ -373,9 +369,9 @@ class _Position:
 
 
 class _Caller:
-    """What the caller of ``rmtree`` asked of its errors, and what it got. What the caller of ``rmtree`` asked of its
-    errors: ``ignore_errors``, its own ``onerror``/``onexc`` (``onexc``: whether this ``rmtree`` takes one, 3.12+), and
-    what it got (``forwarded``: the error that escaped to it, the caller's, never absorbed)."""
+    """What the caller of ``rmtree`` asked of its errors, and what it got. ``ignore_errors`` and its own
+    ``onerror``/``onexc`` (``onexc``: whether this ``rmtree`` takes one, 3.12+). ``forwarded``: the error that escaped
+    to it, the caller's, never absorbed."""
 
     __slots__ = ("forwarded", "ignore", "onerror", "onexc", "use_onexc")
 
@@ -390,17 +386,16 @@ class _Caller:
 
     @property
     def handler(self) -> str | None:
-        """The caller's own handler's keyword, ``"onexc"`` or ``"onerror"``, or None. ``"onexc"``/``"onerror"`` where
-        the caller passed its own handler (and not ``ignore_errors``, which overrides it): then every error the walk
-        meets is the handler's to decide, as in the standard ``rmtree``."""
+        """The caller's own handler's keyword, ``"onexc"`` or ``"onerror"``, or None. Only where the caller passed its
+        own handler; ``ignore_errors`` overrides it. Every error the walk meets is then the handler's to decide, as in
+        the standard ``rmtree``."""
         if self.ignore:
             return None
         return "onexc" if self.onexc is not None else "onerror" if self.onerror is not None else None
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], walk: Walk) -> tuple[list[Any], dict[str, Any]]:
-        """The caller's arguments with the walk's handler in place of the caller's. The caller's arguments with the
-        walk's handler in place of the caller's (``onexc`` where it exists, else ``onerror``, in the position the caller
-        used; none with ``ignore_errors``)."""
+        """The caller's arguments with the walk's handler in place of the caller's. ``onexc`` where it exists, else
+        ``onerror``, in the position the caller used; none with ``ignore_errors``."""
         positional, named = list(args), dict(kwargs)
         if not self.ignore:
             if self.use_onexc:
@@ -426,9 +421,8 @@ class _Caller:
 
 
 class Found:
-    """What a walk absorbed. What a walk absorbed: entries a peer removed first, directories removed again, seconds
-    waited, the top gone (``"before"`` or ``"after"`` the walk) and where a peer renamed it, the first error
-    absorbed."""
+    """What a walk absorbed. Entries a peer removed first, directories removed again, seconds waited. The top gone
+    (``"before"`` or ``"after"`` the walk), and where a peer renamed it. The first error absorbed."""
 
     __slots__ = ("entries_gone", "first_error", "handed", "renamed_to", "retried", "top_gone", "waited")
 
@@ -469,10 +463,9 @@ class Walk:
         self.wait_on_vanish = False  # stop at the first vanished entry and wait for the peer (``remove``)
 
     def set_checking(self, checking: bool) -> None:
-        """Remove the tree with the position checked, or plainly where no peer can move it. Remove the tree with the
-        position checked (the standard walk's copy for this walk, where the caller's ``rmtree`` is the standard one),
-        or, for a tree no peer can move meanwhile, with the caller's ``rmtree`` as it is: no checks, and no copy
-        made."""
+        """Remove the tree with the position checked, or plainly where no peer can move it. Checked: the standard walk's
+        copy for this walk, where the caller's ``rmtree`` is the standard one. Plain, for a tree no peer can move
+        meanwhile: the caller's ``rmtree`` as it is, no checks, no copy made."""
         position = self.position
         position.checking = checking
         if checking:
@@ -538,9 +531,8 @@ class Walk:
         self.caller.forward(func, path, exc, exc_info)
 
     def _hand(self, func: Callable[..., Any], is_top: bool, path: Any) -> None:
-        """Note a ``FileNotFoundError`` the caller's handler gets that a peer caused. Note, for the record, a
-        ``FileNotFoundError`` the caller's handler gets that the rule would have absorbed as a peer's doing (decided
-        from what the listings show now: the handler gets it anyway, no waiting)."""
+        """Note a ``FileNotFoundError`` the caller's handler gets that a peer caused. The rule would have absorbed it as
+        a peer's doing, decided from what the listings show now. The handler gets it anyway, with no waiting."""
         found, rules = self.found, self.rules
         if not is_top:
             if not rule.entry_gone_by_peer(rules):
@@ -556,12 +548,12 @@ class Walk:
         found.handed = self.caller.handler
 
     def _retry(self, path: Any, code: int, frame: Any) -> bool:
-        """Remove a directory again that was not empty at its removal, if still safe. Remove a directory again that is
-        not empty at its removal, if it is still the same directory and everything in it now was in it when the walk
-        listed it, or is what a removal in progress leaves (an NFS or FUSE client's silly-renamed
-        ``.nfs…``/``.fuse_hidden…`` file of an unlinked open one). An entry that appeared after the walk's listing (a
-        peer publishing into the tree) is not the call's to remove, and neither is a busy mount point (no peer's removal
-        ends that): the error goes where the standard rmtree sends it."""
+        """Remove a directory again that was not empty at its removal, if still safe. It must still be the same
+        directory. Everything in it now must have been in it when the walk listed it, or be what a removal in progress
+        leaves. (An NFS or FUSE client's silly-renamed ``.nfs…``/``.fuse_hidden…`` file of an unlinked open one.) An
+        entry that appeared after the walk's listing (a peer publishing into the tree) is not the call's to remove, and
+        neither is a busy mount point (no peer's removal ends that): the error goes where the standard rmtree sends
+        it."""
         where = norm(path)
         before = self._started_on(where, frame)
         if code == errno.EBUSY and before is not None and not rule.busy_may_clear(where, before, self.world):
@@ -587,10 +579,9 @@ class Walk:
             found.waited += backoff.waited()
 
     def _remove_again(self, where: str) -> bool | None:
-        """Remove the directory ``where`` and its contents, if the walk listed all of it. Remove the directory ``where``
-        and what is in it, if all of that is what the walk listed there (or a removal's residue; directories among it
-        alike): True when it is gone, False when something of it stays (tried again, bounded, by ``_retry``), None when
-        something in it appeared after the walk's listing."""
+        """Remove the directory ``where`` and its contents, if the walk listed all of it. A removal's residue counts as
+        listed, and so do directories among it. True when it is gone. False when something of it stays (``_retry`` tries
+        again, bounded). None when something in it appeared after the walk's listing."""
         try:
             names = os.listdir(where)
         except FileNotFoundError:
@@ -622,10 +613,9 @@ class Walk:
         return True
 
     def _started_on(self, path: str, frame: Any) -> os.stat_result | None:
-        """The directory the standard ``rmtree`` found at ``path`` when it started. The directory the standard
-        ``rmtree`` found at ``path`` when it started removing it, read from its failing frame: ``orig_st`` (the
-        recursive walk), or the stat cached in ``orig_entry`` (the stack-based walk, which keeps no stat of the top: for
-        the top, the walk's own)."""
+        """The directory the standard ``rmtree`` found at ``path`` when it started. It is read from its failing frame:
+        ``orig_st`` for the recursive walk. For the stack-based walk, the stat cached in ``orig_entry``. That walk keeps
+        no stat of the top; for the top, the walk's own."""
         found: Any = frame.f_locals if frame is not None else {}
         st = found.get("orig_st")
         entry = found.get("orig_entry")
@@ -639,10 +629,9 @@ class Walk:
         return st if isinstance(st, os.stat_result) else None
 
     def wait_for_peer_removal(self) -> bool:
-        """Wait for a peer removing this tree instead of racing it. A peer is removing this tree: wait, at most
-        ``FSGUARD_SETTLE_S``, for its name to leave the parent's fresh listing, instead of racing the peer entry by
-        entry (N ranks' walks of one tree cost N times its metadata operations). True when the tree went (removed, or
-        renamed: then where), False to walk on.
+        """Wait for a peer removing this tree instead of racing it. It waits at most ``FSGUARD_SETTLE_S`` for the tree's
+        name to leave the parent's fresh listing. Racing the peer entry by entry would cost N ranks N times the tree's
+        metadata operations. True when the tree went (removed, or renamed: then where), False to walk on.
 
         Each probe is the name's own lookup (a peer's removal on this node shows there at once, and where the mount
         caches no missing names a miss is the truth: ``World.look``); while the lookup still shows the tree, a
@@ -686,9 +675,9 @@ _LISTING_EVERY_S = 0.05  # a wait for a peer's removal reads its first fresh lis
 
 
 class _Spacing:
-    """When the next fresh listing of a wait that began at ``began`` is due. When the next fresh listing of a wait that
-    began at ``began`` is due: at ``after``, then each after at least as long again as the wait has lasted, listings
-    taking at most a tenth of the time (and at least ``_LISTING_EVERY_S`` apart)."""
+    """When the next fresh listing of a wait that began at ``began`` is due. At ``after``, then each after at least as
+    long again as the wait has lasted. Listings take at most a tenth of the time, and are at least ``_LISTING_EVERY_S``
+    apart."""
 
     __slots__ = ("after", "began")
 
@@ -709,9 +698,8 @@ class _Spacing:
 
 
 def _removal_residue(name: str) -> bool:
-    """Whether ``name`` is what a client leaves of an unlinked open file. Whether ``name`` is what a client leaves of an
-    open file that was unlinked: NFS's ``.nfs`` plus 24 hex digits, FUSE's ``.fuse_hidden`` plus 16 (the entry a removal
-    of the tree took away, not a new one)."""
+    """Whether ``name`` is what a client leaves of an unlinked open file. NFS's ``.nfs`` plus 24 hex digits, FUSE's
+    ``.fuse_hidden`` plus 16. It is the entry a removal of the tree took away, not a new one."""
     import re
 
     return re.fullmatch(r"\.nfs[0-9a-fA-F]{24}|\.fuse_hidden[0-9a-fA-F]{16}", name) is not None
@@ -780,8 +768,8 @@ def _find_renamed(top: str, orig: os.stat_result | None, held: _Held) -> str | N
 
 
 class _Held:
-    """The tree's top's descriptor, held open for a search by inode. The descriptor of the tree's top that one guarded
-    call holds open while it may search for it by inode (``_find_renamed``); closed when the call ends."""
+    """The tree's top's descriptor, held open for a search by inode. One guarded call holds it while it may search for
+    the top by inode (``_find_renamed``). It is closed when the call ends."""
 
     __slots__ = ("fds",)
 
@@ -878,9 +866,8 @@ def _remember_scratch(scratch: dict[str, None], top: str) -> None:
 
 
 class _Course:
-    """The course of one guarded ``rmtree``, into one verdict. The course of one guarded ``rmtree``: its plan, the yield
-    window, the walk (alone, or holding the path's lock), and a failure that escaped the walk's handler, into one
-    verdict."""
+    """The course of one guarded ``rmtree``, into one verdict. Its plan, the yield window, the walk (alone, or holding
+    the path's lock), and a failure that escaped the walk's handler."""
 
     def __init__(self, walk: Walk, positional: list[Any], named: dict[str, Any], serializer: Any) -> None:
         self.walk = walk
@@ -929,10 +916,10 @@ class _Course:
         return found
 
     def _tell_handler(self) -> None:
-        """Show the caller's handler the tree that left while this process waited. The tree left while this process
-        waited: where the caller passed its own handler, the standard walk runs now all the same, so that the handler
-        sees the missing tree as the standard ``rmtree`` called now shows it (a tree that stands there meanwhile is
-        another one: the checked walk stops before removing anything)."""
+        """Show the caller's handler the tree that left while this process waited. Where the caller passed its own
+        handler, the standard walk runs now all the same. So the handler sees the missing tree as the standard
+        ``rmtree`` called now shows it. A tree that stands there meanwhile is another one: the checked walk stops before
+        removing anything."""
         walk, (positional, named) = self.walk, self.arguments
         if walk.caller.handler is None or not walk.position.checking:
             return
@@ -945,9 +932,8 @@ class _Course:
         return self.pending is not None and self.pending()
 
     def _yield(self, budget_s: float) -> RmtreeVerdict | None:
-        """Wait up to ``budget_s`` for a peer to move the tree away. Wait up to ``budget_s`` (more while a peer's
-        announced rename is pending) for a peer to move the tree away: the verdict saying where it went, or None when it
-        stayed."""
+        """Wait up to ``budget_s`` for a peer to move the tree away. It waits longer while a peer's announced rename is
+        pending. Returns the verdict saying where it went, or None when it stayed."""
         walk = self.walk
         how, waited = wait_for_move(self.top, walk.world, budget_s, self.pending, walk.rules.settle_s)
         self.window += waited
@@ -957,9 +943,8 @@ class _Course:
         return rule.yielded(self.top, self.window, how, _find_renamed(self.top, position.top_st, position.held))
 
     def _walk(self) -> RmtreeVerdict | None:
-        """Remove the tree, alone or holding the path's lock. Remove the tree: alone (waiting for a peer that removes it
-        too), or holding the path's lock (then a rename of it that a peer announced meanwhile goes first: its
-        verdict)."""
+        """Remove the tree, alone or holding the path's lock. Alone, it waits for a peer that removes it too. Holding
+        the path's lock, a rename of it a peer announced meanwhile goes first: its verdict."""
         walk, (positional, named) = self.walk, self.arguments
         if self.serializer is None:
             # Only in a job with peers (a lone process has nobody to wait for); serialized, peers do not walk

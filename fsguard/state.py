@@ -113,9 +113,8 @@ class Memory:
 
 
 class Writer:
-    """The record writer's state (``fsguard.records``). The record writer's state (``fsguard.records``): kept across
-    installs (the logger's handler stays attached, the file open); in a forked child its lock is new and the parent's
-    file is left alone."""
+    """The record writer's state (``fsguard.records``). Kept across installs: the logger's handler stays attached, the
+    file open. In a forked child its lock is new and the parent's file is left alone."""
 
     __slots__ = (
         "handler",
@@ -194,10 +193,10 @@ def busy() -> bool:
 
 
 def shutting_down() -> bool:
-    """Whether the interpreter is finalizing. Whether the interpreter is finalizing (``__del__`` of module globals, late
-    finalizers): imports fail then (``sys.meta_path`` is None) and records could not be written, so a guarded call is
-    the unpatched call. Asked only where fsguard would import or record: a failure's decision, a serialized call (every
-    rmtree asks ``sys.meta_path`` alone: the import its walk needs is what fails)."""
+    """Whether the interpreter is finalizing. That is ``__del__`` of module globals, or late finalizers. Imports fail
+    then (``sys.meta_path`` is None) and records could not be written. So a guarded call is the unpatched call. Asked
+    only where fsguard would import or record: a failure's decision, a serialized call (every rmtree asks
+    ``sys.meta_path`` alone: the import its walk needs is what fails)."""
     return sys.meta_path is None or sys.is_finalizing()
 
 
@@ -287,10 +286,9 @@ _gate: _Gate | None = None  # made at the first section (``_hook_gate``), made a
 
 
 class Unforkable:
-    """A section of fsguard's own work that no fork may split. A section of fsguard's own work that no fork may split: a
-    fork from another thread waits for it to end (bounded, ``FORK_WAIT_S``), and a section does not start while a fork
-    is under way. Nests; a fork made by the thread inside the section itself does not wait for it. About a microsecond
-    to enter and leave."""
+    """A section of fsguard's own work that no fork may split. A fork from another thread waits for it to end (bounded,
+    ``FORK_WAIT_S``). A section does not start while a fork is under way. Nests; a fork made by the thread inside the
+    section itself does not wait for it. About a microsecond to enter and leave."""
 
     __slots__ = ("_gate", "_ident")
 
@@ -322,12 +320,11 @@ _gate_hooked: list[bool] = []
 
 
 def _hook_gate() -> _Gate:
-    """Make the gate and its at-fork hook at the first section. Make the gate, and register its side of the at-fork
-    hook, at the first section, not at startup: hooks run newest first before a fork, so a fork then waits for the
-    sections before it takes the locks of hooks registered earlier (``logging``'s, which torch imports, and
-    ``fsguard.records``' when a record was written already); a section that logs then never waits for the fork that
-    waits for it. ``logging`` imported for the first time inside a section registers its hook after the gate's:
-    ``_lend_logging_lock``."""
+    """Make the gate and its at-fork hook at the first section. Not at startup: hooks run newest first before a fork. So
+    a fork then waits for the sections before it takes the locks of hooks registered earlier. (``logging``'s, which
+    torch imports, and ``fsguard.records``' when a record was written already.) A section that logs then never waits for
+    the fork that waits for it. ``logging`` imported for the first time inside a section registers its hook after the
+    gate's: ``_lend_logging_lock``."""
     global _gate
     with _gate_making:
         if _gate is None:
@@ -408,9 +405,9 @@ _late_fork_reporters: list[Callable[[float, list[str]], None]] = []
 
 
 def report_late_forks(report: Callable[[float, list[str]], None]) -> Callable[[float, list[str]], None]:
-    """Report, in the parent, a fork that went on while sections were open. Call ``report(waited_s, thread_names)`` in
-    the parent after a fork that went on while other threads were still inside ``Unforkable`` sections (the record is
-    written by the layer that opens such sections)."""
+    """Report, in the parent, a fork that went on while sections were open. It calls ``report(waited_s, thread_names)``
+    after a fork made while other threads were inside ``Unforkable`` sections. The layer that opens such sections writes
+    the record."""
     _late_fork_reporters.append(report)
     return report
 

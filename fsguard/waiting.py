@@ -62,9 +62,9 @@ class Backoff:
         return self.budget_s - self.waited()
 
     def pause(self, limit_s: float | None = None) -> bool:
-        """Sleep the next step; False once the budget or tries are spent. Sleep the next step, cut to what is left of
-        the budget and to ``limit_s``; False, without sleeping, once the budget is spent, the tries are used up or
-        ``stop`` is set (also when it is set meanwhile).
+        """Sleep the next step; False once the budget or tries are spent. The step is cut to what is left of the budget
+        and to ``limit_s``. False, without sleeping, once the budget is spent, the tries are used up or ``stop`` is set.
+        It is also False when ``stop`` is set meanwhile.
 
         A loop whose own blocking wait (a store's ``wait`` on a key) did the waiting skips ``pause`` for that
         round: only the loops that sleep advance the steps."""

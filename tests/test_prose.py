@@ -13,8 +13,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "fsguard"
 FIRST_WORDS = 15  # the opening sentence: what the thing does
 P90_WORDS = 28  # the top of the anchors' 90th percentiles (wrapt, filelock, coverage.py: 18-28)
@@ -83,7 +81,6 @@ def test_every_docstring_opens_with_a_short_sentence() -> None:
     assert long_openings() == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 49: long sentences still being split")
 def test_docstring_sentences_stay_short() -> None:
     counts = lengths()
     assert len(counts) > 500, "the measure found too few docstrings to mean anything"

@@ -1,14 +1,14 @@
 """``fsguard report --html OUT.html``: the audit as one self-contained page a person can look at.
 
-One file, nothing fetched: inline CSS, an inline SVG timeline, the marks' records as inline JSON and a few
-lines of JavaScript that show a mark's record on hover or click. A Content-Security-Policy forbids every
-network request, so the page opens the same from a laptop's disk or a CI artifact.
+One file, nothing fetched: inline CSS, an inline SVG timeline and the marks' records as inline JSON. A few lines of
+JavaScript show a mark's record on hover or click. A Content-Security-Policy forbids every network request, so the page
+opens the same from a laptop's disk or a CI artifact.
 
-What it shows, in the order a person asks: what was read (and what could not be, with the reason), a
-summary band (job span, ranks, hosts, records by decision), the hazards and conflicts (data may have been
-lost), a timeline (one lane per process, or per host for large jobs; time along the axis; one mark per
-record or per bin of records, coloured by its worst decision, with the longest wait drawn before it), the
-longest waits, and the text report's call-site table with the same path patterns (``fsguard.audit.report``).
+What it shows, in the order a person asks: what was read, and what could not be, with the reason. Then a summary band:
+job span, ranks, hosts, records by decision. Then the hazards and conflicts, where data may have been lost. Then a
+timeline: one lane per process (per host for large jobs), time along the axis. It has one mark per record or bin,
+coloured by its worst decision, with the longest wait drawn before it. Last, the longest waits and the text report's
+call-site table with its path patterns (``fsguard.audit.report``).
 
 Memory stays bounded: records are streamed into the text report's groups and into ``timeline.Timeline``,
 whose bins adapt; nothing holds the records themselves.

@@ -112,8 +112,8 @@ def _open(path: str) -> IO[bytes]:
 def _reader(raw: IO[bytes]) -> Callable[[int], bytes]:
     """How to read ``raw``: directly, or decompressing when its magic bytes say so.
 
-    Decompressed streams are read with ``read1``, one compressed chunk at a time, so that a truncated
-    stream loses only its last chunk (``read(n)`` would drop everything it had decoded towards ``n``).
+    Decompressed streams are read with ``read1``, one compressed chunk at a time. So a truncated stream loses only its
+    last chunk; ``read(n)`` would drop everything it had decoded towards ``n``.
     """
     peek = getattr(raw, "peek", None)
     head = peek(6)[:6] if peek is not None else b""

@@ -1,18 +1,17 @@
 """Ordering races outside the guarded calls. A peer moved or removed a staging directory while this rank still listed or
 wrote into it.
 
-No patch of ``os.*`` can fix these (the write itself is lost), so ``scan`` reports them ``not fixable``;
-but they are races, and they make its exit status 1. A missing path alone proves nothing (a typo, an
-input that was never there), so one is called an ordering race only when both hold:
+No patch of ``os.*`` can fix these: the write itself is lost. So ``scan`` reports them ``not fixable``; but they are
+races, and they make its exit status 1. A missing path alone proves nothing (a typo, an input that was never there), so
+one is called an ordering race only when both hold:
 
 1. the missing directory *is a staging directory*: its name says so (``tmp-checkpoint-1``, ``ckpt.tmp``,
    ``.staging``, ``partial``...; ``/tmp`` or a directory *under* one does not count), and
 2. the inputs show a peer at it: another rank failed on the same directory, or a rename, replace, move or
    rmtree of this directory (or of one inside or above it) failed because its source was already gone.
 
-A staging directory missing for one rank, with nothing else in the inputs, is listed ``not fixable``
-without counting as a race; anything else missing (``/data/train.csv``) is not listed at all, like a disk
-full or a permission error, which are not ``ENOENT`` to begin with.
+A staging directory missing for one rank, with nothing else in the inputs, is listed ``not fixable``. It does not count
+as a race. Anything else missing (``/data/train.csv``) is not listed at all, like a disk full or a permission error.
 """
 
 from __future__ import annotations

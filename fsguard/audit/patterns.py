@@ -1,7 +1,7 @@
 """Path patterns: one call site's paths, folded into one line.
 
-Each path component is folded on its own, and only what is a *number or a random run as a whole* changes,
-so that names stay readable (``fsguard-demo-h7gtusfl`` stays as it is):
+Each path component is folded on its own. Only a *number or a random run as a whole* changes, so names stay readable
+(``fsguard-demo-h7gtusfl`` stays as it is):
 
 * ``tempfile`` names: ``tmpa8f_3kq1`` becomes ``tmp*``;
 * NFS silly-rename files: ``.nfs00000000012f0000001a`` becomes ``.nfs*``;
@@ -67,9 +67,8 @@ _STAGING_WORD = re.compile(r"(?i)tmp|temp|staging|partial|incomplete")
 
 
 def mentions_staging(source: str) -> bool:
-    """Whether a call's source line names a staging or temporary tree. Whether a call's source line names a staging or
-    temporary tree (``shutil.rmtree(staging_dir)``): the standard rmtree's errors name the entry (often relative to a
-    directory descriptor), not the tree."""
+    """Whether a call's source line names a staging or temporary tree. Example: ``shutil.rmtree(staging_dir)``. The
+    standard rmtree's errors name the entry, often relative to a directory descriptor, not the tree."""
     _, _, call = source.partition("rmtree(")
     return bool(_STAGING_WORD.search(call))
 
@@ -87,9 +86,9 @@ def fold_args(args: list[str]) -> str:
 def shorten(pattern: str, width: int) -> str:
     """``pattern`` in about ``width`` characters, cut in the *middle* of each path (``/tmp/.../run/ckpt-<n>``).
 
-    Each path keeps its first component and as many of its last ones as fit (the same number on both sides
-    of a rename); the last component stays whole (the name is what a person looks for) unless it alone is
-    wider than its share: then its middle goes too (a hash, usually), keeping its start and its end.
+    Each path keeps its first component and as many of its last ones as fit. A rename's two sides keep the same number.
+    The last component stays whole, since the name is what a person looks for. Only when it alone is wider than its
+    share does its middle go too (a hash, usually), keeping its start and end.
     """
     if len(pattern) <= width:
         return pattern

@@ -1,21 +1,20 @@
 """What ``fsguard report PATH...`` finds. It says what fsguard absorbed in a job, where, how often, and whether anything
 was at risk.
 
-Inputs: per-process JSON-lines files (``FSGUARD_LOG``), directories of them, and job logs in which the
-records are stderr lines among everything else (any launcher prefix), gzip/bzip2/xz compressed, ``-``
-for standard input. Records are read with ``fsguard.records.parse_line``, the one parser, so this
-command reads exactly what fsguard writes.
+Inputs: per-process JSON-lines files (``FSGUARD_LOG``) and directories of them. Also job logs, where the records are
+stderr lines among everything else, with any launcher prefix. They may be gzip/bzip2/xz compressed; ``-`` is standard
+input. Records are read with ``fsguard.records.parse_line``, the one parser, so this command reads exactly what fsguard
+writes.
 
-Records are grouped by operation and call site; within a group the paths are folded into patterns
-(``checkpoint-<n>``). Groups that hold a hazard or a conflict are listed first, marked ``!!``, under a
-heading that says data may have been lost; the others follow under their own. ``--html OUT.html``
-(``fsguard.audit.html``) also writes the same analysis as a web page with a timeline.
-The same record read twice (a job's log *and* its JSON-lines files) counts once.
-A stderr line that stands for lines held back (``detail.more``: fsguard prints a few lines per call site
-and decision, then counts) counts for them too, unless the JSON-lines files read show them one by one.
+Records are grouped by operation and call site; within a group the paths are folded into patterns (``checkpoint-<n>``).
+Groups that hold a hazard or a conflict are listed first, marked ``!!``. Their heading says data may have been lost; the
+others follow under their own. ``--html OUT.html`` (``fsguard.audit.html``) also writes the same analysis as a web page
+with a timeline. The same record read twice (a job's log *and* its JSON-lines files) counts once. A stderr line may
+stand for lines held back (``detail.more``): fsguard prints a few lines per call site and decision, then counts. It
+counts for them too, unless the JSON-lines files read show them one by one.
 
-A line that announces a record (``fsguard: <decision> ...`` or a JSON object with a ``decision``) but does
-not parse is a damaged or truncated record: named with its line number, and the exit status is 2.
+A line that announces a record but does not parse is a damaged or truncated record. (It starts ``fsguard: <decision>
+...`` or is a JSON object with a ``decision``.) It is named with its line number, and the exit status is 2.
 
 Exit status: 0 no records, 1 records found, 2 usage or read errors (which win: a damaged input may hide
 more).

@@ -1,42 +1,40 @@
-"""What ``fsguard scan LOG...`` finds: races that crashed jobs run without fsguard. What ``fsguard scan LOG...`` finds:
-in logs of jobs that ran *without* fsguard, the filesystem races that crashed them, and whether fsguard would have saved
-the job.
+"""What ``fsguard scan LOG...`` finds: races that crashed jobs run without fsguard. It reads logs of jobs that ran
+*without* fsguard. It finds the filesystem races that crashed them, and whether fsguard would have saved the job.
 
-A traceback counts when its exception is an ``OSError`` (or subclass) raised from ``os.makedirs``,
+A traceback counts when its exception is an ``OSError`` raised from a guarded operation. These are ``os.makedirs``,
 ``os.mkdir``, ``os.rename``, ``os.replace``, ``os.remove``, ``os.unlink``, ``os.rmdir``, ``os.symlink``, ``os.link``,
-``shutil.rmtree`` or ``shutil.move`` (``pathlib``'s ``mkdir``, ``rename``, ``replace``, ``unlink``, ``rmdir``,
-``symlink_to`` and ``hardlink_to`` too). The operation is read from the standard library's frames (``makedirs`` in
-``os``, ``rmtree`` in ``shutil``); for C functions, which have no frame, from the call in the source line
-of the innermost frame of the program (the one under the carets, where Python prints them). That frame
-is the call site; findings are grouped by call site, operation and error.
+``shutil.rmtree`` and ``shutil.move``. ``pathlib``'s ``mkdir``, ``rename``, ``replace``, ``unlink``, ``rmdir``,
+``symlink_to`` and ``hardlink_to`` count too. The operation is read from the standard library's frames (``makedirs`` in
+``os``, ``rmtree`` in ``shutil``). C functions have no frame. For them it is read from the call in the source line of
+the program's innermost frame, the one under the carets. That frame is the call site; findings are grouped by call site,
+operation and error.
 
-Ordering races outside those calls count too (``ordering.py``): a staging directory that a peer moved or
-removed while this rank still listed or wrote into it (``os.listdir``, ``open``, ``torch.save``'s
-"Parent directory ... does not exist", safetensors' "os error 2"). No patch of ``os.*`` can fix those;
-they are reported ``not fixable`` *and* make the exit status 1, with what would fix them in the program.
+Ordering races outside those calls count too (``ordering.py``). A peer moved or removed a staging directory while this
+rank still listed or wrote into it. Examples: ``os.listdir``, ``open``, ``torch.save``'s "Parent directory ... does not
+exist", safetensors' "os error 2". No patch of ``os.*`` can fix those; they are reported ``not fixable`` *and* make the
+exit status 1, with what would fix them in the program.
 
-Known library bugs count too (``KNOWN_BUGS``): a traceback through the library code of an ordering or
-shared-writer bug that users filed upstream (``torch.hub.load`` on every rank, pytorch/pytorch #68320; a
-``datasets`` cache entry built by several nodes whose lock does not lock across them, transformers #30859)
-is ``not fixable`` whatever call it failed in, and counts as a race, with the library's fix: fsguard may
-absorb a duplicated call inside it, but the job still fails (``tests/test_real_programs.py`` runs both).
+Known library bugs count too (``KNOWN_BUGS``): ordering or shared-writer bugs that users filed upstream. Examples:
+``torch.hub.load`` on every rank (pytorch/pytorch #68320). Or a ``datasets`` cache entry built by several nodes whose
+lock does not lock across them (transformers #30859). A traceback through such code is ``not fixable`` whatever call it
+failed in, and counts as a race, with the library's fix. fsguard may absorb a duplicated call inside it, but the job
+still fails (``tests/test_real_programs.py`` runs both).
 
-Verdicts, one per (operation, error), are the guards' own: each rule's module ends in a ``SCAN`` table
-(``fsguard.guards.Scan``) that says which errors of its operations it absorbs, on what evidence, and which it
-re-raises; ``fsguard.guards.SCAN`` holds the errors no rule absorbs (``ESTALE``, permission, space). A row for a
-staging or temporary tree wins over the plain one (``rmtree`` of ``tmp-checkpoint-5`` may race a rename: data
-loss). An error no table names is not fixable: not a race fsguard can prove.
+Verdicts, one per (operation, error), are the guards' own. Each rule's module ends in a ``SCAN`` table
+(``fsguard.guards.Scan``). It says which errors of its operations it absorbs, on what evidence, and which it re-raises.
+``fsguard.guards.SCAN`` holds the errors no rule absorbs (``ESTALE``, permission, space). A row for a staging or
+temporary tree wins over the plain one (``rmtree`` of ``tmp-checkpoint-5`` may race a rename: data loss). An error no
+table names is not fixable: not a race fsguard can prove.
 
-"absorbed" means fsguard's default mode (``FSGUARD=1``) turns the crash into a record; "serialize" means
-it takes ``FSGUARD_SERIALIZE=1`` (the calls on one path run one rank at a time); "not fixable" means
-fsguard re-raises it, rightly: a genuine error, or an ordering bug of the application. Errno numbers in
-a log are read with this machine's table (logs from Linux, read on Linux).
+"absorbed": fsguard's default mode (``FSGUARD=1``) turns the crash into a record. "serialize": it takes
+``FSGUARD_SERIALIZE=1``, which runs the calls on one path one rank at a time. "not fixable": fsguard re-raises it,
+rightly: a genuine error, or an ordering bug of the application. Errno numbers in a log are read with this machine's
+table (logs from Linux, read on Linux).
 
-The same traceback printed twice (by the rank, then again in torchrun's failure summary) counts once per
-rank. Exit status: 0 no races found, 1 races found that fsguard absorbs, that need serialization, or
-ordering races no patch can fix (a CI gate), 2 usage or read errors (a truncated, binary or unreadable
-input, or one that ends inside a traceback). Genuine errors are listed but do not make the status 1: they
-are not races.
+The same traceback printed twice (by the rank, then again in torchrun's failure summary) counts once per rank. Exit
+status: 0 no races found; 2 usage or read errors. 1 races found: ones fsguard absorbs or serializes, or ordering races
+no patch can fix (a CI gate). A read error is a truncated, binary or unreadable input, or one that ends inside a
+traceback. Genuine errors are listed but do not make the status 1: they are not races.
 """
 
 from __future__ import annotations
@@ -187,9 +185,9 @@ DEPENDS_WHY = (
 
 
 def _top(frame: Frame) -> bool:
-    """Whether ``frame`` is the first of a thread or process. Whether ``frame`` is the first of a thread or process (a
-    script's module, runpy, a thread's or process's bootstrap; the re-raising ``@record`` wrapper of torch's elastic
-    agent, where its summary's copy starts)."""
+    """Whether ``frame`` is the first of a thread or process. A thread's first frame is a script's module, runpy, or a
+    thread's or process's bootstrap. It is also the re-raising ``@record`` wrapper of torch's elastic agent, where its
+    summary's copy starts."""
     if frame.function == "<module>":
         return True
     found = _TOP.search(frame.file)
@@ -203,10 +201,10 @@ def _top(frame: Frame) -> bool:
 
 
 def unproven(tb: Traceback) -> str | None:
-    """Why a traceback cannot prove its error ended its thread unhandled, or None. Why a traceback cannot prove its
-    error ended its thread unhandled, or None: the exception was handled (another followed it), was raised while
-    handling another, never reaches a thread's top, or passed through a frame that carries errors (a future, a task) or
-    may suppress them (a context manager's exit, a generator)."""
+    """Why a traceback cannot prove its error ended its thread unhandled, or None. The reasons: the exception was
+    handled (another followed it), or was raised while handling another. Or it never reaches a thread's top. Or it
+    passed through a frame that carries errors (a future, a task) or may suppress them (a context manager's exit, a
+    generator)."""
     if tb.chained:
         return "the program handled it (another exception followed during its handling)"
     if tb.handling:
@@ -228,9 +226,9 @@ def _unquote(text: str | None) -> str | None:
 def parse_error(exception: str, message: str) -> tuple[str, str | None, list[str]] | None:
     """``(type, errno name, paths)`` of an OSError's exception line, or None for any other exception.
 
-    An OSError that a library re-raised inside its own exception, with the original's type and text as the
-    message (torch's ``InductorError: FileNotFoundError: [Errno 2] ...``), counts as that OSError: the frames
-    are the original's (``with_traceback``), down to the failing call."""
+    An OSError that a library re-raised inside its own exception counts as that OSError. The library's message holds the
+    original's type and text (torch's ``InductorError: FileNotFoundError: [Errno 2] ...``). The frames are the
+    original's (``with_traceback``), down to the failing call."""
     name = exception.rsplit(".", 1)[-1]
     if name not in OS_ERRORS:
         wrapped = _WRAPPED.match(message)
@@ -328,9 +326,9 @@ _MOVES = ("rename", "replace", "move", "rmtree")
 
 @dataclass(frozen=True)
 class KnownBug:
-    """Library code whose failures are the library's own ordering or shared-writer bug. Library code whose failures,
-    whatever error they end in, are an ordering or shared-writer bug of the library when its ranks run it together: no
-    patch of ``os.*`` can fix them, and the fix is the program's."""
+    """Library code whose failures are the library's own ordering or shared-writer bug. Whatever error they end in,
+    these failures are the library's bug when its ranks run it together. No patch of ``os.*`` can fix them; the fix is
+    the program's."""
 
     op: str  # shown in the OP column
     file: re.Pattern[str]  # a frame of the library, by its file
@@ -381,9 +379,8 @@ def known_bug(tb: Traceback) -> tuple[KnownBug, Frame] | None:
 
 
 def _earlier(finding: Finding, tb: Traceback) -> None:
-    """Where a finding was first seen: the earliest line of its first input. Where a finding was first seen: the
-    earliest line of its first input (a traceback is reported once the next line of its stream says whether it was
-    handled, so an interleaved one may come later)."""
+    """Where a finding was first seen: the earliest line of its first input. A traceback is reported once the next line
+    of its stream says whether it was handled. So an interleaved one may come later than it began."""
     if tb.source == finding.first_seen.source and tb.lineno < finding.first_seen.line:
         finding.first_seen = Place(tb.source, tb.lineno)
         finding.error = Raised(finding.error.type, finding.error.errno, tb.message)

@@ -1,10 +1,10 @@
 """Output shared by ``report`` and ``scan``: tables, Markdown, JSON, and ``Tally``. The table is an 80-column human
 table; ``Tally`` is what both count of a group.
 
-The human form is one row of short columns per group, then indented detail lines (call site, path
-pattern, a sentence of why), so that it reads at a glance in an 80-column terminal without wrapping.
-Long paths are cut in the *middle* (``/tmp/.../runs/checkpoint-<n>``), keeping the first component and
-the last ones, which say the most; ``--wide`` prints them whole. Sentences are wrapped, never cut.
+The human form is one row of short columns per group, then indented detail lines. The details are call site, path
+pattern and a sentence of why. It reads at a glance in an 80-column terminal without wrapping. Long paths are cut in the
+*middle* (``/tmp/.../runs/checkpoint-<n>``), keeping the first component and the last ones, which say the most;
+``--wide`` prints them whole. Sentences are wrapped, never cut.
 """
 
 from __future__ import annotations

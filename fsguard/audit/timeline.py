@@ -1,12 +1,11 @@
 """The timeline of ``fsguard report --html``: records binned by process and time, in bounded memory.
 
-Records are not read in time order (one process's file after another's), and the job's span is known only
-at the end, so the bins adapt while reading: a bin is ``[origin + k*width, origin + (k+1)*width)`` with the
-first record's time as the origin; when the bins in use would span more than ``BINS``, the width doubles and
-neighbouring bins merge (``k // 2``). Cells are per process up to ``MAX_PROCESS_LANES`` processes, per host
-beyond (merged once, when the next process appears), so memory is bounded by lanes x ``BINS`` cells whatever
-the number of records. A cell keeps the count per decision, the longest wait, the ranks it holds and one record
-that stands for it: the first of its worst decision.
+Records are not read in time order, and the job's span is known only at the end. So the bins adapt while reading. A bin
+is ``[origin + k*width, origin + (k+1)*width)``, with the first record's time as the origin. When the bins in use would
+span more than ``BINS``, the width doubles and neighbouring bins merge (``k // 2``). Cells are per process up to
+``MAX_PROCESS_LANES`` processes, per host beyond. They merge once, when the next process appears. So memory is bounded
+by lanes x ``BINS`` cells, whatever the number of records. A cell keeps the count per decision, the longest wait, the
+ranks it holds and one record that stands for it: the first of its worst decision.
 
 Hazards and conflicts are kept whole (``ATTENTION_KEPT`` of them), and the ``LONGEST_KEPT`` longest waits.
 """

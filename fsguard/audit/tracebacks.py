@@ -1,16 +1,16 @@
-"""Python tracebacks in job logs, read line by line. Python tracebacks in job logs, read line by line: several ranks
-interleaved, launcher prefixes, and the failure summary that torchrun's elastic agent prints (``ChildFailedError``).
+"""Python tracebacks in job logs, read line by line. They hold several ranks interleaved, launcher prefixes, and the
+failure summary of torchrun's elastic agent (``ChildFailedError``).
 
 Each launcher-prefixed stream (``[rank3]:``, ``3:``, ``[1,3]<stderr>:``) has its own reader, so tracebacks
 of several ranks interleaved line by line in one file come apart again. Lines without a prefix are one
 stream: interleaved *unprefixed* output of several processes cannot be told apart by anyone.
 
-torchrun's summary names each failed rank (``rank : 3 (local_rank: 3)``, ``host : n1``) before the
-traceback it read from the rank's error file (programs decorated with ``@record``); those tracebacks
-take their rank and host from there.
+torchrun's summary names each failed rank (``rank : 3 (local_rank: 3)``, ``host : n1``). After it comes the traceback it
+read from the rank's error file (programs decorated with ``@record``). Those tracebacks take their rank and host from
+there.
 
-A reader gives up on a "traceback" as soon as a line fits none of a traceback's shapes (a header quoted in
-a message, a traceback cut by other output), and the line is then read afresh.
+A reader gives up on a "traceback" as soon as a line fits none of a traceback's shapes. (A header quoted in a message; a
+traceback cut by other output.) The line is then read afresh.
 """
 
 from __future__ import annotations
@@ -161,9 +161,8 @@ class Reader:
         self._done.clear()
 
     def _chain(self, stream: str, body: str) -> bool:
-        """Whether the line after a complete traceback continues it. The line after a complete traceback of ``stream``:
-        True when it was a blank line or a chain marker (consumed); the traceback is reported once its next non-blank
-        line says whether it was handled."""
+        """Whether the line after a complete traceback continues it. True when the line is a blank line or a chain
+        marker (consumed). The traceback is reported once its next non-blank line says whether it was handled."""
         done = self._done.get(stream)
         stripped = body.strip()
         if done is None or not stripped:

@@ -1,11 +1,10 @@
 """``fsguard demo``: a small local job with the classic races, without and with fsguard.
 
-The job (``fsguard.demo.workload``) is started as a distributed launcher would: by ``torchrun`` when torch
-is importable, otherwise by fsguard's minimal launcher, which sets the same rank variables. Every rank is
-a fresh interpreter of this Python, so in the guarded run (``FSGUARD=1``) it is fsguard's installed
-``.pth`` that activates it, exactly as in a user's job. Afterwards: a before/after table, the
-``fsguard report`` of the guarded run's records, and the path of the same report as a web page
-(``fsguard report --html``).
+The job (``fsguard.demo.workload``) is started as a distributed launcher would: by ``torchrun`` when torch is
+importable, otherwise by fsguard's minimal launcher, which sets the same rank variables. Every rank is a fresh
+interpreter of this Python. So in the guarded run (``FSGUARD=1``) fsguard's installed ``.pth`` activates it, exactly as
+in a user's job. Afterwards: a before/after table, the ``fsguard report`` of the guarded run's records, and the path of
+the same report as a web page (``fsguard report --html``).
 """
 
 from __future__ import annotations

@@ -48,9 +48,9 @@ PTH_IMPORTS_UNTIL = (3, 18)
 
 
 def startup_file(pth: list[str], version: tuple[int, ...] = tuple(sys.version_info[:2])) -> dict[str, Any]:
-    """Which start-up file runs fsguard here, and which one ran. Which start-up file this interpreter runs for fsguard
-    (``file``: None where none would: a ``.pth`` alone on 3.18+), and which one ran in this process (``ran``: None where
-    FSGUARD was off at its start)."""
+    """Which start-up file runs fsguard here, and which one ran. ``file``: the start-up file this interpreter runs for
+    fsguard; None where none would (a ``.pth`` alone on 3.18+). ``ran``: the one that ran in this process; None where
+    FSGUARD was off at its start."""
     from .. import _boot
 
     runs: str | None = None
@@ -69,8 +69,8 @@ def gather(env: Any = None, command: str | None = None) -> dict[str, Any]:
     """What startup would decide in a process of this environment. The process is a rank's, or one started as
     ``command``.
 
-    Not this process's own command line: ``fsguard status`` is never a launcher's agent, so judging its own
-    ``argv`` would always say "not the launcher" whatever the job looks like.
+    Not this process's own command line: ``fsguard status`` is never a launcher's agent. Judging its own ``argv`` would
+    always say "not the launcher", whatever the job looks like.
     """
     env = os.environ if env is None else env
     settings = config.load(env)
@@ -129,9 +129,9 @@ def _shown(value: object) -> Any:
 
 
 def identity(env: Any, launch: launcher.Launch | None, path: str) -> dict[str, Any]:
-    """How a rank tells "made by a peer of this job" here. How a rank tells "made by a peer of this job" here: by this
-    node's journal of what each job's guarded mkdir/makedirs created (``fsguard.journal``, in fsguard's own node-local
-    directory: nothing on users' files), complete for a single-node job, and by time."""
+    """How a rank tells "made by a peer of this job" here. By this node's journal of what each job's guarded
+    mkdir/makedirs created, and by time. The journal (``fsguard.journal``) is in fsguard's own node-local directory:
+    nothing on users' files. It is complete for a single-node job."""
     from .. import journal
 
     tag = launcher.job_tag(env) if launch is not None and launch.distributed else None

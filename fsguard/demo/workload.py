@@ -11,12 +11,12 @@
 
 Each rank makes these calls itself, as unmodified training code does. File-based start gates line the ranks up just
 before each call. So the race that a busy shared filesystem makes likely happens every time. fsguard is not imported
-here: in the guarded run its ``.pth`` activated it when this interpreter started.
+here. In the guarded run its ``.pth`` activated it when this interpreter started.
 
 A launcher runs it, with ``RANK`` and ``WORLD_SIZE`` set, as ``python -m fsguard.demo.workload ROOT STEPS``. ``fsguard
 demo`` runs a copy, ``ROOT/train.py``; it is standard library only, so it runs anywhere. fsguard's records then name
-their call site in it, as they would in a user's training script. Each rank appends its progress to
-``ROOT/events/rank<N>.jsonl``, which ``fsguard demo`` reads.
+their call site in it, as in a user's training script. Each rank appends its progress to ``ROOT/events/rank<N>.jsonl``,
+which ``fsguard demo`` reads.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Policy: for each guarded operation, one small rule that decides what a failure means.
 
-A rule is ``decide(call, error, world, rules) -> Verdict``: from the decoded call (``fsguard.calls.Call``), the
-error, what it asks the ``World`` and the ``Rules``' numbers, it decides to absorb the failure (a peer of this
-job already did the same thing) or to re-raise it unchanged. Rules never sleep, touch the filesystem, patch,
-lock or log: every question about the world goes through ``World`` (live: ``fsguard.world``; in tests, a
-fake), and the mechanism in ``fsguard.patching`` acts on the verdict.
+A rule is ``decide(call, error, world, rules) -> Verdict``. It reads the decoded call (``fsguard.calls.Call``), the
+error, the ``World``'s answers and the ``Rules``' numbers. It decides to absorb the failure (a peer of this job already
+did the same thing) or to re-raise it unchanged. Rules never sleep, touch the filesystem, patch, lock or log. Every
+question about the world goes through ``World``: live, ``fsguard.world``; in tests, a fake. The mechanism in
+``fsguard.patching`` acts on the verdict.
 
-The numbers are a separate argument, not part of the world: they are a plain value made from the settings
-and the launch, changed per call (``without_waits`` when the caller handles the error) and varied by tests
-independently of what the filesystem shows. Each rule's module ends in its ``SCAN`` table: what ``fsguard scan``
-says of its errors in the log of a job that ran without fsguard.
+The numbers are a separate argument, not part of the world. They are a plain value made from the settings and the
+launch. They change per call (``without_waits`` when the caller handles the error). Tests vary them independently of
+what the filesystem shows. Each rule's module ends in its ``SCAN`` table: what ``fsguard scan`` says of its errors in
+the log of a job that ran without fsguard.
 """
 
 from __future__ import annotations
@@ -68,14 +68,13 @@ class World(Protocol):
         beside ``checkpoint-2``)."""
 
     def job_tag(self, path: str) -> str | None:
-        """Whose the directory at ``path`` is, by this node's journal. Whose the directory at ``path`` is by this node's
-        journal (``fsguard.evidence.job_tag_of``): the tag of the job that made it, ``""`` where no job of a single-node
-        job's node made it, None where it cannot tell."""
+        """Whose the directory at ``path`` is, by this node's journal. By ``fsguard.evidence.job_tag_of``: the tag of
+        the job that made it. ``""`` where no job of a single-node job's node made it; None where it cannot tell."""
 
     def made_by_this_rank(self, path: str) -> bool:
-        """Whether this job's journal names this rank as the directory's maker. Whether this job's journal names this
-        rank as the directory's maker (``fsguard.evidence.made_by_rank``): made by a process of this rank, this one or
-        its children (a ``multiprocessing.Pool``'s)."""
+        """Whether this job's journal names this rank as the directory's maker. That is
+        ``fsguard.evidence.made_by_rank``. A process of this rank made it: this one or its children (a
+        ``multiprocessing.Pool``'s)."""
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         """Whether ``path`` (whose ``lstat`` is ``st``) is the root of a mount."""
@@ -93,10 +92,10 @@ def own_event(world: World, path: str, within: bool = False) -> str | None:
 class Verdict(Value):
     """What to do with a failed call.
 
-    ``absorb``: return as if the call had succeeded. ``decision``: the record to write (``absorbed``,
-    ``hazard`` or ``conflict``), or None for a plain re-raise that needs no record. A plain (unhashable)
-    value, not ``Frozen``: ``detail`` is a dict, what the record says beside the evidence (rmtree's verdicts,
-    ``fsguard.guards.rmtree.RmtreeVerdict``, carry what the mechanism acts on in fields of their own).
+    ``absorb``: return as if the call had succeeded. ``decision``: the record to write (``absorbed``, ``hazard`` or
+    ``conflict``), or None for a plain re-raise that needs no record. A plain (unhashable) value, not ``Frozen``:
+    ``detail`` is a dict, what the record says beside the evidence. Rmtree's verdicts
+    (``fsguard.guards.rmtree.RmtreeVerdict``) carry what the mechanism acts on in fields of their own.
     """
 
     _fields: tuple[str, ...] = ("absorb", "decision", "evidence", "waited_s", "detail")
@@ -160,17 +159,16 @@ class Rules(Frozen):
         return Rules(0.0, *self._values()[1:])  # type: ignore[arg-type]
 
     def before_job(self, when: float) -> bool:
-        """Made or changed before this job started, beyond the ``fresh_s`` allowance. Made or changed before this job
-        started, beyond the ``fresh_s`` allowance (never a peer's: what no evidence can absorb, told by one ``lstat``
-        before a decision: ``fsguard.failure``)."""
+        """Made or changed before this job started, beyond the ``fresh_s`` allowance. Never a peer's: no evidence can
+        absorb it. One ``lstat`` before a decision tells it (``fsguard.failure``)."""
         return when < self.job_start - self.fresh_s
 
     def is_fresh(self, when: float) -> bool:
-        """Made or changed during this job (``when``: a birth time or a ctime). Made or changed (``when``: a birth time
-        or a ctime) during this job: at most ``fresh_s`` before its start on this node (``fsguard.evidence.job_start``),
-        for clock skew between nodes and the file server and for the start stagger of launchers without a rendezvous;
-        and, in a restarted attempt, not before it started (no allowance: every worker of the previous attempt was
-        stopped before a worker of this one started, so what changed before is the previous attempt's)."""
+        """Made or changed during this job (``when``: a birth time or a ctime). At most ``fresh_s`` before the job's
+        start on this node (``fsguard.evidence.job_start``). The allowance covers clock skew between nodes and the file
+        server, and launchers' start stagger without a rendezvous. In a restarted attempt, not before it started, with
+        no allowance. Every worker of the previous attempt was stopped before one of this attempt started. So what
+        changed before is the previous attempt's."""
         return when >= self.job_start - self.fresh_s and (self.attempt_start is None or when >= self.attempt_start)
 
     def since(self, now: float) -> str:
@@ -182,13 +180,12 @@ class Rules(Frozen):
         )
 
     def whose(self, tag: str | None) -> str:
-        """Whose a directory is by its job tag (``World.job_tag``). Whose a directory is by its job tag
-        (``World.job_tag``): ``"this attempt"``; ``"this job"`` (the same job, another node's restart count: torchrun's
-        agents count restarts per node, so ranks of one attempt may differ there; the attempt is told by time,
-        ``is_fresh``); ``"another job"`` (another job's or another attempt's tag: never a peer's); ``"untagged"`` (a
-        single-node job, whose node's journal is complete: no guarded mkdir or makedirs of this job made it);
-        ``"unknown"`` (the journal cannot tell: a peer on another node, or this process has no tag of its own to compare
-        with)."""
+        """Whose a directory is by its job tag (``World.job_tag``). ``"this attempt"``, or ``"this job"``: the same job,
+        another node's restart count. (torchrun's agents count restarts per node, so ranks of one attempt may differ;
+        ``is_fresh`` tells the attempt by time.) ``"another job"``: another job's or attempt's tag, never a peer's.
+        ``"untagged"``: a single-node job, whose node's journal is complete; no guarded mkdir or makedirs of this job
+        made it. ``"unknown"``: the journal cannot tell. A peer is on another node, or this process has no tag of its
+        own."""
         if self.job is None or tag is None:
             return "unknown"
         if tag == "":
@@ -199,8 +196,8 @@ class Rules(Frozen):
 
 
 def by_tag(whose: str) -> str:
-    """What identity evidence a decision had, for its record. What identity evidence a decision had, for its record:
-    ``"job tag"``, ``"job tag and time"`` (the job by its tag, the attempt by time) or ``"time only"``."""
+    """What identity evidence a decision had, for its record. ``"job tag"``, ``"job tag and time"`` (the job by its tag,
+    the attempt by time) or ``"time only"``."""
     if whose == "this job":
         return "job tag and time"
     return "job tag" if whose in ("this attempt", "another job") else "time only"
@@ -215,12 +212,11 @@ EVERY_OP = "*"
 
 
 class Scan(Frozen):
-    """One row of a rule's ``SCAN`` table: errors, operations, verdict, why. One row of a rule's ``SCAN`` table, at the
-    end of its module, beside the rule it restates: the errors (errno names) of the operations (as ``fsguard scan``
-    names them: ``move`` for ``shutil.move``, ``remove`` for ``os.unlink`` too, ``*`` for every one), given as
-    space-separated words; the verdict; and ``why``, one sentence for the person reading the scan: the evidence a run
-    with fsguard needs. ``staging``: the row holds only for a staging or temporary tree (one a peer may commit with a
-    rename), and wins over the plain one."""
+    """One row of a rule's ``SCAN`` table: errors, operations, verdict, why. It sits at the end of its module, beside
+    the rule it restates. ``errors`` are errno names; ``operations`` are as ``fsguard scan`` names them,
+    space-separated. (``move`` for ``shutil.move``, ``remove`` for ``os.unlink`` too, ``*`` for every one.) ``why`` is
+    one sentence for the person reading the scan: the evidence a run with fsguard needs. ``staging``: the row holds only
+    for a staging or temporary tree (one a peer may commit with a rename), and wins over the plain one."""
 
     _fields = ("ops", "errors", "verdict", "why", "staging")
     __slots__ = _fields

@@ -79,9 +79,9 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
 
 
 def _whose(path: str, world: World, rules: Rules, age: float, waited: float) -> tuple[str | None, str, float]:
-    """(job tag, ``Rules.whose`` of it, seconds waited in all). Where no job of this node made it yet in a
-    single-node job, a peer's mkdir may have just succeeded and not yet noted it (one ``write`` later): wait for
-    that, bounded by ``settle_s`` from the directory's making (a directory older than that has no note coming)."""
+    """(job tag, ``Rules.whose`` of it, seconds waited in all). In a single-node job, a peer's mkdir may have just
+    succeeded and not yet noted it (one ``write`` later). So where no job of this node made it yet, wait for that note.
+    The wait is bounded by ``settle_s`` from the directory's making; an older directory has no note coming."""
     tag = world.job_tag(path)
     if tag == "" and rules.job is not None:
         noted, extra = world.wait_for(lambda: world.job_tag(path) or None, max(0.0, min(rules.settle_s - age, 1.0)))

@@ -1,24 +1,22 @@
 """``os.remove``, ``os.unlink``, ``os.rmdir``: absorb a peer's removal moments ago. ``os.remove``, ``os.unlink`` and
-``os.rmdir`` (and ``Path.unlink``/``Path.rmdir``): absorb ``FileNotFoundError`` when a peer of this job removed the name
-moments ago (every rank cleaning up one build or staging directory by hand, as torch inductor's C++ builder does with
-its ``*_CxxBuild`` directory).
+``os.rmdir``, and ``Path.unlink``/``Path.rmdir``. They absorb ``FileNotFoundError`` when a peer of this job removed the
+name moments ago. Every rank cleans up one build or staging directory by hand, as torch inductor's C++ builder does with
+``*_CxxBuild``.
 
-A missing name leaves no trace of whether it ever existed, so the evidence is about the job and the
-directory: absorbed only where a distributed launcher says this process has peers (``FSGUARD=force`` alone,
-outside a job, never absorbs here: without peers every missing name is genuine), when the parent directory
-exists and changed during this job *and* within the last ``RECENT_S`` seconds (removing a name changes its
-directory), and this process's own guarded calls did not remove or move the name away.
-A name whose directory is gone too (a peer removed the whole directory while this process walked it to remove
-it by hand) is judged by the directory above: it must have changed during this job and moments ago.
-What is honestly absorbed with it, inside a job (a documented deviation, as ``rmtree`` of a missing top): a
-name that never existed, or that this process removed through a call fsguard does not see (descriptors),
-in a directory that changed moments ago (or under a missing one, in a directory that did). Raised unchanged: no
-peers, a name this process removed itself, a parent that has not changed lately (or not during the job), a
-missing chain longer than ``UP_TO`` directories, ``IsADirectoryError``,
-``NotADirectoryError``, ``ENOTEMPTY`` (rmdir of a directory with entries), ``EACCES``/``EPERM``, every other
-error; ``dir_fd`` calls are passed through (never resolved against the wrong directory), and so are the
-standard library's own calls (``shutil``, ``tempfile``, ``os.removedirs``) and ``Path.unlink(missing_ok=True)``,
-whose callers settle a missing name themselves.
+A missing name leaves no trace of whether it ever existed. So the evidence is about the job and the directory. It is
+absorbed only where a distributed launcher says this process has peers. (``FSGUARD=force`` alone, outside a job, never
+absorbs here: without peers every missing name is genuine.) The parent directory must exist and have changed during this
+job *and* within the last ``RECENT_S`` seconds. (Removing a name changes its directory.) And this process's own guarded
+calls did not remove or move the name away. A name whose directory is gone too is judged by the directory above. (A peer
+removed the whole directory while this process walked it to remove it by hand.) It must have changed during this job and
+moments ago. What is honestly absorbed with it, inside a job, is a documented deviation, as ``rmtree`` of a missing top.
+A name that never existed, in a directory that changed moments ago. Or one this process removed through a call fsguard
+does not see (descriptors). Or one under a missing directory, in a directory that changed. Raised unchanged: no peers, a
+name this process removed itself, a parent that has not changed lately or during the job. A missing chain longer than
+``UP_TO`` directories. ``IsADirectoryError``, ``NotADirectoryError``, ``ENOTEMPTY`` (rmdir of a directory with entries),
+``EACCES``/``EPERM``, every other error. ``dir_fd`` calls are passed through, never resolved against the wrong
+directory. So are the standard library's own calls (``shutil``, ``tempfile``, ``os.removedirs``). So is
+``Path.unlink(missing_ok=True)``, whose callers settle a missing name themselves.
 """
 
 from __future__ import annotations
@@ -69,8 +67,8 @@ def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
 
 def _nearest_existing(missing: str, world: World) -> tuple[str, str, os.stat_result | None]:
     """The topmost missing directory above ``missing``, its parent and the parent's ``lstat``. (the topmost missing
-    directory, the directory above it, its ``lstat``) for a missing ``missing``; the ``lstat`` is None when nothing
-    exists within ``UP_TO`` levels (never a whole chain of missing names)."""
+    directory, the directory above it, its ``lstat``) for a missing ``missing``. The ``lstat`` is None when nothing
+    exists within ``UP_TO`` levels; it never walks a whole chain of missing names."""
     for _ in range(UP_TO):
         above = os.path.dirname(missing)
         if above == missing:

@@ -1,28 +1,23 @@
 """``os.rename`` and ``os.replace``: absorb ``FileNotFoundError`` when a peer already did the same move.
 
-Absorbed: the source was missing and the destination is present and changed during this job, as the
-mount's fresh probe shows (``evidence.look``: the name's own lstat on a coherent local filesystem, where
-nothing is waited for; elsewhere the parents' listings, waiting up to ``FSGUARD_SETTLE_S``, or the mount's
-own shorter cache time, for a destination that a shared filesystem has not shown yet). The source may be
-back already: a peer writing the same temp name again (compile caches whose temp names collide across nodes)
-re-publishes it between the failure and the look.
-A destination in the listing that this node's lookups do not show yet (a negative lookup cache) was put
-there moments ago by a peer; but when the source is back, or this process moved the same source before,
-that alone cannot tell whose it is: the rest of the same budget waits for the lookup to show it, and its
-ctime decides as for a visible one (re-raised if it never shows).
-Not a peer's doing, so re-raised: a destination older than the job, or than this attempt of a restarted job;
-a directory whose job tag is another job's or attempt's; this process moved the source away itself, or the
-destination's last change was this process's own move (or link) onto it, and the destination has not changed
-since (``OWN_SLACK_S``): the missing source was this process's own to produce (a per-rank ``state.{step}.tmp``
-whose writer wrote nothing). A later move onto it, as in a rotation that reuses one temp name every step,
-is a peer's.
-A path given with a trailing separator names a directory: a destination that is not one is re-raised (no peer's
-identical move left it).
-Recorded as a conflict, then re-raised: a directory renamed onto a non-empty directory.
-Except where lookups may be stale and the source is gone from its parent's fresh listing: this node's stale
-entry of the source made the call fail so (seen on GlusterFS), and it is decided as a missing source.
-Re-raised unchanged: everything else, including calls with ``src_dir_fd``/``dst_dir_fd`` (passed through,
-never resolved against the wrong directory).
+Absorbed: the source was missing, and the destination is present and changed during this job. The mount's fresh probe
+(``evidence.look``) shows it. On a coherent local filesystem that is the name's own lstat, with no wait. Elsewhere it is
+the parents' listings, for a destination a shared filesystem has not shown yet. It waits up to ``FSGUARD_SETTLE_S``, or
+the mount's own shorter cache time. The source may be back already. A peer writing the same temp name again re-publishes
+it between the failure and the look. (Compile caches' temp names collide across nodes.) A destination in the listing
+that this node's lookups do not show yet was put there moments ago by a peer. (This node has a negative lookup cache.)
+But when the source is back, or this process moved the same source before, that alone cannot tell whose it is. The rest
+of the same budget waits for the lookup to show it. Its ctime then decides as for a visible one; re-raised if it never
+shows. Not a peer's doing, so re-raised: a destination older than the job, or than this attempt of a restarted job. A
+directory whose job tag is another job's or attempt's. This process moved the source away itself. Or the destination's
+last change was this process's own move (or link) onto it, and it has not changed since (``OWN_SLACK_S``). Then the
+missing source was this process's own to produce: a per-rank ``state.{step}.tmp`` whose writer wrote nothing. A later
+move onto it, as in a rotation that reuses one temp name every step, is a peer's. A path given with a trailing separator
+names a directory: a destination that is not one is re-raised (no peer's identical move left it). Recorded as a
+conflict, then re-raised: a directory renamed onto a non-empty directory. Except where lookups may be stale and the
+source is gone from its parent's fresh listing. Then this node's stale entry of the source made the call fail so (seen
+on GlusterFS). It is decided as a missing source. Re-raised unchanged: everything else, including calls with
+``src_dir_fd``/``dst_dir_fd`` (passed through, never resolved against the wrong directory).
 """
 
 from __future__ import annotations
@@ -111,12 +106,11 @@ def _absorbed(evidence: str, waited: float, shared_file: bool) -> Verdict:
 
 
 def _shared_file(src: str, seen: Look, st: os.stat_result | None, world: World) -> bool:
-    """Whether a peer renamed away a *file* this process had been writing. Whether a peer renamed away a *file* this
-    process had been writing under the same name: the destination the peer's move made is a regular file, and no guarded
-    call of this process put the source there whole (a move or link onto the name: a private temp published atomically,
-    as a compiler cache does). A file written in place under a name several ranks share (``blobs/<etag>.incomplete``
-    appended by two nodes, ``.metadata.tmp`` of two coordinators) holds whatever each wrote, in any order; a directory
-    (``tmp-checkpoint-N``, each rank's own files in it) does not mix writes."""
+    """Whether a peer renamed away a *file* this process had been writing. The destination the peer's move made is a
+    regular file. And no guarded call of this process put the source there whole: a move or link onto the name. That is
+    a private temp published atomically, as a compiler cache does. A file written in place under a shared name holds
+    whatever each rank wrote, in any order. (``blobs/<etag>.incomplete`` appended by two nodes, ``.metadata.tmp`` of two
+    coordinators.) A directory (``tmp-checkpoint-N``, each rank's own files in it) does not mix writes."""
     listed = seen.kind == "file" if seen.kind is not None else None  # what the fresh look said, where it says
     if not (listed if listed is not None else st is not None and stat.S_ISREG(st.st_mode)):
         return False
@@ -125,9 +119,9 @@ def _shared_file(src: str, seen: Look, st: os.stat_result | None, world: World) 
 
 
 def _missing_source(error: OSError, src: str, dst: str, world: World) -> Verdict | str:
-    """What a rename's error says: a decided verdict, or a missing source. What the error says: a decided verdict (a
-    conflict; not a missing source), or a missing source, with the words for one this node's stale entry of it made the
-    call fail as a non-empty destination."""
+    """What a rename's error says: a decided verdict, or a missing source. A decided verdict is a conflict, not a
+    missing source. The words say when this node's stale entry of the source made the call fail as a non-empty
+    destination."""
     if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
         if not _source_moved_under_a_stale_entry(src, world):
             return conflict(
@@ -191,10 +185,9 @@ def _not_a_peers(
 
 
 def _source_moved_under_a_stale_entry(src: str, world: World) -> bool:
-    """Whether a failed directory rename met this node's stale entry of a moved source. A directory rename that failed
-    as if onto a non-empty directory, although its source is no longer in its parent's fresh listing: on a filesystem
-    whose lookups may be stale (GlusterFS), this node's cached entry of the source still named the directory a peer
-    already moved, and that is what the call tried to move."""
+    """Whether a failed directory rename met this node's stale entry of a moved source. A directory rename failed as if
+    onto a non-empty directory, though its source left its parent's fresh listing. On a filesystem whose lookups may be
+    stale (GlusterFS), this node's cached entry still named the moved directory. That is what the call tried to move."""
     if not world.lookups_may_be_stale(src):
         return False
     seen = world.look(src)

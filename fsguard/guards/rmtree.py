@@ -82,10 +82,9 @@ def plan(
     yield_s: float,
     scratch: bool = False,
 ) -> Plan:
-    """How to remove the tree at ``path``: ``"wait"``, ``"check"`` or ``"plain"``. How to remove the tree at ``path``:
-    ``"wait"`` (first wait up to ``yield_s`` for a peer's rename, then the checked walk), ``"check"`` (the checked walk
-    at once: the tree must stay at its path while it is removed) or ``"plain"`` (no peer can move it meanwhile: the walk
-    without position checks).
+    """How to remove the tree at ``path``: ``"wait"``, ``"check"`` or ``"plain"``. ``"wait"``: first wait up to
+    ``yield_s`` for a peer's rename, then the checked walk. ``"check"``: the checked walk at once; the tree must stay at
+    its path while it is removed. ``"plain"``: no peer can move it meanwhile, so the walk runs without position checks.
 
     Wait for a directory that changed during this job and that peers may have written into and may still commit:
     one this process did not make, or made with ``makedirs(exist_ok=True)`` (a name others make too: whoever came
@@ -146,9 +145,8 @@ def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> Rmtr
 def removed_peer_tree(
     top: str, waited_s: float, absorbed: RmtreeVerdict | None, made_here: bool = False, identity: str | None = None
 ) -> RmtreeVerdict:
-    """A tree peers may still have meant to commit, removed after the window. A tree peers may still have meant to
-    commit, removed after no peer moved it within the window: one they made during this job, or one this process made
-    with ``makedirs(exist_ok=True)``, a name they make too. ``identity``: what told it a peer's
+    """A tree peers may still have meant to commit, removed after the window. One they made during this job, or one this
+    process made with ``makedirs(exist_ok=True)``, a name they make too. ``identity``: what told it a peer's
     (``fsguard.guards.by_tag``: its job tag, or time only)."""
     detail = dict(absorbed.detail) if absorbed is not None else {}
     detail["not_moved_within_s"] = round(waited_s, 4)
@@ -273,9 +271,8 @@ def walk_verdict(
 def handed_to_caller(
     entries_gone: list[str], top_gone: str | None, error: BaseException | None, handler: str
 ) -> RmtreeVerdict:
-    """A peer's work went to the caller's own handler, as the standard ``rmtree`` sends it. What a peer did (entries, or
-    the whole tree, removed first) went to the caller's own handler, as the standard ``rmtree`` sends it: the handler is
-    the program's decision, and fsguard raises nothing of it."""
+    """A peer's work went to the caller's own handler, as the standard ``rmtree`` sends it. Entries, or the whole tree,
+    were removed first. The handler is the program's decision, and fsguard raises nothing of it."""
     parts = []
     if top_gone == "before":
         parts.append("tree already removed (its parent changed during this job)")
@@ -301,18 +298,16 @@ def entry_gone_by_peer(rules: Rules) -> bool:
 
 
 def settle_on_vanishing(vanished: int) -> bool:
-    """Whether a walk that sees entries vanish waits for the peer removing the tree. Whether a walk that saw
-    ``vanished`` entries disappear under it stops to wait for the peer removing the same tree
-    (``fsguard.rmwalk.Walk.settle``): at the first one. One vanished entry is already the evidence that a peer walks
-    this tree; every further entry raced costs both ranks a metadata operation for nothing."""
+    """Whether a walk that sees entries vanish waits for the peer removing the tree. It stops at the first one
+    (``fsguard.rmwalk.Walk.settle``). One vanished entry is already the evidence that a peer walks this tree; every
+    further entry raced costs both ranks a metadata operation for nothing."""
     return vanished >= 1
 
 
 def busy_may_clear(path: str, st: os.stat_result, world: World) -> bool:
-    """Whether an ``EBUSY`` removal of ``path`` inside the tree is tried again. Whether an ``EBUSY`` removal of the
-    directory ``path`` inside the tree (``st``: what the walk found there) is tried again
-    (``fsguard.rmwalk.Walk._retry``): not for a mount point (a bind-mounted directory), which no peer's removal makes
-    free: the standard error goes on at once, as without fsguard."""
+    """Whether an ``EBUSY`` removal of ``path`` inside the tree is tried again. ``st`` is what the walk found there
+    (``fsguard.rmwalk.Walk._retry``). Not for a mount point (a bind-mounted directory): no peer's removal makes it free.
+    The standard error then goes on at once, as without fsguard."""
     return not world.is_mount_point(path, st)
 
 

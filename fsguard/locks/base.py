@@ -29,10 +29,9 @@ class Unreachable(Exception):
 class Held:
     """One lock this thread holds, and what taking it took.
 
-    ``holder`` is who held the lock while we waited (None when it was free), ``took_over`` says that we took
-    it from a holder whose lease had run out (dead or stalled), and ``lost`` is filled in by the backend when
-    the lock was taken from *us* before we gave it back. (A plain class: a dataclass would cost a
-    millisecond of every serialized job's startup.)
+    ``holder`` is who held the lock while we waited (None when it was free). ``took_over`` says we took it from a holder
+    whose lease had run out (dead or stalled). The backend fills in ``lost`` when the lock was taken from *us* before we
+    gave it back. (A plain class: a dataclass would cost a millisecond of every serialized job's startup.)
     """
 
     __slots__ = ("holder", "key", "lock", "lost", "note", "pid", "token", "took_over", "waited_s")
@@ -56,17 +55,17 @@ class Held:
 
 
 class Backend(Protocol):
-    """Every capability the serializer uses. Every capability the serializer uses; each backend implements all of them
-    (checked by mypy, and by ``tests/rules/test_lock_backends.py``, which runs every backend through the same contract).
+    """Every capability the serializer uses. Each backend implements all of them. Mypy checks it, and
+    ``tests/rules/test_lock_backends.py`` runs every backend through the same contract.
 
-    Mutual exclusion by key: ``acquire`` raises ``LockTimeout`` or ``Unreachable`` (or anything else, which the
-    caller treats as ``Unreachable``); ``release`` returns nothing and never raises for a lock that was lost: it
-    sets ``held.lost`` instead.
+    Mutual exclusion by key: ``acquire`` raises ``LockTimeout`` or ``Unreachable``; the caller treats anything else as
+    ``Unreachable``. ``release`` returns nothing and never raises for a lock that was lost: it sets ``held.lost``
+    instead.
 
-    Renames announced ahead of their locks: a rename says it is coming (``announce``, before it waits for its
-    locks) and is done (``withdraw``); ``pending`` tells an ``rmtree`` of the same key that a peer's rename of it
-    is on its way, so that the rmtree lets it go first (the rename wins). An announcement must be visible to
-    every process the backend's ``scope`` covers.
+    Renames announced ahead of their locks: a rename says it is coming (``announce``, before waiting for its locks) and
+    is done (``withdraw``). ``pending`` tells an ``rmtree`` of the same key that a peer's rename of it is on its way.
+    The rmtree then lets it go first: the rename wins. An announcement must be visible to every process the backend's
+    ``scope`` covers.
 
     Singleflight: ``flight_claim`` returns None where the backend cannot share one call's outcome with peers
     (then ``flight_wait``/``flight_done`` are never called). With ``reuse``, a finished call's outcome may be

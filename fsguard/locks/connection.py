@@ -1,30 +1,28 @@
-"""The job's store, reached: requests, blocking waits, and the alarms bounding them. The job's store, reached: the
-connection requests go through, the one blocking waits use, and the alarms that bound those waits
-(``fsguard.locks.store`` builds its lock and its flights on them).
+"""The job's store, reached: requests, blocking waits, and the alarms bounding them. ``fsguard.locks.store`` builds its
+lock and its flights on them.
 
-Connections: requests go through the default process group's own store client where one exists on that
-server (c10d serializes its requests and ours), otherwise through a client connection of fsguard's own,
-given up for the group's client once a group on the same server exists. Blocking waits use one more
-connection of their own (see below): a c10d client serves one request at a time, so a ``wait`` on the group's
-client would hold up the job's own store requests until it ends (measured: a ``set`` behind a 1.5 s ``wait``
-took 1.5 s), and a wait bounded without c10d's timeout warnings needs a second connection to set its key.
-Each new c10d client connection reverse-resolves the store's address
-(``getnameinfo`` for its log text, in the client's ``SocketImpl``; to ``127.0.0.1`` it is the IPv4-mapped
-``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list): when many ranks connect at once, the resolver waits
-out its 5 s timeout for queries a busy DNS server dropped, and c10d says "The hostname of the client socket
-cannot be retrieved. err=-3" when one fails. So the connections are opened ahead of the first serialized call,
-off its critical path (``prepare``: by a background thread once the program has imported ``torch.distributed``),
-and a call that comes first opens one connection at most on its own path: the one for waits is opened by a
-background thread, and until it is open the call's waits poll (with ``waiting.Backoff``'s steps, up to 50 ms).
+Connections: requests go through the default process group's store client where one exists on that server. (c10d
+serializes its requests and ours.) Otherwise they go through a client connection of fsguard's own. That is given up for
+the group's client once a group on the same server exists. Blocking waits use one more connection of their own (see
+below). A c10d client serves one request at a time. So a ``wait`` on the group's client would hold up the job's own
+store requests until it ends. (Measured: a ``set`` behind a 1.5 s ``wait`` took 1.5 s.) And a wait bounded without
+c10d's timeout warnings needs a second connection to set its key. Each new c10d client connection reverse-resolves the
+store's address: ``getnameinfo`` for its log text, in the client's ``SocketImpl``. To ``127.0.0.1`` it is the
+IPv4-mapped ``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list. When many ranks connect at once, the resolver
+waits out its 5 s timeout for queries a busy DNS server dropped. c10d says "The hostname of the client socket cannot be
+retrieved. err=-3" when one fails. So the connections are opened ahead of the first serialized call, off its critical
+path. (``prepare``: by a background thread once the program has imported ``torch.distributed``.) A call that comes first
+opens one connection at most on its own path. A background thread opens the one for waits; until it is open, the call's
+waits poll (``waiting.Backoff``'s steps, up to 50 ms).
 
-Forks: opening a connection (``Requests._open``, ``Wakes.open``, and the connect-ahead thread's whole ``prepare``)
-imports modules (the idna codec, for ``socket.create_connection``) and makes name lookups inside c10d and the C
-library; a child forked meanwhile would wait forever for a lock that thread held (measured: a rank forking 500
-children right after importing ``torch.distributed`` left 1 to 12 of them hung in their first ``getaddrinfo``,
-in 3 of 8 runs). So it is a ``state.Unforkable`` section: a fork from another thread waits for it to end
-(milliseconds; at most ``state.FORK_WAIT_S``). The other threads (alarm, lease renewal) only send requests on
-connections already open, which a forked child never uses (``after_fork_in_child``: its backend starts afresh);
-one that has to reconnect opens the connection in the same section.
+Forks: opening a connection imports modules and makes name lookups inside c10d and the C library. (``Requests._open``,
+``Wakes.open``, and the connect-ahead thread's whole ``prepare``; the idna codec, for ``socket.create_connection``.) A
+child forked meanwhile would wait forever for a lock that thread held. Measured: a rank forking 500 children right after
+importing ``torch.distributed`` left 1 to 12 hung in their first ``getaddrinfo``, in 3 of 8 runs. So it is a
+``state.Unforkable`` section: a fork from another thread waits for it to end (milliseconds; at most
+``state.FORK_WAIT_S``). The other threads (alarm, lease renewal) only send requests on connections already open. A
+forked child never uses those (``after_fork_in_child``: its backend starts afresh). One that has to reconnect opens the
+connection in the same section.
 """
 
 from __future__ import annotations
@@ -45,9 +43,8 @@ BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only w
 
 
 def running(thread: threading.Thread | None, target: Callable[[], None], name: str) -> threading.Thread:
-    """``thread`` while it runs, otherwise a new daemon thread running ``target``. ``thread`` while it runs, otherwise a
-    new daemon thread running ``target`` (started once a lock or an alarm needs it, and again in a forked child, which
-    has none of its parent's threads)."""
+    """``thread`` while it runs, otherwise a new daemon thread running ``target``. Such a thread starts once a lock or
+    an alarm needs it. It starts again in a forked child, which has none of its parent's threads."""
     if thread is not None and thread.is_alive():
         return thread
     thread = threading.Thread(target=target, name=name, daemon=True)
@@ -56,15 +53,15 @@ def running(thread: threading.Thread | None, target: Callable[[], None], name: s
 
 
 class Alarms:
-    """A waiter's own bound on a blocking ``wait``. A waiter's own bound on a blocking ``wait``: at the deadline, this
-    thread sets the key waited for (through the other connection), so that a wait ends by a key being set, never by its
-    socket timing out. c10d reports a timed-out wait on stderr (two ``[c10d] waitForInput`` warning lines) even when the
-    caller expects it, and a waiter on a killed holder would print them at every wait; with the alarm, only a store that
-    fails to answer (``BACKSTOP_S`` later) still shows its warnings, as it should.
+    """A waiter's own bound on a blocking ``wait``. At the deadline, this thread sets the key waited for, through the
+    other connection. So a wait ends by a key being set, never by its socket timing out. c10d reports a timed-out wait
+    on stderr (two ``[c10d] waitForInput`` warning lines), even when the caller expects it. A waiter on a killed holder
+    would print them at every wait. With the alarm, only a store that fails to answer (``BACKSTOP_S`` later) still shows
+    its warnings, as it should.
 
-    A key set by an alarm is the key that the holder of the value waited on would set when that value stops being
-    current: other waiters on it wake too, see the value unchanged, and poll (with backoff) instead of waiting on
-    it again; the alarm's owner is then about to change the value itself (take the lock over, close a flight)."""
+    A key set by an alarm is the key the value's holder would set when that value stops being current. Other waiters on
+    it wake too, see the value unchanged, and poll with backoff instead of waiting again. The alarm's owner is then
+    about to change the value itself: take the lock over, or close a flight."""
 
     def __init__(self, fire: Callable[[str], None]) -> None:
         self._fire = fire
@@ -119,10 +116,10 @@ def next_key(key: str, value: bytes) -> str:
 
 
 class Requests:
-    """The connection every request goes through. The connection every request goes through: the process group's own
-    client where one talks to the same server, otherwise one of fsguard's own. One class opens it (at most once per
-    ``RETRY_S`` after a failure), joins a group that appears later, and forgets a connection that broke, so that the
-    lock, the flights and the lease renewals share one client and one lock around its requests."""
+    """The connection every request goes through. That is the process group's own client where one talks to the same
+    server, otherwise one of fsguard's own. One class opens it, at most once per ``RETRY_S`` after a failure. It joins a
+    group that appears later, and forgets a connection that broke. So the lock, the flights and the lease renewals share
+    one client and one lock around its requests."""
 
     def __init__(self, lock_timeout: float, env: Mapping[str, str], opened: Callable[[], None]) -> None:
         self.op_timeout = min(max(lock_timeout, 1.0), 30.0)
@@ -169,9 +166,8 @@ class Requests:
         return root
 
     def _join_group(self) -> None:
-        """Send requests through the new process group's client where it shares the server. A process group now exists:
-        send requests through its client instead of this process's own connection when it talks to the same server (the
-        same keys: peers still on their own connections meet it there), and close ours; the connection for waits stays.
+        """Send requests through the new process group's client where it shares the server. Peers still on their own
+        connections meet it there: the same server has the same keys. Ours is closed; the connection for waits stays.
         Another server: ours stays for good (peers without a group could not meet us there)."""
         self._may_join = False  # asked once
         try:
@@ -257,10 +253,10 @@ class Requests:
 
 
 class Wakes:
-    """How a waiter blocks without polling. How a waiter blocks without polling: on a connection of its own (a c10d
-    client serves one request at a time, so a wait on the requests' connection would hold up the job's own requests and
-    this process's lease renewals), bounded by its own alarm rather than a socket timeout, on keys that are deleted a
-    lease after they were set (``post``), when every waiter has seen them."""
+    """How a waiter blocks without polling. It waits on a connection of its own: a c10d client serves one request at a
+    time. A wait on the requests' connection would hold up the job's own requests and this process's lease renewals. It
+    is bounded by its own alarm rather than a socket timeout. The keys it waits on are deleted a lease after they were
+    set (``post``), when every waiter has seen them."""
 
     def __init__(self, requests: Requests, lease_s: float) -> None:
         self._requests = requests
@@ -289,17 +285,16 @@ class Wakes:
             self._opening.release()
 
     def open_soon(self) -> None:
-        """Open the connection for waits off the calling thread. The connection for waits, opened off the calling
-        thread: each new c10d connection reverse-resolves the store's address, which costs seconds where a DNS server
-        drops a burst of queries (many ranks at once), so only one connection is ever opened on a call's path."""
+        """Open the connection for waits off the calling thread. Each new c10d connection reverse-resolves the store's
+        address. That costs seconds where a DNS server drops a burst of queries (many ranks at once). So only one
+        connection is ever opened on a call's path."""
         if self.waiter is None and self._requests.tcp is not None and not self._opening.locked():
             threading.Thread(target=self.open, name="fsguard-wait-connect", daemon=True).start()
 
     def wait(self, name: str, timeout: float) -> bool | None:
-        """Block until key ``name`` exists, at most ``timeout``. Block until key ``name`` exists, at most ``timeout``:
-        True when someone set it, False when this waiter's own bound did (``Alarms``: a timeout without c10d's
-        warnings), None when this store cannot wait (not a TCPStore) or its connection for waits is not open yet (being
-        opened in the background): the caller polls."""
+        """Block until key ``name`` exists, at most ``timeout``. True when someone set it; False when this waiter's own
+        bound did (``Alarms``: a timeout without c10d's warnings). None when this store cannot wait (not a TCPStore) or
+        its connection for waits is still being opened. The caller then polls."""
         if self._requests.tcp is None or timeout <= 0:
             return None
         if self.waiter is None:

@@ -1,24 +1,23 @@
 """Node-local serialization: ``flock`` on lock files in a private per-user directory.
 
-Scope: the ranks of one node only. ``flock`` over NFS is not reliable (older clients lock locally only,
-newer ones emulate it with byte-range locks that a server restart can lose), so the directory is always on a
-node-local filesystem: ``/dev/shm/fsguard-<uid>`` (tmpfs), else ``/tmp/fsguard-<uid>``. Both are fixed
-names, so every rank of the node agrees on them whatever its ``TMPDIR`` or ``XDG_RUNTIME_DIR`` says.
+Scope: the ranks of one node only. ``flock`` over NFS is not reliable. Older clients lock locally only; newer ones
+emulate it with byte-range locks that a server restart can lose. So the directory is always on a node-local filesystem:
+``/dev/shm/fsguard-<uid>`` (tmpfs), else ``/tmp/fsguard-<uid>``. Both are fixed names, so every rank of the node agrees
+on them whatever its ``TMPDIR`` or ``XDG_RUNTIME_DIR`` says.
 
-Safety: the directory is created mode 0700, then opened with ``O_NOFOLLOW`` and checked on the open
-descriptor (a directory, owned by us, not reachable by others), so a symlink or a directory planted by
-another user in the sticky shared ``/dev/shm`` is refused, not followed. Lock files are opened relative to
-that descriptor with ``O_NOFOLLOW``. Nobody else can write into the directory, so nobody can plant
-anything in it.
+Safety: the directory is created mode 0700, then opened with ``O_NOFOLLOW`` and checked on the open descriptor. It must
+be a directory, owned by us, not reachable by others. So a symlink or directory planted by another user in the sticky
+shared ``/dev/shm`` is refused, not followed. Lock files are opened relative to that descriptor with ``O_NOFOLLOW``.
+Nobody else can write into the directory, so nobody can plant anything in it.
 
 A rank killed while holding a lock loses it at once: the kernel drops a ``flock`` when the last
 descriptor of its open file goes away. Lock files are never deleted (deleting a lock file races with a
 waiter that has it open); there are at most ``STRIPES`` of them, each one page.
 
-Why ``fcntl.flock`` by hand rather than the ``filelock`` library: filelock 4.x spends ~800 µs per
-acquire/release on its fork, registry and soft-lock machinery (measured; raw ``flock`` is ~15 µs), sixteen
-times the 50 µs budget of a serialized call; and what that machinery protects against (symlinks and
-foreign owners in shared directories) cannot happen in a private 0700 directory checked as above.
+Why ``fcntl.flock`` by hand rather than the ``filelock`` library: filelock 4.x spends ~800 µs per acquire/release. (Its
+fork, registry and soft-lock machinery; raw ``flock`` is ~15 µs, measured.) That is sixteen times the 50 µs budget of a
+serialized call. And what that machinery protects against cannot happen in a private 0700 directory checked as above.
+(It guards against symlinks and foreign owners in shared directories.)
 """
 
 from __future__ import annotations

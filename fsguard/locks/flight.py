@@ -50,11 +50,10 @@ REUSED = b"=ok"  # what a backend's ``flight_claim`` answers when a finished ide
 
 
 def claim_error(call: Call) -> type[OSError] | None:
-    """The error this call would get alone where a peer's identical call went first. The error this call would get alone
-    where a peer's identical call went first, for a call that claims something (only one of N identical calls succeeds
-    without fsguard: ``makedirs`` without ``exist_ok``, ``rename``/``replace``, ``rmtree`` without ``ignore_errors``),
-    or None for one whose outcome is the same whoever goes first (``makedirs(exist_ok=True)``,
-    ``rmtree(ignore_errors=True)``)."""
+    """The error this call would get alone where a peer's identical call went first. For a call that claims something:
+    only one of N identical calls succeeds without fsguard. That is ``makedirs`` without ``exist_ok``,
+    ``rename``/``replace``, ``rmtree`` without ``ignore_errors``. None for one whose outcome is the same whoever goes
+    first (``makedirs(exist_ok=True)``, ``rmtree(ignore_errors=True)``)."""
     if call.op == "makedirs":
         return None if call.options.exist_ok else FileExistsError
     if call.op == "rmtree" and call.on_error.ignore_errors:
@@ -63,11 +62,10 @@ def claim_error(call: Call) -> type[OSError] | None:
 
 
 def flight_key(call: Call, paths: list[str], host: str, known: dict[str, int] | None = None) -> str | None:
-    """The key naming this call among the job's identical calls, or None. The key naming this call among the job's
-    identical calls, or None for a call that is never shared: a caller's error handler decides what each rank's failure
-    means, and must see it; a directory descriptor is this process's own; an argument that is not a plain value cannot
-    be compared across processes. ``known``: the ``st_dev`` of directories found before (a directory's filesystem does
-    not change while it exists), filled in here."""
+    """The key naming this call among the job's identical calls, or None. None for a call that is never shared. A
+    caller's error handler decides what each rank's failure means, and must see it. A directory descriptor is this
+    process's own. An argument that is not a plain value cannot be compared across processes. ``known``: the ``st_dev``
+    of directories found before (a directory's filesystem does not change while it exists), filled in here."""
     if call.op not in SHARED or not call.bound:
         return None
     if call.on_error.onerror is not None or call.on_error.onexc is not None or call.fds:
@@ -98,9 +96,8 @@ def flight_key(call: Call, paths: list[str], host: str, known: dict[str, int] | 
 
 
 def _device(path: str, known: dict[str, int]) -> int | None:
-    """``st_dev`` of the nearest existing directory above ``path``, or None. ``st_dev`` of the nearest existing
-    directory above ``path`` (``makedirs`` of a deep path: its parents may not exist yet), or None; ``known``: the
-    answers found before, by directory (at most ``KNOWN`` kept)."""
+    """``st_dev`` of the nearest existing directory above ``path``, or None. For ``makedirs`` of a deep path, its
+    parents may not exist yet. ``known``: the answers found before, by directory (at most ``KNOWN`` kept)."""
     parent = os.path.dirname(path)
     for _ in range(64):
         dev = known.get(parent)

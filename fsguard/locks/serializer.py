@@ -90,9 +90,8 @@ class Serializer:
 
     @property
     def backend(self) -> Backend:
-        """The lock backend, chosen at the first serialized call. Chosen at the first serialized call, not at startup:
-        whether torch is importable is only known once every ``.pth`` file has run (one of them may be what puts torch
-        on ``sys.path``)."""
+        """The lock backend, chosen at the first serialized call. Not at startup: whether torch is importable is only
+        known once every ``.pth`` file has run. One of them may be what puts torch on ``sys.path``."""
         if self._backend is None:
             with self._choosing, Unforkable():  # imports the backend's module: no fork may split that
                 if self._choose is not None:
@@ -106,11 +105,10 @@ class Serializer:
         return self._backend
 
     def prepare_in_background(self) -> None:
-        """Open the backend's connection ahead of the first serialized call. Open the backend's connection ahead of the
-        first serialized call, off its critical path: a daemon thread waits until the program has imported
-        ``torch.distributed`` (fsguard never imports torch before its first serialized call), then chooses the backend
-        and connects (``fsguard.locks.store``: a connection made by many ranks at once can cost seconds). It ends at
-        once when a serialized call chose first."""
+        """Open the backend's connection ahead of the first serialized call. Off its critical path, a daemon thread
+        waits until the program has imported ``torch.distributed``. (fsguard never imports torch before its first
+        serialized call.) It then chooses the backend and connects. In ``fsguard.locks.store``, a connection made by
+        many ranks at once can cost seconds. It ends at once when a serialized call chose first."""
         threading.Thread(target=self._prepare, name="fsguard-connect", daemon=True).start()
 
     def _prepare(self) -> None:
@@ -150,10 +148,10 @@ class Serializer:
         kwargs: dict[str, Any],
         guarded_call: GuardedCall,
     ) -> Any:
-        """Run ``guarded_call`` with the original function locked. ``guarded_call`` with the original function locked:
-        the lock covers the filesystem call itself (for ``rmtree``, the whole walk), and is given back before a failure
-        goes to the guard's rule. A rule may wait up to ``FSGUARD_SETTLE_S`` for a slow filesystem to show a peer's
-        change; waiting that out while holding the lock would make every later rank wait for it too."""
+        """Run ``guarded_call`` with the original function locked. The lock covers the filesystem call itself (for
+        ``rmtree``, the whole walk). It is given back before a failure goes to the guard's rule. A rule may wait up to
+        ``FSGUARD_SETTLE_S`` for a slow filesystem to show a peer's change; waiting that out while holding the lock
+        would make every later rank wait for it too."""
         call = Call(op, args, kwargs)
         paths = call.targets()
         if not paths:
@@ -182,14 +180,14 @@ class Serializer:
         paths: list[str] | None = None,
         performer: Callable[[], Any] | None = None,
     ) -> Any:
-        """Run ``perform()``, or share a peer's identical call made at this moment. ``perform()`` (the whole guarded
-        call), or, when peers make the identical call at this moment, one of them performs it and the others return
-        ``shared`` as soon as its ``perform()`` returned. When it raised (or ended without an outcome: killed, frozen,
-        too slow), every waiting rank calls its own ``perform()``, so each gets its own result and its own error object
-        (``performer``: what the rank that performs a shared call calls instead of ``perform``). A ``makedirs`` that a
-        peer made and returned from earlier returns ``shared`` at once while nothing of the job was removed or renamed
-        since (``flight.REUSABLE``). A claim (``flight.claim_error``) shares a peer's outcome only where its own error
-        would crash its thread (``crashes``): a caller that handles it makes its own call."""
+        """Run ``perform()``, or share a peer's identical call made at this moment. When peers make the identical call
+        at this moment, one performs it (the whole guarded call). The others return ``shared`` as soon as its
+        ``perform()`` returned. When it raised (or ended without an outcome: killed, frozen, too slow), every waiting
+        rank calls its own ``perform()``, so each gets its own result and its own error object (``performer``: what the
+        rank that performs a shared call calls instead of ``perform``). A ``makedirs`` that a peer made and returned
+        from earlier returns ``shared`` at once while nothing of the job was removed or renamed since
+        (``flight.REUSABLE``). A claim (``flight.claim_error``) shares a peer's outcome only where its own error would
+        crash its thread (``crashes``): a caller that handles it makes its own call."""
         op = call.op
         paths = paths or call.targets()
         claimed = self._claim(call, paths) if paths else None
@@ -219,9 +217,8 @@ class Serializer:
         return result
 
     def _crashes(self, error: type[OSError]) -> bool:
-        """Whether an ``error`` of the call being made would crash its thread. Whether an ``error`` of the call being
-        made would crash its thread (no handler of the program's decides); False where that cannot be told (no
-        ``crashes`` set: ``fsguard.patching`` sets it)."""
+        """Whether an ``error`` of the call being made would crash its thread. No handler of the program's decides.
+        False where that cannot be told: no ``crashes`` set (``fsguard.patching`` sets it)."""
         crashes = self.crashes
         if crashes is None:
             return False

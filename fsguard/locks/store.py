@@ -1,53 +1,51 @@
 """Job-wide serialization: a lease lock in the job's own ``torch.distributed`` key-value store.
 
-Which store: the server behind the default process group's store once ``init_process_group`` has run
-(``PrefixStore`` layers unwrapped, so every rank meets under the same keys whatever its group's prefix);
-before that, the launcher's store at ``MASTER_ADDR:MASTER_PORT`` (torchrun's agent store; or rank 0's server
-once it has started one). Its keys live under ``/fsguard/lock/<restart>/`` where no torch key lives. torch is
-imported on the first serialized call, never at startup.
+Which store: the server behind the default process group's store once ``init_process_group`` has run. ``PrefixStore``
+layers are unwrapped, so every rank meets under the same keys whatever its group's prefix. Before that, the launcher's
+store at ``MASTER_ADDR:MASTER_PORT``: torchrun's agent store, or rank 0's server once it started one. Its keys live
+under ``/fsguard/lock/<restart>/`` where no torch key lives. torch is imported on the first serialized call, never at
+startup.
 
 Connections (the requests', the one for waits, the alarms that bound waits): ``fsguard.locks.connection``.
 
-The lock: a ticket queue under key ``/fsguard/lock/<restart>/<stripe>`` (``K``). A caller takes a ticket
-``t = add(K/n, 1)``; the lock's value is either a reservation, free for one ticket only (``=<t>``; empty for
-ticket 1), or its holder's ``<t>:<token>#<seq> <holder text>``. Taking it is ``compare_set(K, reservation of
-t, mine)``; giving it back is ``compare_set(K, mine, reservation of t + 1)`` (it changes the value only if it is
-still ours) and then ``add(K/go/<t+1>, 1)``, which wakes the waiter of ticket ``t + 1``, and only that one. An
-uncontended call costs five round trips (ticket, take, give back, wake the next ticket, delete its own go key);
-a waiter four more or less whatever the number of waiters (ticket, a failed take, one ``wait`` on its go key, the
-take): store requests per hand-off do not grow with the queue.
+The lock: a ticket queue under key ``/fsguard/lock/<restart>/<stripe>`` (``K``). A caller takes a ticket ``t = add(K/n,
+1)``. The lock's value is either a reservation, free for one ticket only (``=<t>``; empty for ticket 1), or its holder's
+``<t>:<token>#<seq> <holder text>``. Taking it is ``compare_set(K, reservation of t, mine)``. Giving it back is
+``compare_set(K, mine, reservation of t + 1)``, which changes the value only if it is still ours. Then ``add(K/go/<t+1>,
+1)`` wakes the waiter of ticket ``t + 1``, and only that one. An uncontended call costs five round trips: ticket, take,
+give back, wake the next ticket, delete its own go key. A waiter costs four more, whatever the number of waiters:
+ticket, a failed take, one ``wait`` on its go key, the take. Store requests per hand-off do not grow with the queue.
 
-Waiting is not polling: a waiter blocks in the store's ``wait`` on its own go key. Waits use a client connection
-of their own, so a thread blocked in one never delays the renewal of a lock this process holds. A wait ends by
-a key being set, never by the socket timing out (c10d prints two warning lines for every wait that times out):
-at the end of its bound, the waiter's own alarm thread adds 0 to the key it waits on (``Alarms``); the waiter
-then deletes the key and looks at the lock's value again (a hand-off in between shows in the value), so a go
-key never wakes it twice. The go key of a ticket is deleted by its holder when it gives the lock back.
+Waiting is not polling: a waiter blocks in the store's ``wait`` on its own go key. Waits use a client connection of
+their own, so a thread blocked in one never delays the renewal of a lock this process holds. A wait ends by a key being
+set, never by the socket timing out. (c10d prints two warning lines for every wait that times out.) At the end of its
+bound, the waiter's own alarm thread adds 0 to the key it waits on (``Alarms``). The waiter then deletes the key and
+looks at the lock's value again; a hand-off in between shows in the value. So a go key never wakes it twice. The go key
+of a ticket is deleted by its holder when it gives the lock back.
 
-Tickets that do not come: a waiter that gives up at its bound adds ``DEPART`` to its go key, and passes the turn
-on itself if it came already; a hand-off that finds ``DEPART`` there passes the turn on at once. A ticket whose
-turn came but was not claimed for a lease (its process killed before its turn, or frozen) is passed over by
-the next ticket; a thread that comes back to find its turn passed takes a new ticket. Keys live under the
-restart count, so a restarted job starts with empty queues.
+Tickets that do not come: a waiter that gives up at its bound adds ``DEPART`` to its go key. It passes the turn on
+itself if it came already. A hand-off that finds ``DEPART`` there passes the turn on at once. A ticket whose turn came
+but was not claimed for a lease is passed over by the next ticket. (Its process was killed before its turn, or froze.) A
+thread that comes back to find its turn passed takes a new ticket. Keys live under the restart count, so a restarted job
+starts with empty queues.
 
-Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value
-(``seq`` + 1, again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole
-lease on its own monotonic clock knows the holder stopped renewing (killed, or frozen), and takes the lock
-over (the next ticket looks at the value every eighth of a lease, the others once a lease): the next ticket
-takes it with ``compare_set(K, that value, mine)``, the waiters behind it pass it on to that ticket a lease
-later (it may be gone as well). Atomic, so exactly one wins, and a holder that wakes up again finds its lock
-gone (and says so in a record) instead of clearing the new owner's. No wall-clock times are compared, so clock
-skew between nodes does not matter.
+Leases, without trusting clocks: while a lock is held, a daemon thread of the holder rewrites its value (``seq`` + 1,
+again by ``compare_set``) every quarter lease. A waiter that sees the *same* value for a whole lease on its own
+monotonic clock knows the holder stopped renewing. (It was killed, or froze.) It takes the lock over. The next ticket
+looks at the value every eighth of a lease, the others once a lease. The next ticket takes it with ``compare_set(K, that
+value, mine)``. The waiters behind it pass it on to that ticket a lease later, as it may be gone as well. Atomic, so
+exactly one wins, and a holder that wakes up again finds its lock gone (and says so in a record) instead of clearing the
+new owner's. No wall-clock times are compared, so clock skew between nodes does not matter.
 
-Lease length: a third of ``FSGUARD_LOCK_TIMEOUT``, between 0.5 s and 10 s (10 s at the default 30 s). A
-peer of a killed holder is then served *serialized* after at most one lease, well inside its own bound;
-renewal keeps a long ``rmtree`` of a live holder safe however long it takes (its waiters time out and go
-on unserialized, with a record, rather than "taking over" from a live process).
+Lease length: a third of ``FSGUARD_LOCK_TIMEOUT``, between 0.5 s and 10 s (10 s at the default 30 s). A peer of a killed
+holder is then served *serialized* after at most one lease, well inside its own bound. Renewal keeps a long ``rmtree``
+of a live holder safe however long it takes. Its waiters time out and go on unserialized, with a record, rather than
+"taking over" from a live process.
 
-Parts, one class each (a forked child makes them all afresh): ``Requests``, the connection requests go
-through; ``Wakes``, the connection for waits, the waiters' alarms and the keys that wake them; ``_Renewer``,
-the thread that renews what this process holds; ``_Tickets``, the lock's ticket queue; ``_Flights``,
-singleflight. ``StoreBackend`` is the ``Backend`` the serializer calls, made of them.
+Parts, one class each; a forked child makes them all afresh. ``Requests``, the connection requests go through.
+``Wakes``, the connection for waits, the waiters' alarms and the keys that wake them. ``_Renewer``, the thread that
+renews what this process holds. ``_Tickets``, the lock's ticket queue; ``_Flights``, singleflight. ``StoreBackend`` is
+the ``Backend`` the serializer calls, made of them.
 """
 
 from __future__ import annotations
@@ -100,8 +98,8 @@ def _reserved(ticket: int) -> bytes:
 
 
 def _ticket_of(value: bytes) -> int:
-    """The ticket a lock value belongs to. The ticket a lock value belongs to: a reservation (``=<t>``, or empty for
-    ticket 1) or a holder's value (``<t>:<token>#<seq> <holder text>``)."""
+    """The ticket a lock value belongs to. A reservation (``=<t>``, or empty for ticket 1), or a holder's value
+    (``<t>:<token>#<seq> <holder text>``)."""
     if not value:
         return 1
     head = value[1:] if value.startswith(b"=") else value.partition(b":")[0]
@@ -124,9 +122,9 @@ def _go_key(name: str, ticket: int) -> str:
 
 
 class _Renewer:
-    """The holder's side of a lease: one thread renews every held value. The holder's side of a lease: one daemon thread
-    rewrites the value of every lock and flight this process holds every quarter lease, so that a waiter can tell a live
-    holder (however long its call takes) from one that was killed or froze, without comparing clocks."""
+    """The holder's side of a lease: one thread renews every held value. One daemon thread rewrites the value of every
+    held lock and flight every quarter lease. So a waiter can tell a live holder, however long its call takes, from one
+    that was killed or froze. It compares no clocks."""
 
     def __init__(self, requests: Requests, wakes: Wakes, lease_s: float) -> None:
         self._requests = requests
@@ -183,9 +181,9 @@ class _Renewer:
 
 
 class _Tickets:
-    """The lock itself: a ticket queue per key (see the module docstring). Each hand-off wakes the next ticket
-    only, a ticket that gave up or never came is passed over, and a holder whose lease stopped being renewed is
-    taken over by exactly one waiter."""
+    """The lock itself: a ticket queue per key (see the module docstring). Each hand-off wakes the next ticket only. A
+    ticket that gave up or never came is passed over. Exactly one waiter takes over a holder whose lease stopped being
+    renewed."""
 
     def __init__(self, requests: Requests, wakes: Wakes, renewer: _Renewer, prefix: str, lease_s: float) -> None:
         self._requests = requests
@@ -219,9 +217,8 @@ class _Tickets:
     def _queue(
         self, key: str, lease: _Lease, started: float, timeout: float, holder: str | None
     ) -> tuple[Held | None, str | None]:
-        """Wait for ``lease``'s ticket to be served. Wait for ``lease``'s ticket to be served: (the lock, who held it),
-        or (None, ...) when its turn came and was passed on while this thread could not claim it (it then takes a new
-        ticket)."""
+        """Wait for ``lease``'s ticket to be served. Returns (the lock, who held it). (None, ...) when its turn came and
+        was passed on while this thread could not claim it; it then takes a new ticket."""
         name, ticket, mine = lease.key, lease.ticket, lease.value()
         go = _go_key(name, ticket)
         seen, since = b"", started
@@ -331,9 +328,9 @@ class _Tickets:
 
 
 class _Flights:
-    """Singleflight (``fsguard.locks.flight``): one rank performs a call, the others wait for its outcome. A
-    flight is a lease like a lock (renewed while it is performed, so its waiters can tell a killed performer),
-    and its outcome rides on the seal added to its waiter count."""
+    """Singleflight (``fsguard.locks.flight``): one rank performs a call, the others wait for its outcome. A flight is a
+    lease like a lock, renewed while it is performed, so its waiters can tell a killed performer. Its outcome rides on
+    the seal added to its waiter count."""
 
     def __init__(self, requests: Requests, wakes: Wakes, renewer: _Renewer, prefix: str, lease_s: float) -> None:
         self._requests = requests
@@ -436,9 +433,9 @@ class _Flights:
 
 
 class StoreBackend:
-    """Lease locks in the job's key-value store: the serializer's ``Backend``. Lease locks in the job's key-value store
-    (see the module docstring): the ``Backend`` the serializer calls, made of its parts (the connection for requests,
-    the waits, the lease renewer, the ticket queue, the flights), which a forked child makes afresh."""
+    """Lease locks in the job's key-value store: the serializer's ``Backend``. See the module docstring. It is made of
+    its parts: the connection for requests, the waits, the lease renewer, the ticket queue and the flights. A forked
+    child makes them afresh."""
 
     name = "store"
     scope = "job"
@@ -508,21 +505,21 @@ class StoreBackend:
     # --- singleflight (fsguard.locks.flight): one rank performs, the others wait for its outcome ---------
 
     def flight_claim(self, flight: str, what: str, reuse: bool = False) -> tuple[bool, Any] | None:
-        """Claim flight ``key``: perform it, or wait for its performer. (True, the flight's ``Held``) for the performer,
-        (False, the flight's current value) for a waiter; None when this store cannot wait on keys (no singleflight). A
+        """Claim flight ``key``: perform it, or wait for its performer. (True, the flight's ``Held``) for the performer;
+        (False, the flight's current value) for a waiter. None when this store cannot wait on keys (no singleflight). A
         flight is a lease like a lock: renewed by the holder's renewal thread while it is performed, so that its waiters
         can tell a killed performer.
 
-        ``reuse``: the call's outcome stays true until something of the job is removed or renamed (a
-        ``makedirs``: the directory exists). Its performer then leaves ``=ok <moves>`` behind, and a later
-        identical call gets (False, ``REUSED``) while the job's moves counter still reads the same: the outcome
-        applies without a filesystem call. After a move, the first rank to come performs the call again."""
+        ``reuse``: the call's outcome stays true until something of the job is removed or renamed (a ``makedirs``: the
+        directory exists). Its performer then leaves ``=ok <moves>`` behind. A later identical call gets (False,
+        ``REUSED``) while the job's moves counter still reads the same. The outcome then applies without a filesystem
+        call. After a move, the first rank to come performs the call again."""
         return self._flights.claim(flight, what, reuse)
 
     def moved(self, ended: bool) -> None:
         """Count a removal or rename of this job as started or ended (``ended``). Outcomes published before no longer
-        apply. One counter, read in one request, says both how many started and how many ended: an outcome is left for
-        reuse only by a call made while no move was under way (a move under way may undo it after the fact), and reused
+        apply. One counter, read in one request, says how many started and how many ended. An outcome is left for reuse
+        only by a call made while no move was under way. (A move under way may undo it after the fact.) It is reused
         only while no move started since."""
         try:
             self._flights.moved(ended)
@@ -533,11 +530,10 @@ class StoreBackend:
 
     def flight_wait(self, flight: str, value: bytes, timeout: float) -> tuple[bytes | None, bool, str]:
         """Wait for flight ``value``'s outcome: (outcome, late, why). (outcome, late, why): the outcome the performer of
-        flight ``value`` published (``ok`` or ``err``), and whether it had counted its waiters already when this one
-        joined (it then records itself). None with why: given up after ``timeout`` (``"timeout"``), or because the
-        flight's lease was not renewed for a whole lease (``"dead"``: the performer was killed or frozen; the caller
-        goes to the lock, whose take-over serves it), or because the performer ended without an outcome to share
-        (``"gone"``).
+        flight ``value`` published (``ok`` or ``err``). ``late``: it had counted its waiters already when this one
+        joined; this one then records itself. None with why: ``"timeout"``, given up after ``timeout``. ``"dead"``: the
+        flight's lease was not renewed for a whole lease; the performer was killed or froze, and the caller goes to the
+        lock, whose take-over serves it. ``"gone"``: the performer ended without an outcome to share.
 
         No polling: the waiter blocks on the flight's hand-off key, which the performer sets at each renewal
         and when it ends (``Wakes.post``), and its own alarm at the end of the lease."""

@@ -23,9 +23,8 @@ from .walk import CONVERSIONS, walk
 
 
 def caller_handles(error: BaseException, frame: Any = None) -> dict[str, Any] | None:
-    """None when ``error`` would end its thread or process; else what decides instead. None when ``error`` would end its
-    thread or process; else what decides instead, for the record: ``{"reason": ..., "handler": "except OSError",
-    "frame": "file:line", ...}``. Never raises."""
+    """None when ``error`` would end its thread or process; else what decides instead. For the record: ``{"reason": ...,
+    "handler": "except OSError", "frame": "file:line", ...}``. Never raises."""
     try:
         start = frame if frame is not None else sys._getframe(1)
         return walk(type(error), start, 0, CONVERSIONS)

@@ -253,8 +253,8 @@ def _unique(raised: list[Raised]) -> tuple[Raised, ...]:
 
 def _delegation(instructions: list[Any], n: int, named: Any) -> tuple[int, int] | None:
     """The callee a handler hands its own error to, as an instruction range. For a call of one argument at instruction
-    ``n``, the handler's own error (``f(e)``, ``self.handle(e)``): the instruction range of its callee's attribute
-    chain; else None."""
+    ``n`` passing the handler's own error (``f(e)``, ``self.handle(e)``). Returns the instruction range of its callee's
+    attribute chain; else None."""
     if instructions[n].arg != 1:
         return None
     m = n - 1
@@ -314,10 +314,9 @@ def operand(instructions: list[Any], end: int) -> int | None:
 
 
 def _clauses(c: Code, n: int) -> tuple[Any, int | None, int | None]:
-    """The ``except`` clauses starting at instruction ``n``. The ``except`` clauses starting at instruction ``n``:
-    ([(instructions, label, body index)], offset of the RERAISE after the last clause, the body of a bare ``except``
-    ending them or None); (None, None, None) for no clause (a ``finally``); ("unknown", None, None) for clauses fsguard
-    cannot read."""
+    """The ``except`` clauses starting at instruction ``n``. ([(instructions, label, body index)], offset of the RERAISE
+    after the last clause, the body of a bare ``except`` or None). (None, None, None) for no clause (a ``finally``).
+    ("unknown", None, None) for clauses fsguard cannot read."""
     found: list[tuple[list[Any], str, int]] = []
     for _ in range(256):
         run: list[Any] = []
@@ -368,9 +367,8 @@ def label(run: list[Any]) -> str:
 
 
 def _with(c: Code, target: int) -> With:
-    """The ``with`` item whose ``__exit__`` is called at handler ``target``. The ``with`` item whose ``__exit__`` is
-    called at handler ``target``: its context expression, unless that is conditional (``a if c else b``) or a name it
-    loads is rebound inside the block."""
+    """The ``with`` item whose ``__exit__`` is called at handler ``target``. Its context expression, unless that is
+    conditional (``a if c else b``) or a name it loads is rebound inside the block."""
     entries = [(start, end) for start, end, t in c.table if t == target]
     n = c.index.get(min(entries)[0]) if entries else None
     consumer = _entry(c.ins, n)

@@ -132,10 +132,9 @@ def _reports_only(hook: Any) -> bool:
 
 
 def _pass_through() -> frozenset[Any]:
-    """Code objects of standard wrappers whose caller decides. Code objects of standard wrappers whose handlers settle
-    only the caller's own arguments (``exist_ok``, ``missing_ok``, ``parents``) or fall back: their caller decides.
-    ``shutil.move`` catches ``OSError`` from ``os.rename`` to copy across filesystems; a source a peer moved would fail
-    the copy too."""
+    """Code objects of standard wrappers whose caller decides. Their handlers settle only the caller's own arguments
+    (``exist_ok``, ``missing_ok``, ``parents``) or fall back. ``shutil.move`` catches ``OSError`` from ``os.rename`` to
+    copy across filesystems; a source a peer moved would fail the copy too."""
     caches = STATE.caches
     if caches.pass_through is None:
         import os

@@ -30,6 +30,7 @@ from fsguard.records import Record, parse_line
 from tests.conftest import TORCHRUN_ENV, clean_env
 from tests.support.ranks import launch, rank_env
 from tests.support.records import check_lines_stand_for
+from tests.support.threads import with_crash_of
 
 RANKS = 4
 ROUNDS = 30
@@ -151,18 +152,8 @@ REMOVE_IN_A_JOB = """
     def remove(path):  # no handler around the call: a would-be crash of its thread, fsguard decides
         os.remove(path)
     def attempt(name, path):
-        import threading
-        escaped = []
-        def ending():  # seen, and the thread ends quietly (a program-set excepthook would decide)
-            try:
-                remove(path)
-            except BaseException as error:
-                escaped.append(error)
-                raise SystemExit from error
-        thread = threading.Thread(target=ending)
-        thread.start()
-        thread.join()
-        outcomes[name] = type(escaped[0]).__name__ if escaped else "absorbed"
+        _, escaped = crash_of(remove, path)
+        outcomes[name] = type(escaped).__name__ if escaped else "absorbed"
     attempt("never existed, directory changed moments ago", os.path.join(fresh, "never"))
     attempt("never existed, directory older than the job", os.path.join(old, "never"))
     attempt("parent missing, directory above changed moments ago", os.path.join(fresh, "nope", "never"))
@@ -193,7 +184,7 @@ def test_remove_in_a_job_absorbs_only_a_name_gone_from_a_directory_changed_momen
         "FRESH_DIR": str(tmp_path / "f"),
     }
     # Started through a shell that stays its parent: the job's start is the launcher's (the parent's), not pytest's.
-    command = ["sh", "-c", '"$0" -c "$1"; exit $?', str(fsguard_python), textwrap.dedent(REMOVE_IN_A_JOB)]
+    command = ["sh", "-c", '"$0" -c "$1"; exit $?', str(fsguard_python), with_crash_of(REMOVE_IN_A_JOB)]
     done = subprocess.run(command, env=clean_env(env), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {

@@ -32,6 +32,7 @@ from fsguard.records import BURST, Record, parse_line
 from tests.conftest import clean_env
 from tests.support.cli import run_cli
 from tests.support.ranks import launch, rank_env
+from tests.support.threads import with_crash_of
 
 TIMEOUT_S = 120
 
@@ -227,18 +228,9 @@ PREVIOUS_JOB = """
     if rank == 1:
         while not os.path.isdir(os.path.join(base, "fresh")):
             time.sleep(0.01)
-        import threading  # a would-be crash of a thread of its own: absorbed when a peer made the directory
-        escaped = []
-        def ending():  # seen, and the thread ends quietly (a program-set excepthook would decide)
-            try:
-                start_run(os.path.join(base, "fresh"))
-            except BaseException as error:
-                escaped.append(error)
-                raise SystemExit from error
-        thread = threading.Thread(target=ending)
-        thread.start()
-        thread.join()
-        out["fresh"] = type(escaped[0]).__name__ if escaped else "ok"
+        # a would-be crash of a thread of its own: absorbed when a peer made the directory
+        _, escaped = crash_of(start_run, os.path.join(base, "fresh"))
+        out["fresh"] = type(escaped).__name__ if escaped else "ok"
     sys.stdout.write(json.dumps(out) + "\\n")  # one write: ranks share the pipe
 """
 
@@ -269,7 +261,7 @@ def test_previous_jobs_run_directory_is_never_a_peers(fsguard_python: Path, tmp_
     from fsguard import config, evidence
 
     script = tmp_path / "program.py"
-    script.write_text(textwrap.dedent(PREVIOUS_JOB))
+    script.write_text(with_crash_of(PREVIOUS_JOB))
     outcomes, trees = {}, {}
     for mode, guarded in (("without", False), ("with", True)):
         base = tmp_path / mode

@@ -26,6 +26,7 @@ from tests.cluster.fixtures import StaleViews, needs_fuse, stale_mounts  # noqa:
 from tests.conftest import TORCHRUN_ENV, clean_env, run_python
 from tests.support.ranks import launch, rank_env
 from tests.support.records import check_lines_stand_for
+from tests.support.threads import with_crash_of
 from tests.workers import race_worker as worker
 
 RANKS = 4
@@ -198,26 +199,10 @@ def check_race_absorbed(fsguard_python: Path, tmp_path: Path, race: Race) -> Non
 
 # A lost race in these programs ends a thread of their own (a would-be crash, which fsguard absorbs when a peer
 # did the same thing); ``try: ... except OSError`` around it would be the program's own handler, which decides.
-CRASH_OF = """
-    import threading
+# ``crash_of`` (tests/support/threads.py) runs it so.
 
-    def crash_of(function):
-        escaped = []
-        def ending():  # seen, and the thread ends quietly (a program-set excepthook would decide)
-            try:
-                function()
-            except BaseException as error:
-                escaped.append(error)
-                raise SystemExit from error
-        thread = threading.Thread(target=ending)
-        thread.start()
-        thread.join()
-        return escaped[0] if escaped else None
-"""
-
-REPUBLISHED_TEMP = (
-    CRASH_OF
-    + """
+REPUBLISHED_TEMP = with_crash_of(
+    """
     import os, sys, tempfile
     import fsguard.patching
     d = tempfile.mkdtemp()
@@ -240,7 +225,7 @@ REPUBLISHED_TEMP = (
     def publish():
         os.replace(temp, target)  # the temp was consumed by rank 0: ENOENT
 
-    outcome = "raised" if crash_of(publish) else "absorbed"
+    outcome = "raised" if crash_of(publish)[1] else "absorbed"
     print(hasattr(os.replace, "__wrapped__"), fired, outcome)
 """
 )
@@ -263,9 +248,8 @@ def test_replace_lost_to_a_republished_temp_is_absorbed(fsguard_python: Path) ->
     assert "re-published" in rec.evidence, rec.evidence
 
 
-ROTATION = (
-    CRASH_OF
-    + """
+ROTATION = with_crash_of(
+    """
     import os, sys, tempfile, time
     import fsguard.patching
     os.chdir(tempfile.mkdtemp())
@@ -290,7 +274,7 @@ ROTATION = (
         os.replace("latest.tmp", "latest")
 
     for attempt in ("peer won", "twice"):
-        outcomes.append("raised" if crash_of(publish) else "absorbed")
+        outcomes.append("raised" if crash_of(publish)[1] else "absorbed")
     print(moved, *outcomes)
 """
 )
@@ -456,9 +440,8 @@ def test_makedirs_exist_ok_decides_from_the_listing(
         assert on["seconds"] < 2.5, on  # decided from the listing, not after the 5 s settle wait
 
 
-RENAMED_MID_WALK = (
-    CRASH_OF
-    + """
+RENAMED_MID_WALK = with_crash_of(
+    """
     import json, os, shutil, sys, tempfile
     root = tempfile.mkdtemp()
     top, moved = os.path.join(root, "staging"), os.path.join(root, "checkpoint-7")
@@ -480,7 +463,7 @@ RENAMED_MID_WALK = (
     def clean():
         shutil.rmtree(top)
 
-    error = crash_of(clean)
+    _, error = crash_of(clean)
     outcome = "ok" if error is None else f"{type(error).__name__}:{error.errno}"
     print(json.dumps({"fired": fired, "outcome": outcome, "moved": sorted(os.listdir(moved)),
                       "patched": hasattr(shutil.rmtree, "__wrapped__")}))

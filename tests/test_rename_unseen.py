@@ -26,6 +26,7 @@ import pytest
 from tests.cluster.fixtures import needs_fuse, stale_views
 from tests.conftest import TORCHRUN_ENV, run_python
 from tests.support.records import from_lines
+from tests.support.threads import with_crash_of
 
 pytestmark = [pytest.mark.fuse, needs_fuse]
 
@@ -61,19 +62,10 @@ WORKER = """
         finally:
             sys.setprofile(None)
 
-    import threading  # a thread of its own, no handler around the call: a would-be crash, fsguard decides
     sys.addaudithook(peer_takes_the_temp)
-    escaped = []
-    def ending():  # seen, and the thread ends quietly (a program-set excepthook would decide)
-        try:
-            publish()
-        except BaseException as error:
-            escaped.append(error)
-            raise SystemExit from error
-    thread = threading.Thread(target=ending)
-    thread.start()
-    thread.join()
-    outcome = type(escaped[0]).__name__ if escaped else "published"
+    # a thread of its own, no handler around the call: a would-be crash, fsguard decides
+    _, escaped = crash_of(publish)
+    outcome = type(escaped).__name__ if escaped else "published"
     listed = sorted(n for n in os.listdir(b) if not n.startswith("."))
     print(outcome, steps, listed, "visible" if os.path.lexists(latest) else "not visible", sep="|")
     with open(os.path.join(a, "latest")) as f:
@@ -86,7 +78,7 @@ JOB = {**TORCHRUN_ENV, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL
 def run(python: Path, where: Path, fsguard: str) -> tuple[list[str], str]:
     with stale_views(where, cache_s=CACHE_S) as views:
         env = {**JOB, "FSGUARD": fsguard, "FSGUARD_SETTLE_S": str(SETTLE_S), "VIEW_A": str(views.a)}
-        done = run_python(python, WORKER, {**env, "VIEW_B": str(views.b)}, timeout=120)
+        done = run_python(python, with_crash_of(WORKER), {**env, "VIEW_B": str(views.b)}, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.splitlines(), done.stderr
 

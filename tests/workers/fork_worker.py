@@ -37,16 +37,6 @@ CHILD_TIMEOUT_S = 30.0
 CHILD_LIFE_S = 6.0
 
 
-def _ending(path: str, escaped: list[BaseException]) -> None:
-    """``_absorbed_race`` as a thread's target: what escapes it is seen, and the thread ends with it (quietly:
-    the default excepthook ignores SystemExit; a program-set hook would decide, issue 45)."""
-    try:
-        _absorbed_race(path)
-    except BaseException as error:
-        escaped.append(error)
-        raise SystemExit from error
-
-
 def _absorbed_race(parent: str) -> None:
     os.mkdir(parent)  # a parent of its own: the rule's fresh listing stays one entry long
     path = os.path.join(parent, "d")
@@ -69,6 +59,8 @@ def _wait(pid: int, timeout: float) -> int | None:
 
 
 def stress(base: str, forks: int) -> None:
+    from gate import crash_of  # run as a script: this directory is on sys.path (the tests import only constants)
+
     stop = threading.Event()
     absorbed = [0]
 
@@ -91,12 +83,9 @@ def stress(base: str, forks: int) -> None:
             try:
                 # A thread of its own, no handler around the race: a would-be crash, which fsguard absorbs
                 # (a handler here would be the program's own, and decide).
-                escaped: list[BaseException] = []
-                racer = threading.Thread(target=_ending, args=(os.path.join(base, f"child{i}"), escaped))
-                racer.start()
-                racer.join()
-                if escaped:
-                    traceback.print_exception(escaped[0])  # the test shows it (os._exit below would lose it)
+                _, escaped = crash_of(_absorbed_race, os.path.join(base, f"child{i}"))
+                if escaped is not None:
+                    traceback.print_exception(escaped)  # the test shows it (os._exit below would lose it)
                     sys.stderr.flush()
                 else:
                     code = 0

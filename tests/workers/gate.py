@@ -1,6 +1,7 @@
-"""The file barrier the ranks of one test job pass together, so that they make their racing call at once.
+"""The file barrier the ranks of one test job pass together, and the tests' one thread helper, ``crash_of``.
 
 Imported by the workers run as scripts (their directory is on ``sys.path``): ``from gate import barrier``.
+A program the tests give as text imports ``crash_of`` through ``tests/support/threads.py``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ import os
 import shutil
 import stat
 import sys
-import threading
 import traceback
 import warnings
 from collections.abc import Callable
@@ -35,6 +34,7 @@ if HERE not in sys.path:  # the table modules, whether this runs as a script or 
     sys.path.insert(0, HERE)
 
 import parity_table as table  # noqa: E402
+from gate import crash_of  # noqa: E402 - the tests' one thread helper
 from parity_table import CALL_MARK, HAS_ONEXC, NOBODY, ROWS, Row, Skip  # noqa: E402,F401 - the tests read these here
 
 TABLES = ("parity_makedirs", "parity_rename", "parity_kinds", "parity_rmtree", "parity_params")
@@ -134,22 +134,10 @@ def in_a_thread(act: Callable[..., Any], *args: Any) -> Any:
     """``act(*args)`` in a thread of its own, with no handler around it: a race there is a would-be crash, which
     fsguard may absorb (a handler around the call would decide instead); what escaped it is raised again here,
     after fsguard decided."""
-    result: list[Any] = [None]
-    escaped: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            result[0] = act(*args)
-        except BaseException as error:  # seen, and the thread ends: a program-set excepthook would decide
-            escaped.append(error)
-            raise SystemExit from error  # (the default excepthook ends a thread on SystemExit quietly)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if escaped:
-        raise escaped[0]
-    return result[0]
+    result, escaped = crash_of(act, *args)
+    if escaped is not None:
+        raise escaped
+    return result
 
 
 LOGGED: list[str] = []  # the FSGUARD_LOG lines already given to a row

@@ -1,10 +1,16 @@
-"""The rule ``os.symlink`` and ``os.link`` share: absorb a peer's identical result. It absorbs ``FileExistsError`` when
-a peer made the very result the call asked for during this job. For ``fsguard.guards.symlink`` that is a symlink with
-the same target text; for ``fsguard.guards.link``, the source's own inode.
+"""The rule ``os.symlink`` and ``os.link`` share: absorb a peer's identical result.
 
-Re-raised: something else at the name, as the operation's own test says. An identical entry made before the job, or by
-this process itself (its ctime is not after this process's own call). Nothing there any more once a bounded wait is over
-(a peer refreshing the same name removed it again).
+``fsguard.guards.symlink`` asks for a symlink with the same target text; ``fsguard.guards.link`` for the source's own
+inode.
+
+========== ===========================================================================================================
+decision   case
+========== ===========================================================================================================
+absorbed   the very result the call asked for, made during this job by a peer
+re-raised  something else at the name, as the operation's own test says
+re-raised  an identical entry made before the job, or by this process (its ctime not after its own call)
+re-raised  nothing there any more once a bounded wait is over (a peer refreshing the name removed it again)
+========== ===========================================================================================================
 """
 
 from __future__ import annotations

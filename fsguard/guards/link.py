@@ -1,13 +1,20 @@
-"""``os.link`` and ``Path.hardlink_to``: absorb a peer's link to the very same inode. It absorbs ``FileExistsError``
-when a peer made the name a link to the source's inode during this job. That is an identical result, by the rule it
-shares with ``os.symlink``: :func:`fsguard.guards.identical.made_by_peer`.
+"""``os.link`` and ``Path.hardlink_to``: absorb a peer's link to the very same inode.
 
-The inode's ctime changes when a link to it is made, so "during this job" is read from it. Re-raised: another inode in
-the way (another file, a directory, a symlink). The same inode linked before the job or by this process itself. A source
-that cannot be read. A destination that names the source's own entry (``link(a, a)``, however spelt): no call, a peer's
-neither, ever made that link. A destination that ends in a separator: no link is ever made at such a name.
-``src_dir_fd``/``dst_dir_fd`` calls (passed through), and every other error. ``follow_symlinks=False`` compares with the
-symlink itself, as the call would have linked it.
+The rule it shares with ``os.symlink``: :func:`fsguard.guards.identical.made_by_peer`. The inode's ctime changes when
+a link to it is made, so "during this job" is read from it. ``follow_symlinks=False`` compares with the symlink itself,
+as the call would have linked it.
+
+========== ===========================================================================================================
+decision   case
+========== ===========================================================================================================
+absorbed   a link to the source's inode, made during this job by a peer
+re-raised  another inode in the way (another file, a directory, a symlink); a source that cannot be read
+re-raised  the same inode linked before the job, or by this process itself
+re-raised  a destination naming the source's own entry (``link(a, a)``, however spelt): nobody made that link
+re-raised  a destination ending in a separator: no link is ever made at such a name
+passed     ``src_dir_fd``/``dst_dir_fd`` calls
+re-raised  every other error
+========== ===========================================================================================================
 """
 
 from __future__ import annotations

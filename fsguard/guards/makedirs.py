@@ -1,15 +1,18 @@
 """``os.makedirs``: absorb ``FileExistsError`` when a peer of this job created the directory.
 
-Absorbed:
-  * ``exist_ok=False``: the rule ``os.mkdir`` shares (:func:`made_by_peer`): the path is now a
-    directory, it changed during this job, and this process's own guarded calls did not make it (nor
-    anything below it);
-  * ``exist_ok=True``: the fresh parent listing shows a directory although the (cached) lookup said it
-    was missing: a peer's ``mkdir`` that this node's lookup cache has not seen yet.
-Re-raised: a file or symlink in the way, a directory older than the job, one this node's journal says another
-job or attempt made (``fsguard.evidence.job_tag_of``), one no guarded call of a single-node job made (its journal
-is complete), one this process made itself, and every other error. Where the journal cannot tell (a peer on
-another node) time alone decides.
+========== ===========================================================================================================
+decision   case
+========== ===========================================================================================================
+absorbed   ``exist_ok=False``: the rule ``os.mkdir`` shares (:func:`made_by_peer`): a directory, changed during
+           this job, neither it nor anything below it made by this process's own guarded calls
+absorbed   ``exist_ok=True``: the fresh parent listing shows a directory the (cached) lookup said was missing
+re-raised  a file or symlink in the way, a directory older than the job
+re-raised  a directory this node's journal says another job or attempt made (``fsguard.evidence.job_tag_of``)
+re-raised  one no guarded call of a single-node job made (its journal is complete), one this process made
+re-raised  every other error
+========== ===========================================================================================================
+
+Where the journal cannot tell (a peer on another node), time alone decides.
 """
 
 from __future__ import annotations

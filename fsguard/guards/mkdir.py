@@ -1,12 +1,17 @@
-"""``os.mkdir`` and ``Path.mkdir``: absorb ``FileExistsError`` when a peer made the directory. The same rule as
-``os.makedirs`` without ``exist_ok``: :func:`fsguard.guards.makedirs.made_by_peer`.
+"""``os.mkdir`` and ``Path.mkdir``: absorb ``FileExistsError`` when a peer made the directory.
 
-Absorbed: the path is now a directory, changed during this job, and not made by this process. (Nor did this process's
-own guarded calls make anything below it.) Or a fresh listing of its parent shows a directory this node's lookup cache
-still misses. That is a peer's ``mkdir`` moments ago. Re-raised: a file or symlink in the way, a directory older than
-the job, one this process made itself, ``dir_fd`` calls (passed through), every other error. The mechanism passes
-``os.makedirs``'s and ``tempfile``'s own ``mkdir`` calls through undecided. ``makedirs`` decides once for the whole
-call, and a ``mkdtemp`` name collision is never a peer's result to share.
+The same rule as ``os.makedirs`` without ``exist_ok``: :func:`fsguard.guards.makedirs.made_by_peer`.
+
+========== ===========================================================================================================
+decision   case
+========== ===========================================================================================================
+absorbed   a directory, changed during this job, neither it nor anything below it made by this process
+absorbed   a fresh listing of the parent shows a directory this node's lookup cache still misses
+re-raised  a file or symlink in the way, a directory older than the job, one this process made
+passed     ``dir_fd`` calls; ``os.makedirs``'s and ``tempfile``'s own ``mkdir`` calls (``makedirs`` decides once
+           for the whole call; a ``mkdtemp`` name collision is never a peer's result to share)
+re-raised  every other error
+========== ===========================================================================================================
 """
 
 from __future__ import annotations

@@ -1,22 +1,26 @@
-"""``os.remove``, ``os.unlink``, ``os.rmdir``: absorb a peer's removal moments ago. ``os.remove``, ``os.unlink`` and
-``os.rmdir``, and ``Path.unlink``/``Path.rmdir``. They absorb ``FileNotFoundError`` when a peer of this job removed the
-name moments ago. Every rank cleans up one build or staging directory by hand, as torch inductor's C++ builder does with
-``*_CxxBuild``.
+"""``os.remove``, ``os.unlink``, ``os.rmdir``: absorb a peer's removal moments ago.
 
-A missing name leaves no trace of whether it ever existed. So the evidence is about the job and the directory. It is
-absorbed only where a distributed launcher says this process has peers. (``FSGUARD=force`` alone, outside a job, never
-absorbs here: without peers every missing name is genuine.) The parent directory must exist and have changed during this
-job *and* within the last ``RECENT_S`` seconds. (Removing a name changes its directory.) And this process's own guarded
-calls did not remove or move the name away. A name whose directory is gone too is judged by the directory above. (A peer
-removed the whole directory while this process walked it to remove it by hand.) It must have changed during this job and
-moments ago. What is honestly absorbed with it, inside a job, is a documented deviation, as ``rmtree`` of a missing top.
-A name that never existed, in a directory that changed moments ago. Or one this process removed through a call fsguard
-does not see (descriptors). Or one under a missing directory, in a directory that changed. Raised unchanged: no peers, a
-name this process removed itself, a parent that has not changed lately or during the job. A missing chain longer than
-``UP_TO`` directories. ``IsADirectoryError``, ``NotADirectoryError``, ``ENOTEMPTY`` (rmdir of a directory with entries),
-``EACCES``/``EPERM``, every other error. ``dir_fd`` calls are passed through, never resolved against the wrong
-directory. So are the standard library's own calls (``shutil``, ``tempfile``, ``os.removedirs``). So is
-``Path.unlink(missing_ok=True)``, whose callers settle a missing name themselves.
+``Path.unlink`` and ``Path.rmdir`` too: every rank cleans up one build or staging directory by hand, as torch
+inductor's C++ builder does with ``*_CxxBuild``. A missing name leaves no trace of whether it ever existed, so the
+evidence is about the job and the directory.
+
+========== ===========================================================================================================
+decision   case
+========== ===========================================================================================================
+absorbed   a launcher says this process has peers; the parent exists and changed during this job *and* within
+           ``RECENT_S`` (removing a name changes its directory); this process did not remove or move the name
+absorbed   the parent is gone too (a peer removed it while this process emptied it by hand): the directory
+           above changed during this job and moments ago
+re-raised  no peers (``FSGUARD=force`` alone, outside a job: every missing name is genuine)
+re-raised  a name this process removed itself; a parent unchanged lately or during the job
+re-raised  a missing chain longer than ``UP_TO`` directories
+re-raised  ``IsADirectoryError``, ``NotADirectoryError``, ``ENOTEMPTY``, ``EACCES``/``EPERM``, every other error
+passed     ``dir_fd`` calls; the standard library's own (``shutil``, ``tempfile``, ``os.removedirs``);
+           ``Path.unlink(missing_ok=True)``, whose callers settle a missing name themselves
+========== ===========================================================================================================
+
+A documented deviation, as ``rmtree`` of a missing top: inside a job, a name that never existed (or that this
+process removed through a call fsguard does not see) is absorbed in a directory that changed moments ago.
 """
 
 from __future__ import annotations

@@ -1,23 +1,28 @@
 """``os.rename`` and ``os.replace``: absorb ``FileNotFoundError`` when a peer already did the same move.
 
-Absorbed: the source was missing, and the destination is present and changed during this job. The mount's fresh probe
-(``evidence.look``) shows it. On a coherent local filesystem that is the name's own lstat, with no wait. Elsewhere it is
-the parents' listings, for a destination a shared filesystem has not shown yet. It waits up to ``FSGUARD_SETTLE_S``, or
-the mount's own shorter cache time. The source may be back already. A peer writing the same temp name again re-publishes
-it between the failure and the look. (Compile caches' temp names collide across nodes.) A destination in the listing
-that this node's lookups do not show yet was put there moments ago by a peer. (This node has a negative lookup cache.)
-But when the source is back, or this process moved the same source before, that alone cannot tell whose it is. The rest
-of the same budget waits for the lookup to show it. Its ctime then decides as for a visible one; re-raised if it never
-shows. Not a peer's doing, so re-raised: a destination older than the job, or than this attempt of a restarted job. A
-directory whose job tag is another job's or attempt's. This process moved the source away itself. Or the destination's
-last change was this process's own move (or link) onto it, and it has not changed since (``OWN_SLACK_S``). Then the
-missing source was this process's own to produce: a per-rank ``state.{step}.tmp`` whose writer wrote nothing. A later
-move onto it, as in a rotation that reuses one temp name every step, is a peer's. A path given with a trailing separator
-names a directory: a destination that is not one is re-raised (no peer's identical move left it). Recorded as a
-conflict, then re-raised: a directory renamed onto a non-empty directory. Except where lookups may be stale and the
-source is gone from its parent's fresh listing. Then this node's stale entry of the source made the call fail so (seen
-on GlusterFS). It is decided as a missing source. Re-raised unchanged: everything else, including calls with
-``src_dir_fd``/``dst_dir_fd`` (passed through, never resolved against the wrong directory).
+The cases, in the order the rule asks (``docs/decides/rename.md`` has them with their evidence):
+
+========== ===========================================================================================================
+decision   case
+========== ===========================================================================================================
+absorbed   source missing; destination present and changed during this job, as the mount's fresh probe shows
+           (``evidence.look``: the name's own lstat where coherent, no wait; elsewhere the parents' listings,
+           waiting up to ``FSGUARD_SETTLE_S`` or the mount's shorter cache time)
+absorbed   the same, with the source back already: a peer wrote the same temp name again (compile caches)
+absorbed   destination only in the listing (a negative lookup cache), source back or moved by this process
+           before: the rest of the budget waits for the lookup, then its ctime decides
+absorbed   a stale entry of a moved source made the call fail as onto a non-empty directory (GlusterFS), and
+           the source left its parent's fresh listing: decided as a missing source
+re-raised  destination older than the job, or than this attempt of a restarted job
+re-raised  a directory whose job tag is another job's or attempt's
+re-raised  this process moved the source away itself, or its own move (or link) made the destination, unchanged
+           since (``OWN_SLACK_S``): a per-rank ``state.{step}.tmp`` whose writer wrote nothing
+re-raised  a trailing separator (a directory) and a destination that is not one
+conflict   a directory renamed onto a non-empty directory: recorded, then re-raised
+re-raised  everything else; ``src_dir_fd``/``dst_dir_fd`` calls pass through
+========== ===========================================================================================================
+
+A later move onto a destination this process made, as in a rotation reusing one temp name, is a peer's.
 """
 
 from __future__ import annotations

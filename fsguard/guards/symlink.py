@@ -1,11 +1,17 @@
-"""``os.symlink`` and ``Path.symlink_to``: absorb a peer's symlink with the very same target. It absorbs
-``FileExistsError`` when a peer made the name a symlink with the same target text during this job. That is an identical
-result, by the rule it shares with ``os.link``: :func:`fsguard.guards.identical.made_by_peer`.
+"""``os.symlink`` and ``Path.symlink_to``: absorb a peer's symlink with the very same target.
 
-Re-raised: a symlink to anything else, the same target spelt differently included. A file or directory in the way. A
-destination with a trailing separator: no symlink is ever made at such a name. An identical symlink older than the job
-(by its birth time where kept, else its ctime), or made by this process itself. ``dir_fd`` calls (passed through), and
-every other error.
+The rule it shares with ``os.link``: :func:`fsguard.guards.identical.made_by_peer`.
+
+========== ===========================================================================================================
+decision   case
+========== ===========================================================================================================
+absorbed   a symlink with the same target text, made during this job by a peer
+re-raised  a symlink to anything else, the same target spelt differently included; a file or directory
+re-raised  a destination with a trailing separator: no symlink is ever made at such a name
+re-raised  an identical symlink older than the job (birth time where kept, else ctime), or made by this process
+passed     ``dir_fd`` calls
+re-raised  every other error
+========== ===========================================================================================================
 """
 
 from __future__ import annotations

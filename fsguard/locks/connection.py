@@ -1,29 +1,31 @@
-"""The job's store, reached: requests, blocking waits, and the alarms bounding them. ``fsguard.locks.store`` builds its
-lock and its flights on them.
+"""The job's store, reached: requests, blocking waits, and the alarms bounding them.
 
-Connections: requests go through the default process group's store client where one exists on that server. (c10d
-serializes its requests and ours.) Otherwise they go through a client connection of fsguard's own. That is given up for
-the group's client once a group on the same server exists. Blocking waits use one more connection of their own (see
-below). A c10d client serves one request at a time. So a ``wait`` on the group's client would hold up the job's own
-store requests until it ends. (Measured: a ``set`` behind a 1.5 s ``wait`` took 1.5 s.) And a wait bounded without
-c10d's timeout warnings needs a second connection to set its key. Each new c10d client connection reverse-resolves the
-store's address: ``getnameinfo`` for its log text, in the client's ``SocketImpl``. To ``127.0.0.1`` it is the
-IPv4-mapped ``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list. When many ranks connect at once, the resolver
-waits out its 5 s timeout for queries a busy DNS server dropped. c10d says "The hostname of the client socket cannot be
-retrieved. err=-3" when one fails. So the connections are opened ahead of the first serialized call, off its critical
-path. (``prepare``: by a background thread once the program has imported ``torch.distributed``.) A call that comes first
-opens one connection at most on its own path. A background thread opens the one for waits; until it is open, the call's
-waits poll (``waiting.Backoff``'s steps, up to 50 ms).
+``fsguard.locks.store`` builds its lock and its flights on them.
 
-Forks: opening a connection imports modules and makes name lookups inside c10d and the C library. (``Requests._open``,
-``Wakes.open``, and the connect-ahead thread's whole ``prepare``; the idna codec, for ``socket.create_connection``.) A
-child forked meanwhile would wait forever for a lock that thread held. Measured: a rank forking 500 children right after
-importing ``torch.distributed`` left 1 to 12 hung in their first ``getaddrinfo``, in 3 of 8 runs. So it is a
-``state.Unforkable`` section: a fork from another thread waits for it to end (milliseconds; at most
-``state.FORK_WAIT_S``). The other threads (alarm, lease renewal) only send requests on connections already open. A
-forked child never uses those (``after_fork_in_child``: its backend starts afresh). One that has to reconnect opens the
-connection in the same section.
+- Requests go through the default process group's store client where one exists on that server. Otherwise they go
+  through a connection of fsguard's own, given up for the group's client once such a group exists.
+- Blocking waits use one more connection of their own, each bounded by its own alarm (``Alarms``).
+- Connections are opened ahead of the first serialized call, off its critical path (``prepare``). A background thread
+  opens them once the program has imported ``torch.distributed``.
+- A call that comes first opens one connection at most on its own path. Its waits poll until the one for waits is
+  open (``waiting.Backoff``'s steps, up to 50 ms).
+- Opening a connection is a ``state.Unforkable`` section. A fork from another thread waits for it to end
+  (milliseconds; at most ``state.FORK_WAIT_S``).
 """
+
+# Why waits have a connection of their own (b60a4ba): a c10d client serves one request at a time, so a ``wait`` on the
+# group's client holds up the job's own requests until it ends (measured: a ``set`` behind a 1.5 s ``wait`` took
+# 1.5 s). A wait bounded without c10d's timeout warnings also needs a second connection to set its key.
+# Why connect ahead (7110e9e): each new c10d client reverse-resolves the store's address (``getnameinfo``, for its log
+# text; the IPv4-mapped ``::ffff:127.0.0.1`` is in no ``/etc/hosts``). When many ranks connect at once, the resolver
+# waits out its 5 s timeout for queries a busy DNS server dropped ("The hostname of the client socket cannot be
+# retrieved. err=-3").
+# Why a section (a5b7a70): opening imports modules (the idna codec, for ``socket.create_connection``) and makes name
+# lookups inside c10d and the C library (``Requests._open``, ``Wakes.open``, the whole ``prepare``). A child forked
+# meanwhile waits forever for a lock that thread held: a rank forking 500 children right after importing
+# ``torch.distributed`` left 1 to 12 hung in their first ``getaddrinfo``, in 3 of 8 runs. The other threads (alarm,
+# lease renewal) only send requests on connections already open, which a forked child never uses
+# (``after_fork_in_child``: its backend starts afresh); one that has to reconnect does so in the same section.
 
 from __future__ import annotations
 

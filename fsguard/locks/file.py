@@ -13,12 +13,12 @@ Nobody else can write into the directory, so nobody can plant anything in it.
 A rank killed while holding a lock loses it at once: the kernel drops a ``flock`` when the last
 descriptor of its open file goes away. Lock files are never deleted (deleting a lock file races with a
 waiter that has it open); there are at most ``STRIPES`` of them, each one page.
-
-Why ``fcntl.flock`` by hand rather than the ``filelock`` library: filelock 4.x spends ~800 µs per acquire/release. (Its
-fork, registry and soft-lock machinery; raw ``flock`` is ~15 µs, measured.) That is sixteen times the 50 µs budget of a
-serialized call. And what that machinery protects against cannot happen in a private 0700 directory checked as above.
-(It guards against symlinks and foreign owners in shared directories.)
 """
+
+# Why ``fcntl.flock`` by hand, not the ``filelock`` library (a8bde79): filelock 4.x spends ~800 µs per acquire/release
+# on its fork, registry and soft-lock machinery (raw ``flock``: ~15 µs, measured), sixteen times the 50 µs budget of a
+# serialized call. That machinery guards against symlinks and foreign owners in shared directories, which cannot
+# happen in a private 0700 directory checked as above.
 
 from __future__ import annotations
 

@@ -185,11 +185,15 @@ def test_mkdir_lock_in_a_retry_decorator(fsguard_python: Path, tmp_path: Path, r
     pytest.importorskip("tenacity")
     runs = {}
     for mode, guarded in (("without", False), ("with", True)):
-        runs[mode] = run_ranks(fsguard_python, LOCK_IN_A_RETRY, tmp_path / mode, 3, guarded=guarded, RETRY=retry)
-        assert [r["code"] for r in runs[mode]] == [0, 0, 0], [r["err"] for r in runs[mode]]
-        assert [r["out"]["most_inside"] for r in runs[mode]] == [1, 1, 1], runs[mode]
-        assert tree(tmp_path / mode).keys() == {"ready-0", "ready-1", "ready-2"}
-    assert sum(r["out"]["retries"] for r in runs["without"]), "the lock was never contended"
+        for attempt in range(4):  # until the lock was contended: on a loaded machine the ranks may never meet
+            where = tmp_path / f"{mode}{attempt}"
+            runs[mode] = run_ranks(fsguard_python, LOCK_IN_A_RETRY, where, 3, guarded=guarded, RETRY=retry)
+            assert [r["code"] for r in runs[mode]] == [0, 0, 0], [r["err"] for r in runs[mode]]
+            assert [r["out"]["most_inside"] for r in runs[mode]] == [1, 1, 1], runs[mode]
+            assert tree(where).keys() == {"ready-0", "ready-1", "ready-2"}
+            if sum(r["out"]["retries"] for r in runs[mode]):
+                break
+        assert sum(r["out"]["retries"] for r in runs[mode]), f"{mode}: the lock was never contended"
     records = records_of(runs["with"])
     assert {(r.op, r.decision) for r in records} == {("mkdir", "deferred")}, records
     handler = "except BaseException" if retry == "tenacity" else "except Exception"
@@ -381,9 +385,13 @@ POLLING = (
     import json, sys
     lock = os.path.join(root, "lock")
     polls = 0
-    if rank == 0:
+    world = int(os.environ["WORLD_SIZE"])
+    if rank == 0:  # held HOLD_S, and until every poller has polled ENOUGH times (a loaded machine polls slowly)
         os.mkdir(lock)
         time.sleep(float(os.environ["HOLD_S"]))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(os.path.exists(f"{root}.polled-{r}") for r in range(1, world)):
+            time.sleep(0.01)
         os.rmdir(lock)
     else:
         while not os.path.exists(lock):
@@ -394,6 +402,8 @@ POLLING = (
                 break
             except FileExistsError:
                 polls += 1
+                if polls == int(os.environ["ENOUGH"]):
+                    open(f"{root}.polled-{rank}", "w").close()
                 time.sleep(0.002)
         os.rmdir(lock)
     sys.stdout.write(json.dumps({"polls": polls}) + "\\n")  # one write: ranks share the pipe
@@ -409,7 +419,7 @@ def test_polling_a_lock_does_not_flood_stderr(fsguard_python: Path, tmp_path: Pa
     runs = {}
     logs = tmp_path / "records"
     for mode, guarded in (("without", False), ("with", True)):
-        extra = {"HOLD_S": "1.0", **({"FSGUARD_LOG": str(logs)} if guarded else {})}
+        extra = {"HOLD_S": "1.0", "ENOUGH": str(5 * (BURST + 1)), **({"FSGUARD_LOG": str(logs)} if guarded else {})}
         runs[mode] = run_ranks(fsguard_python, POLLING, tmp_path / mode, ranks, guarded, **extra)
         assert [r["code"] for r in runs[mode]] == [0] * ranks, [r["err"] for r in runs[mode]]
         assert tree(tmp_path / mode).keys() == {f"ready-{r}" for r in range(ranks)}

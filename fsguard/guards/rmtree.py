@@ -299,14 +299,15 @@ def entry_gone_by_peer(rules: Rules) -> bool:
 
 def settle_on_vanishing(vanished: int) -> bool:
     """Whether a walk that saw ``vanished`` entries disappear under it stops to wait for the peer removing the
-    same tree (``fsguard.rmwalk.Walk.settle``): at the first one. One vanished entry is already the evidence that
-    a peer walks this tree; every further entry raced costs both ranks a metadata operation for nothing."""
+    same tree (``fsguard.rmwalk.handler.Walk.wait_for_peer_removal``): at the first one. One vanished entry is
+    already the evidence that a peer walks this tree; every further entry raced costs both ranks a metadata
+    operation for nothing."""
     return vanished >= 1
 
 
 def busy_may_clear(path: str, st: os.stat_result, world: World) -> bool:
     """Whether an ``EBUSY`` removal of the directory ``path`` inside the tree (``st``: what the walk found there)
-    is tried again (``fsguard.rmwalk.Walk._retry``): not for a mount point (a bind-mounted directory), which no
+    is tried again (``fsguard.rmwalk.handler.Walk._retry``): not for a mount point (a bind-mounted directory), which no
     peer's removal makes free: the standard error goes on at once, as without fsguard."""
     return not world.is_mount_point(path, st)
 

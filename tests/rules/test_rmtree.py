@@ -346,7 +346,7 @@ def test_a_busy_mount_point_inside_the_tree_is_not_retried(
         _walk(top, world, rules(settle_s=0.5))
     assert raised.value.errno == errno.EBUSY and raised.value.filename in (inner.name, str(inner))
     assert inner.is_dir() and _files(inner) == 0  # emptied, then the error (the rest of the walk stops)
-    assert len(tries) == (1 if mounted else 1 + rmwalk._RETRIES)
+    assert len(tries) == (1 if mounted else 1 + rmwalk.handler.RETRIES)
 
 
 def test_a_top_a_peers_rmtree_removed_first_is_absorbed(tmp_path: Path) -> None:

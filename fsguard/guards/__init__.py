@@ -75,6 +75,10 @@ class World(Protocol):
         """Whether this job's journal names this rank as the directory's maker (``fsguard.evidence.made_by_rank``):
         made by a process of this rank, this one or its children (a ``multiprocessing.Pool``'s)."""
 
+    def made_alone(self, path: str) -> bool:
+        """Whether this node's journal names this rank as the directory's newest maker, with no note since from a
+        process of another rank that made or tried to make it (``fsguard.journal.made_alone``)."""
+
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         """Whether ``path`` (whose ``lstat`` is ``st``) is the root of a mount."""
 

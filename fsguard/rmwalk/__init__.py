@@ -107,15 +107,23 @@ class _Course:
         walk, top, world, rules = self.walk, self.top, self.walk.world, self.walk.rules
         position = walk.position
         tree = position.is_tree()
-        if tree and position.top_st is not None:
-            position.held.take(top, position.top_st)
         serializer = self.serializer
         if serializer is not None and tree:
             self.pending = lambda: bool(serializer.pending(top))
-        # The cheap tests first: own memory is asked only for a directory, in a job with peers.
-        own = own_event(world, top) if tree and rules.peers else None
+        # The cheap tests first: own memory is asked only where the plan needs it (a directory, in a job with peers).
+        remembered: list[str | None] = []
+
+        def own() -> str | None:
+            if not remembered:
+                remembered.append(own_event(world, top) if tree and rules.peers else None)
+            return remembered[0]
+
         scratch = STATE.memory.scratch
-        plan: Plan = rule.plan(top, position.top_st, own, world, rules, yield_s, top in scratch) if tree else "check"
+        plan: Plan = "check"
+        if tree:
+            plan = rule.plan(top, position.top_st, own, world, rules, yield_s, top in scratch, serializer is not None)
+        if tree and position.top_st is not None and (plan != "plain" or serializer is not None):
+            position.held.take(top, position.top_st)  # see find_renamed: not needed where nobody moves the tree
         # "plain": nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
         walk.set_checking(plan != "plain")
         if plan == "wait" or self._announced():
@@ -135,10 +143,11 @@ class _Course:
                 raise
         found = walk.found.verdict(world)
         if plan == "wait" and position.removed.count:
-            if own == "made-shared":  # no peer used the window: this process's own scratch at this path
+            made_here = own() == "made-shared"
+            if made_here:  # no peer used the window: this process's own scratch at this path
                 _remember_scratch(scratch, top)
             identity = by_tag(rules.whose(world.job_tag(top)))
-            return rule.removed_peer_tree(top, self.window, found, made_here=own == "made-shared", identity=identity)
+            return rule.removed_peer_tree(top, self.window, found, made_here=made_here, identity=identity)
         return found
 
     def _tell_handler(self) -> None:

@@ -8,7 +8,8 @@ Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1
 * ``rotation``: an old generation this process made with ``makedirs(exist_ok=True)``, a later generation of its
   name beside it (``checkpoint-3`` beside ``checkpoint-1003``): a rotation, no window;
 * ``shared, renamed``: a tree this process made with ``makedirs(exist_ok=True)`` (a name peers make too: the
-  Trainer's ``tmp-checkpoint-N``), renamed away by a peer 0-20 ms after the rmtree starts (``yielded``);
+  Trainer's ``tmp-checkpoint-N``; rank 0's note that it found it there is written as its makedirs writes it),
+  renamed away by a peer 0-20 ms after the rmtree starts (``yielded``);
 * ``shared, nobody renames``: the same tree, not moved: the whole window, then the removal (``hazard``);
 * ``old``: a tree older than the job (made before it, ``FSGUARD_FRESH_S=0``): no window;
 * ``peer, renamed``: a peer's fresh tree that a peer renames away 0-20 ms after the rmtree starts (uniform):
@@ -80,12 +81,25 @@ def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None
             from fsguard import journal
             from fsguard.launcher import job_tag
 
-            tag = job_tag(os.environ)  # noted in this node's journal, as a peer's guarded mkdir notes it
-            if tag is not None:
-                journal.made(path, tag)
+            tag = job_tag(os.environ)  # noted in this node's journal, as rank 0's guarded mkdir notes it
+            where = journal.directory()
+            if tag is not None and where is not None:
+                with open(os.path.join(where, journal.file_name(tag)), "ab") as note:
+                    note.write(b"%.6f@0 %s\0" % (time.time(), os.fsencode(os.path.abspath(path))))
     for i in range(FILES):
         with open(os.path.join(path, f"shard-{i}"), "w") as f:
             f.write("x")
+
+
+def peer_tried(path: str) -> None:
+    """Note ``path`` as rank 0's ``makedirs(exist_ok=True)`` notes a directory it found there (``fsguard.journal``)."""
+    from fsguard import journal
+    from fsguard.launcher import job_tag
+
+    tag, where = job_tag(os.environ), journal.directory()
+    if tag is not None and where is not None:
+        with open(os.path.join(where, journal.file_name(tag, journal.TRIED)), "ab") as note:
+            note.write(b"%.6f@0 %s\0" % (time.time(), os.fsencode(os.path.abspath(path))))
 
 
 def scratch_files(path: str) -> None:
@@ -141,6 +155,7 @@ def child(arm: str, rounds: int, base: str) -> None:
             os.makedirs(os.path.join(base, f"checkpoint-{k + 1000}"), exist_ok=True)
         elif arm.startswith("shared"):
             make_tree(top, made_by_makedirs=True, exist_ok=True)
+            peer_tried(top)  # rank 0 makes the same name too, and finds it there
         elif arm.startswith("peer"):
             make_tree(top, made_by_makedirs=False)  # as a peer would: this process's memory has no makedirs
         # "old": made by the parent before this process started

@@ -12,6 +12,11 @@ ranks here: ``launcher.single_node``) a directory its journal lacks was made by 
 What it cannot: a peer on another node (its journal is on its own node: there time decides), a directory made
 by a tool or an unguarded process, one spelled differently (through a symlink) by its maker, or one made with
 ``dir_fd``. Journals nobody wrote into for ``STALE_S`` are removed by the next job to start on the node.
+
+Beside it, ``tried.<tag>`` (issue 47): a guarded mkdir's ``FileExistsError`` and a ``makedirs(exist_ok=True)`` that
+found the directory there note the name, one ``open``/``write`` each (they are few): a name another rank shares.
+``made_alone`` reads both before a guarded ``rmtree`` (``fsguard.guards.rmtree.rank_alone``): this rank made the
+tree and no other rank tried to, so no peer could commit it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1
 * ``rotation``: an old generation this process made with ``makedirs(exist_ok=True)``, a later generation of its
   name beside it (``checkpoint-3`` beside ``checkpoint-1003``): a rotation, no window;
 * ``shared, renamed``: a tree this process made with ``makedirs(exist_ok=True)`` (a name peers make too: the
-  Trainer's ``tmp-checkpoint-N``), renamed away by a peer 0-20 ms after the rmtree starts (``yielded``);
+  Trainer's ``tmp-checkpoint-N``; rank 0's note that it found it there is written as its makedirs writes it),
+  renamed away by a peer 0-20 ms after the rmtree starts (``yielded``);
 * ``shared, nobody renames``: the same tree, not moved: the whole window, then the removal (``hazard``);
 * ``old``: a tree older than the job (made before it, ``FSGUARD_FRESH_S=0``): no window;
 * ``peer, renamed``: a peer's fresh tree that a peer renames away 0-20 ms after the rmtree starts (uniform):
@@ -21,13 +22,20 @@ Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1
   small files, ``rmtree``, at the same path every round: the first round may still wait (a name peers could
   share), the others are this process's own scratch, removed at once;
 * ``pool`` (issue 47): directories made and written by this process's ``multiprocessing.Pool`` (forked children,
-  ``makedirs(exist_ok=True)``), removed by the process: their job tag names this rank, no window.
+  ``makedirs(exist_ok=True)``), removed by the process: their job tag names this rank, no window;
+* ``fresh-scratch`` (issue 47): the scratch idiom at a new path every round (``eval_tmp-<k>``): every removal is
+  the first at its path (this process made it with ``makedirs(exist_ok=True)``, no peer noted it): no window;
+* ``pool-filled`` (issue 47): 16-style directories this process made with ``makedirs(exist_ok=True)`` and its
+  ``multiprocessing.Pool`` filled, removed by the process: no window.
+
+The arms of issue 47 (``ISSUE_47_ARMS``) are small trees (8 files); their CPU ratio is the one ``tests/test_bench.py``
+checks in the committed results file (at most ``NO_TAX_CPU_RATIO``), and their rounds count the windows waited.
 
 Prints the median and worst added milliseconds per arm, and the ratios to the unpatched removal: of the medians,
 of the totals (every round's time, the first round's window included), and of the median CPU time (the process's
 user and system time: steadier than wall time on a loaded machine, but blind to waiting) (``--json FILE`` writes
 them).
-usage: python bench/yield_window.py [--quick] [--json FILE]
+usage: python bench/yield_window.py [--quick] [--json FILE] [--arms ARM,ARM...]
 """
 
 from __future__ import annotations
@@ -45,6 +53,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = 300
+ISSUE_47_ARMS = ("scratch", "fresh-scratch", "pool", "pool-filled")
+NO_TAX_CPU_RATIO = 1.3  # issue 47: an rmtree no peer renames, at most this many times the unpatched CPU time
+ARMS = (
+    *("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays"),
+    *("shared-renamed", "shared-stays", *ISSUE_47_ARMS),
+)
 JOB = {
     "RANK": "1",
     "LOCAL_RANK": "1",
@@ -67,12 +81,25 @@ def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None
             from fsguard import journal
             from fsguard.launcher import job_tag
 
-            tag = job_tag(os.environ)  # noted in this node's journal, as a peer's guarded mkdir notes it
-            if tag is not None:
-                journal.made(path, tag)
+            tag = job_tag(os.environ)  # noted in this node's journal, as rank 0's guarded mkdir notes it
+            where = journal.directory()
+            if tag is not None and where is not None:
+                with open(os.path.join(where, journal.file_name(tag)), "ab") as note:
+                    note.write(b"%.6f@0 %s\0" % (time.time(), os.fsencode(os.path.abspath(path))))
     for i in range(FILES):
         with open(os.path.join(path, f"shard-{i}"), "w") as f:
             f.write("x")
+
+
+def peer_tried(path: str) -> None:
+    """Note ``path`` as rank 0's ``makedirs(exist_ok=True)`` notes a directory it found there (``fsguard.journal``)."""
+    from fsguard import journal
+    from fsguard.launcher import job_tag
+
+    tag, where = job_tag(os.environ), journal.directory()
+    if tag is not None and where is not None:
+        with open(os.path.join(where, journal.file_name(tag, journal.TRIED)), "ab") as note:
+            note.write(b"%.6f@0 %s\0" % (time.time(), os.fsencode(os.path.abspath(path))))
 
 
 def scratch_files(path: str) -> None:
@@ -82,11 +109,15 @@ def scratch_files(path: str) -> None:
             f.write("x")
 
 
-def pool_dirs(base: str, rounds: int) -> list[str]:
-    """``rounds`` directories made and written by a forked ``multiprocessing.Pool`` of this process."""
+def pool_dirs(base: str, rounds: int, made_here: bool = False) -> list[str]:
+    """``rounds`` directories made and written by a forked ``multiprocessing.Pool`` of this process (``made_here``:
+    made by this process with ``makedirs(exist_ok=True)`` first, the pool only writes into them)."""
     import multiprocessing
 
     tops = [os.path.join(base, f"part-{chr(97 + k % 26)}{k // 26}") for k in range(rounds)]  # no generations
+    if made_here:
+        for top in tops:
+            os.makedirs(top, exist_ok=True)
     with multiprocessing.get_context("fork").Pool(2) as pool:
         pool.map(scratch_files, tops)
     return tops
@@ -103,13 +134,13 @@ def child(arm: str, rounds: int, base: str) -> None:
     rename = os.rename.__wrapped__ if hasattr(os.rename, "__wrapped__") else os.rename  # the peer's: unguarded
     times: list[float] = []
     cpus: list[float] = []  # the process's CPU time (user and system) per rmtree: steadier on a loaded machine
-    made = pool_dirs(base, rounds) if arm == "pool" else []
+    made = pool_dirs(base, rounds, made_here=arm == "pool-filled") if arm.startswith("pool") else []
     for k in range(rounds):
         top = os.path.join(base, f"{arm}-{k}")
-        if arm == "scratch":
-            top = os.path.join(base, "eval_tmp")
+        if arm in ("scratch", "fresh-scratch"):
+            top = os.path.join(base, "eval_tmp" if arm == "scratch" else f"eval_tmp-{chr(97 + k % 26)}{k // 26}")
             scratch_files(top)
-        elif arm == "pool":
+        elif arm.startswith("pool"):
             top = made[k]
         elif arm == "own":
             make_tree(top, made_by_makedirs=True)
@@ -124,6 +155,7 @@ def child(arm: str, rounds: int, base: str) -> None:
             os.makedirs(os.path.join(base, f"checkpoint-{k + 1000}"), exist_ok=True)
         elif arm.startswith("shared"):
             make_tree(top, made_by_makedirs=True, exist_ok=True)
+            peer_tried(top)  # rank 0 makes the same name too, and finds it there
         elif arm.startswith("peer"):
             make_tree(top, made_by_makedirs=False)  # as a peer would: this process's memory has no makedirs
         # "old": made by the parent before this process started
@@ -142,30 +174,49 @@ def child(arm: str, rounds: int, base: str) -> None:
     print(json.dumps([times, cpus]))
 
 
-def run_arm(arm: str, rounds: int, guarded: bool) -> list[list[float]]:
-    """One arm's rounds in a fresh process: [wall seconds per rmtree, CPU seconds per rmtree]."""
+def windows(log: str) -> int:
+    """How many rmtree calls waited in the yield window, by their records in the ``FSGUARD_LOG`` directory ``log``:
+    a window nobody used (``detail.not_moved_within_s``) or one a peer's rename ended (``yielded``)."""
+    sys.path.insert(0, ROOT)
+    from fsguard.records import parse_line
+
+    count = 0
+    for name in os.listdir(log) if os.path.isdir(log) else []:
+        with open(os.path.join(log, name)) as f:
+            for line in f:
+                record = parse_line(line)
+                if record is not None and record.op == "rmtree":
+                    count += "not_moved_within_s" in record.detail or record.decision == "yielded"
+    return count
+
+
+def run_arm(arm: str, rounds: int, guarded: bool) -> tuple[list[float], list[float], int]:
+    """One arm's rounds in a fresh process: wall seconds per rmtree, CPU seconds per rmtree, windows waited."""
     base = tempfile.mkdtemp(prefix="fsguard-yield-")
+    log = os.path.join(base, "log")  # records go there, not into the tree the arm removes
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FSGUARD")}
-        env.update(JOB, PYTHONPATH=ROOT, FSGUARD="1" if guarded else "0", FSGUARD_STDERR="0")
+        env.update(JOB, PYTHONPATH=ROOT, FSGUARD="1" if guarded else "0", FSGUARD_STDERR="0", FSGUARD_LOG=log)
+        work = os.path.join(base, "work")
+        os.mkdir(work)
         if arm == "old":
             for k in range(rounds):
-                make_tree(os.path.join(base, f"old-{k}"), made_by_makedirs=False)
+                make_tree(os.path.join(work, f"old-{k}"), made_by_makedirs=False)
             time.sleep(1.5)  # older than the child's start (whole-second /proc start times)
             env["FSGUARD_FRESH_S"] = "0"
         if arm == "peer-window-off":
             arm, env["FSGUARD_YIELD_S"] = "peer-stays", "0"
         # Through a shell that forks: the child's parent (its "launcher", which dates the job) starts now.
         done = subprocess.run(
-            ["sh", "-c", '"$0" "$@"; exit $?', sys.executable, __file__, "--child", arm, str(rounds), base],
+            ["sh", "-c", '"$0" "$@"; exit $?', sys.executable, __file__, "--child", arm, str(rounds), work],
             env=env,
             capture_output=True,
             text=True,
             check=True,
             timeout=600,
         )
-        found: list[list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
-        return found
+        wall, cpu = json.loads(done.stdout.strip().splitlines()[-1])
+        return wall, cpu, windows(log)
     finally:
         import shutil
 
@@ -179,6 +230,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--arms", help="a comma-separated subset of the arms (default: all)")
     args = parser.parse_args()
     rounds = 3 if args.quick else 30
     chunks = 1 if args.quick else 3
@@ -191,10 +243,9 @@ def main() -> None:
     )
     print(
         f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}{'median ratio':>14}"
-        f"{'total ratio':>13}{'cpu ratio':>12}"
+        f"{'total ratio':>13}{'cpu ratio':>12}{'windows':>9}"
     )
-    arms = ("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays")
-    for arm in (*arms, "shared-renamed", "shared-stays", "scratch", "pool"):
+    for arm in args.arms.split(",") if args.arms else ARMS:
         # the same tree removed unpatched (a rename racing an unpatched rmtree fails: the rename's arm is timed
         # against the tree nobody moves)
         unpatched_arm = {"peer-window-off": "peer-stays", "peer-renamed": "peer-stays"}.get(arm, arm)
@@ -203,11 +254,12 @@ def main() -> None:
         on: list[float] = []
         off_cpu: list[float] = []
         on_cpu: list[float] = []
+        waits = 0
         for _ in range(chunks):
-            wall, cpu = run_arm(unpatched_arm, rounds // chunks, guarded=False)
+            wall, cpu, _ = run_arm(unpatched_arm, rounds // chunks, guarded=False)
             off, off_cpu = off + wall, off_cpu + cpu
-            wall, cpu = run_arm(arm, rounds // chunks, guarded=True)
-            on, on_cpu = on + wall, on_cpu + cpu
+            wall, cpu, waited = run_arm(arm, rounds // chunks, guarded=True)
+            on, on_cpu, waits = on + wall, on_cpu + cpu, waits + waited
         baseline = base[arm] = statistics.median(off)
         results[arm] = {
             "median_added_ms": (statistics.median(on) - baseline) * 1000,
@@ -215,11 +267,14 @@ def main() -> None:
             "median_ratio": statistics.median(on) / baseline,
             "total_ratio": sum(on) / sum(off),
             "cpu_median_ratio": statistics.median(on_cpu) / max(statistics.median(off_cpu), 1e-9),
+            "cpu_total_ratio": sum(on_cpu) / max(sum(off_cpu), 1e-9),
+            "windows": waits,
+            "calls": len(on),
         }
         print(
             f"{arm:<24}{baseline * 1000:>14.2f}{results[arm]['median_added_ms']:>16.2f}"
             f"{results[arm]['worst_added_ms']:>16.2f}{results[arm]['median_ratio']:>14.2f}"
-            f"{results[arm]['total_ratio']:>13.2f}{results[arm]['cpu_median_ratio']:>12.2f}"
+            f"{results[arm]['total_ratio']:>13.2f}{results[arm]['cpu_median_ratio']:>12.2f}{waits:>9}"
         )
     if args.json:
         with open(args.json, "w") as f:

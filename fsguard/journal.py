@@ -12,6 +12,11 @@ What it can tell: every guarded mkdir of every job of this user on this node. So
 peer on another node, whose journal is on its own node (there time decides). A directory made by a tool or an unguarded
 process, or spelled differently (through a symlink) by its maker, or made with ``dir_fd``. Journals nobody wrote into
 for ``STALE_S`` are removed by the next job to start on the node.
+
+Beside it, ``tried.<tag>`` (issue 47): a guarded mkdir's ``FileExistsError`` and a ``makedirs(exist_ok=True)`` that
+found the directory there note the name, one ``open``/``write`` each (they are few): a name another rank shares.
+``made_alone`` reads both before a guarded ``rmtree`` (``fsguard.guards.rmtree.rank_alone``): this rank made the
+tree and no other rank tried to, so no peer could commit it.
 """
 
 from __future__ import annotations
@@ -24,17 +29,23 @@ from .state import STATE
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 CANDIDATES = ("/dev/shm", "/tmp")
 PREFIX = "made."
 STALE_S = 86400.0  # a journal unchanged for a day is another day's: removed when a process opens its own
-_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # read too: made_alone
+TRIED = "tried."  # a job's notes of directories its ranks tried to make and found there (issue 47)
+_CHUNK = 1 << 16
+_CHUNKS = 18  # made_alone reads at most this many chunks of a journal back (about 1 MiB)
+_FIRST_CHUNK = 1 << 12
 
 
-def file_name(tag: str) -> str:
-    """The journal's file name for a job tag. ``%``, ``/`` and NUL are escaped; a long tag ends in its hash."""
-    name = PREFIX + tag.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
+def file_name(tag: str, prefix: str = PREFIX) -> str:
+    """The journal's file name for a job tag. ``%``, ``/`` and NUL are escaped; a long tag ends in its hash. With
+    ``prefix`` ``TRIED``, the name of its notes of directories found there."""
+    name = prefix + tag.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
     if len(name.encode()) > 200:
         import zlib
 
@@ -101,7 +112,8 @@ def _sweep(where: str) -> None:
     try:
         with os.scandir(where) as entries:
             for entry in entries:
-                if entry.name.startswith(PREFIX) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                old = entry.name.startswith((PREFIX, TRIED)) and entry.stat(follow_symlinks=False).st_mtime < cutoff
+                if old:
                     unlink(entry.path)
     except OSError:
         pass
@@ -113,16 +125,37 @@ def made(path: Any, tag: str) -> None:
     try:
         journal = STATE.caches.journal
         fd = journal[1] if journal is not None and journal[0] == tag else _open(tag)
-        if fd < 0:
-            return
-        name = os.fsencode(path)
-        if name[:1] != b"/":
-            name = os.path.join(os.getcwdb(), name)
-        launch = STATE.launch  # the rank's own children (a Pool's) inherit its variables: the same rank
-        rank = b"" if launch is None else b"@%d" % launch.rank
-        os.write(fd, b"%.6f%s %s\0" % (time.time(), rank, os.path.normpath(name)))
+        if fd >= 0:
+            os.write(fd, _entry(path))
     except (OSError, TypeError, ValueError):
         pass
+
+
+def tried(path: Any, tag: str) -> None:
+    """Note that this process found the directory ``path`` there when it tried to make it. A peer shares the name in job
+    ``tag``: it may commit the tree (``made_alone``). Its own file, ``tried.<tag>``, opened per note: such notes are few
+    (a ``makedirs(exist_ok=True)`` that found the directory, a mkdir's ``FileExistsError``); never raises."""
+    try:
+        where = directory()
+        if where is None:
+            return
+        fd = os.open(os.path.join(where, file_name(tag, TRIED)), _FLAGS, 0o600)
+        try:
+            os.write(fd, _entry(path))
+        finally:
+            os.close(fd)
+    except (OSError, TypeError, ValueError):
+        pass
+
+
+def _entry(path: Any) -> bytes:
+    """One note: ``<time>@<rank> <absolute path>\\0`` (the rank's own children, a Pool's, inherit its variables)."""
+    name = os.fsencode(path)
+    if name[:1] != b"/":
+        name = os.path.join(os.getcwdb(), name)
+    launch = STATE.launch
+    rank = b"" if launch is None else b"@%d" % launch.rank
+    return b"%.6f%s %s\0" % (time.time(), rank, os.path.normpath(name))
 
 
 def newest(path: str, own: str) -> tuple[float, str, int | None] | None:
@@ -163,3 +196,69 @@ def _last(journal: str, needle: bytes) -> tuple[float, int | None] | None:
             return float(when), int(rank) if rank else None
         except ValueError:
             continue  # the needle inside a longer path: look further back
+
+
+def made_alone(path: str, own: str, rank: int) -> bool:
+    """Whether rank ``rank`` made the directory ``path`` last, and no other rank tried to. A process of rank ``rank``
+    (this one, or its children: a ``multiprocessing.Pool``'s) made ``path`` (absolute, normalised) last in job ``own``
+    on this node. No process of another rank of the job tried to make it and found it there. Reads node-local files
+    only: the job's ``tried`` notes (most often there are none), and the end of its journal back to the path's newest
+    making (at most about 1 MiB back: beyond that, no telling: False)."""
+    needle = b" " + os.fsencode(path) + b"\0"
+    mine = b"%d" % rank
+    journal = STATE.caches.journal
+    fd = journal[1] if journal is not None and journal[0] == own else _open(own)  # this process's own descriptor
+    if fd < 0:
+        return False
+    try:
+        notes = _open_tried(own)
+        if notes >= 0:
+            try:
+                if any(who != mine for who in _ranks(notes, needle, first=False)):
+                    return False  # another rank of the job found it there: it shares the name
+            finally:
+                os.close(notes)
+        return next(_ranks(fd, needle, first=True), None) == mine
+    except OSError:
+        return False
+
+
+def _open_tried(own: str) -> int:
+    """The job's ``tried`` notes opened for reading (-1: there are none). Where ``directory`` put them, in this user's
+    private directory (mode 0700: nobody else could have made a file there), without making or checking it."""
+    name = file_name(own, TRIED)
+    uid = os.geteuid()
+    for parent in CANDIDATES:
+        try:
+            return os.open(f"{parent}/fsguard-{uid}/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+    return -1
+
+
+def _ranks(fd: int, needle: bytes, first: bool) -> Iterator[bytes]:
+    """The ranks of the notes naming ``needle``'s path in journal ``fd``, newest first. An empty one (b"") is a note
+    without one. Read backwards in growing chunks; ``first``: stop at the first (else read the whole file, up to the
+    same bound)."""
+    end = os.fstat(fd).st_size
+    chunk = _FIRST_CHUNK  # then growing: the newest making is most often among the last few notes
+    tail = b""  # the start of a chunk, up to its first note's end: that note began in the chunk before
+    for _ in range(_CHUNKS):
+        if end <= 0:
+            return
+        start = max(0, end - chunk)
+        chunk = min(4 * chunk, _CHUNK)
+        data = os.pread(fd, end - start, start) + tail
+        cut = data.find(b"\0") + 1 if start else 0
+        tail, data, end = data[:cut], data[cut:], start
+        at = len(data)
+        while True:
+            at = data.rfind(needle, 0, at)
+            if at < 0:
+                break
+            when, _, rank = data[data.rfind(b"\0", 0, at) + 1 : at].partition(b"@")
+            if not when.replace(b".", b"", 1).isdigit() or (rank and not rank.isdigit()):
+                continue  # the needle inside a longer path
+            yield rank
+            if first:
+                return

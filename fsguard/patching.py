@@ -112,7 +112,7 @@ def _wrapper(
             try:
                 result = wrapped(*args)
             except OSError as error:
-                if _leaf_found(std_makedirs, error) or not absorbs(Call(op, args, kwargs), error):
+                if _leaf_found(std_makedirs, error) or not _tried(tag, op, args, kwargs, error, absorbs):
                     raise
                 result = None
             else:
@@ -140,7 +140,7 @@ def _wrapper(
                 if tag is not None and kwargs.get("dir_fd") is None:
                     notes[0](first_path(op, args, kwargs), tag)
         except OSError as error:
-            if _leaf_found(std_makedirs, error) or not absorbs(Call(op, args, kwargs), error):
+            if _leaf_found(std_makedirs, error) or not _tried(tag, op, args, kwargs, error, absorbs):
                 raise
             result = None
         if shared is not None:  # found there (or a peer's, absorbed), or made here: a name others make too
@@ -160,6 +160,24 @@ def _leaf_found(std_makedirs: Any, error: OSError) -> bool:
     """Whether a mkdir's ``FileExistsError`` is the standard makedirs' own call. The wrapper's caller settles it itself:
     exist_ok, or its decided re-raise. Then the error goes straight back to it."""
     return std_makedirs is not None and error.__class__ is FileExistsError and sys._getframe(2).f_code is std_makedirs
+
+
+def _tried(
+    tag: str | None,
+    op: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    error: OSError,
+    absorbs: Callable[[Call, OSError], bool],
+) -> bool:
+    """``absorbs`` of the failing call, a mkdir's ``FileExistsError`` noted first. The note goes in the job's journal as
+    a name this rank tried to make (issue 47: a peer sharing the name may commit the tree,
+    ``fsguard.guards.rmtree.plan``)."""
+    if tag is not None and error.__class__ is FileExistsError:
+        path = first_path(op, args, kwargs)
+        if path is not None:
+            _note(path, tag, found=True)
+    return absorbs(Call(op, args, kwargs), error)
 
 
 def _serializes(passes_fds: bool, std_makedirs: Any) -> bool:
@@ -267,6 +285,8 @@ def _makedirs_exist_ok(
     except OSError:
         if not os.path.isdir(name):
             raise
+        if STATE.job is not None:
+            _note(name, STATE.job, found=True)
         return False
     if STATE.job is not None:
         _note(name, STATE.job)
@@ -287,10 +307,16 @@ def _journal_note() -> list[Callable[[Any, str], None]]:
     return slot
 
 
-def _note(path: Any, job: str) -> None:
-    """Note a directory ``makedirs(exist_ok=True)`` made in the job's node-local journal. ``fsguard.journal`` is
-    imported at the first one, not at start-up."""
-    _journal_made()(path, job)
+def _note(path: Any, job: str, found: bool = False) -> None:
+    """Note a directory ``makedirs(exist_ok=True)`` made, or ``found`` there, in the job's journal. The journal is
+    node-local (``fsguard.journal``, imported at the first one, not at start-up)."""
+    if found:
+        with Unforkable():
+            from .journal import tried
+
+        tried(path, job)
+    else:
+        _journal_made()(path, job)
 
 
 def _journal_made() -> Callable[[Any, str], None]:

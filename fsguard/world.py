@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import evidence, memory, mounts
+from . import evidence, journal, memory, mounts
 from .state import STATE
 
 T = TypeVar("T")
@@ -64,6 +64,12 @@ class Live:
     def made_by_this_rank(self, path: str) -> bool:
         launch = STATE.launch
         return launch is not None and evidence.made_by_rank(path, launch.rank)
+
+    def made_alone(self, path: str) -> bool:
+        launch, job = STATE.launch, STATE.job
+        if launch is None or job is None:
+            return False
+        return journal.made_alone(path if os.path.isabs(path) else os.path.abspath(path), job, launch.rank)
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         return evidence.is_mount_point(path, st)

@@ -51,10 +51,11 @@ STAGE_PACKAGES = ("fsguard.guards.", "fsguard.locks.")
 
 
 def stage_of(module: str) -> str | None:
-    """The stage a module is (itself, or the oracle package for its modules), or None where it answers the
+    """The stage a module is (itself, or the oracle or rmwalk package for its modules), or None where it answers the
     stage under it."""
-    if module.startswith("fsguard.oracle."):
-        return "fsguard.oracle"
+    for package in ("fsguard.oracle", "fsguard.rmwalk"):
+        if module.startswith(package + "."):
+            return package
     if module in STAGES or module.startswith(STAGE_PACKAGES):
         return module
     return None

@@ -1,4 +1,4 @@
-"""A peer removes the tree, and a new directory takes its inode number: not a rename (``fsguard/rmwalk.py``).
+"""A peer removes the tree, and a new directory takes its inode number: not a rename (``fsguard/rmwalk/``).
 
 When the tree leaves its name, the walk looks for it under another name in its parent by its inode. A
 filesystem that hands a freed inode number to the next directory made (ext4 does so at once) used to make

@@ -1,4 +1,4 @@
-"""fsguard's checked rmtree walk (``fsguard/rmwalk.py``) against the standard ``rmtree``, outside any race.
+"""fsguard's checked rmtree walk (``fsguard/rmwalk/``) against the standard ``rmtree``, outside any race.
 
 The walk runs the standard library's own ``rmtree`` code with fsguard's ``os.open``/``unlink``/``rmdir``/
 ``close``; every handler must still be told ``os.open``, ``os.unlink``, ``os.rmdir`` (the functions of ``os``

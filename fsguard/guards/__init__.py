@@ -76,6 +76,10 @@ class World(Protocol):
         ``fsguard.evidence.made_by_rank``. A process of this rank made it: this one or its children (a
         ``multiprocessing.Pool``'s)."""
 
+    def made_alone(self, path: str) -> bool:
+        """Whether this rank made the directory last, and no other rank since. It asks this node's journal: no note
+        since from a process of another rank that made or tried to make it (``fsguard.journal.made_alone``)."""
+
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         """Whether ``path`` (whose ``lstat`` is ``st``) is the root of a mount."""
 

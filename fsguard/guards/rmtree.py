@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from typing import Any, Literal
 
 from .._values import Value
+from ..launcher import is_single_node
 from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, own_event
 
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
@@ -76,11 +78,12 @@ class RmtreeVerdict(Verdict):
 def plan(
     path: str,
     top: os.stat_result | None,
-    own: str | None,
+    own: str | Callable[[], str | None] | None,
     world: World,
     rules: Rules,
     yield_s: float,
     scratch: bool = False,
+    serialized: bool = False,
 ) -> Plan:
     """How to remove the tree at ``path``: ``"wait"``, ``"check"`` or ``"plain"``. ``"wait"``: first wait up to
     ``yield_s`` for a peer's rename, then the checked walk. ``"check"``: the checked walk at once; the tree must stay at
@@ -99,10 +102,17 @@ def plan(
     too: a tree another process of this rank made (the journal names this rank as its maker: a
     ``multiprocessing.Pool``'s child of this process), and a tree this process made with ``makedirs(exist_ok=True)``
     at a path where it already removed such a tree of its own after a window no peer used (``scratch``: a per-step
-    scratch directory; peers do not commit trees at that path)."""
+    scratch directory; peers do not commit trees at that path). Plain, before all these: a tree this rank made that
+    no process of another rank made or tried to make, where this node's journal sees every peer (``rank_alone``);
+    not ``serialized``: there one rank makes a name for all (singleflight), and the others leave no note."""
     if top is None or not stat.S_ISDIR(top.st_mode):
         return "check"
     if not rules.peers or own == "made":
+        return "plain"
+    if not serialized and rank_alone(path, top, world, rules):
+        return "plain"  # no peer of this attempt made it or tried to: nobody here could commit it (issue 47)
+    own = own() if callable(own) else own  # this process's memory: asked only now (issue 47: its cost)
+    if own == "made":
         return "plain"
     if scratch and own == "made-shared":
         return "check"
@@ -115,6 +125,18 @@ def plan(
     if world.generation_beside(path) is not None or world.is_mount_point(path, top):
         return "plain"
     return "wait"
+
+
+def rank_alone(path: str, top: os.stat_result, world: World, rules: Rules) -> bool:
+    """Whether this rank made the tree alone, as far as this node sees. This process or its children (a
+    ``multiprocessing.Pool``'s) made it, and no process of another rank of this attempt made it or tried to make it
+    since. Only where this node's journal sees every peer that could (``World.made_alone``): in a single-node job, or on
+    a node-local filesystem (a coherent local mount, which no other node sees). A peer that commits a tree makes it, or
+    tries to, before it writes into it (every rank's ``makedirs(tmp-checkpoint-N, exist_ok=True)``); one that did
+    neither is not seen (issue 47)."""
+    if world.lookups_may_be_stale(top.st_dev) and not is_single_node(rules.job):
+        return False  # a peer on another node notes in its own node's journal
+    return world.made_alone(path)
 
 
 def yielded(top: str, waited_s: float, how: str, renamed_to: str | None) -> RmtreeVerdict:
@@ -298,16 +320,16 @@ def entry_gone_by_peer(rules: Rules) -> bool:
 
 
 def settle_on_vanishing(vanished: int) -> bool:
-    """Whether a walk that sees entries vanish waits for the peer removing the tree. It stops at the first one
-    (``fsguard.rmwalk.Walk.settle``). One vanished entry is already the evidence that a peer walks this tree; every
-    further entry raced costs both ranks a metadata operation for nothing."""
+    """Whether a walk that saw entries vanish waits for the peer removing the tree. It stops at the first one
+    (``fsguard.rmwalk.handler.Walk.wait_for_peer_removal``). One vanished entry is already the evidence that a peer
+    walks this tree; every further entry raced costs both ranks a metadata operation for nothing."""
     return vanished >= 1
 
 
 def busy_may_clear(path: str, st: os.stat_result, world: World) -> bool:
     """Whether an ``EBUSY`` removal of ``path`` inside the tree is tried again. ``st`` is what the walk found there
-    (``fsguard.rmwalk.Walk._retry``). Not for a mount point (a bind-mounted directory): no peer's removal makes it free.
-    The standard error then goes on at once, as without fsguard."""
+    (``fsguard.rmwalk.handler.Walk._retry``). Not for a mount point (a bind-mounted directory): no peer's removal makes
+    it free. The standard error then goes on at once, as without fsguard."""
     return not world.is_mount_point(path, st)
 
 

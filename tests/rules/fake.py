@@ -33,6 +33,7 @@ class FakeWorld:
         self.waits: list[float] = []  # the budget of each wait asked for
         self.tags: dict[str, str] = {}  # job tags on directories ("": none, where tags are kept); else unknown
         self.this_rank: set[str] = set()  # directories the journal names this rank as the maker of
+        self.alone: set[str] = set()  # ... with no note of another rank's since (fsguard.journal.made_alone)
 
     def did(self, path: str, kind: str, when: float | None = None) -> None:
         """This process's own guarded call did ``kind`` to ``path`` (``made``, ``removed``...)."""
@@ -103,6 +104,9 @@ class FakeWorld:
 
     def made_by_this_rank(self, path: str) -> bool:
         return path in self.this_rank
+
+    def made_alone(self, path: str) -> bool:
+        return path in self.alone
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         return path in self.mount_points

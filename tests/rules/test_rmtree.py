@@ -50,6 +50,28 @@ def test_a_tree_another_process_of_this_rank_made_is_removed_at_once_with_checks
     assert _plan(tmp_path, own="made-shared", world=world) == "wait"
 
 
+def test_a_tree_this_rank_made_alone_is_removed_plain_where_the_journal_sees_every_peer(tmp_path: Path) -> None:
+    """Issue 47: this rank made the tree (this process with ``exist_ok=True``, or its Pool's children) and no process
+    of another rank made it or tried to (``World.made_alone``), on a node-local mount or in a single-node job: no
+    window and no checks, its memory not even asked. Flipped: a peer tried to make it (not alone), or the mount is
+    shared in a job on several nodes (a peer there notes in its own node's journal): the window, as before."""
+    top = tmp_path / "eval_tmp"
+    top.mkdir()
+
+    def unasked() -> str | None:
+        raise AssertionError("this process's memory was asked")
+
+    alone = FakeWorld()
+    alone.alone.add(str(top))
+    assert rule.plan(str(top), os.lstat(top), unasked, alone, rules(), YIELD_S) == "plain"
+    assert rule.plan(str(top), os.lstat(top), "made-shared", FakeWorld(), rules(), YIELD_S) == "wait"  # a peer tried
+    shared = FakeWorld(stale=True)
+    shared.alone.add(str(top))
+    assert rule.plan(str(top), os.lstat(top), "made-shared", shared, rules(), YIELD_S) == "wait"  # several nodes
+    one_node = Rules(settle_s=1.0, fresh_s=0.0, job_start=time.time() - 100, peers=True, job="RUN=1;host=n0")
+    assert rule.plan(str(top), os.lstat(top), unasked, shared, one_node, YIELD_S) == "plain"
+
+
 def test_this_processs_own_scratch_path_is_removed_at_once_with_checks(tmp_path: Path) -> None:
     """Where this process already removed a tree of its own made with ``exist_ok=True`` after a window no peer used,
     the next such tree at that path is its scratch. Flipped: the same path made by a peer still waits."""
@@ -346,7 +368,7 @@ def test_a_busy_mount_point_inside_the_tree_is_not_retried(
         _walk(top, world, rules(settle_s=0.5))
     assert raised.value.errno == errno.EBUSY and raised.value.filename in (inner.name, str(inner))
     assert inner.is_dir() and _files(inner) == 0  # emptied, then the error (the rest of the walk stops)
-    assert len(tries) == (1 if mounted else 1 + rmwalk._RETRIES)
+    assert len(tries) == (1 if mounted else 1 + rmwalk.handler.RETRIES)
 
 
 def test_a_top_a_peers_rmtree_removed_first_is_absorbed(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsguard._values", "fsguard._version", "fsguard._warn", "fsguard.waiting"),  # leaves: import nothing of fsguard
     ("fsguard.demo",),  # standard library only, besides the leaves
     ("fsguard._later", "fsguard._wrapt"),  # start-up's import helpers: a module's first import, wrapt's extension
-    ("fsguard.calls",),  # one call's arguments, decoded: the only module that knows the signatures
+    ("fsguard.operations",),  # the one table of the guarded operations (signatures, targets, rules, sharing)
+    ("fsguard.calls",),  # one call's arguments, decoded by the operations' signatures
     ("fsguard.config", "fsguard.launcher"),
     ("fsguard.state",),  # the one process state and the one at-fork hook
     ("fsguard.callers",),  # who called: the standard library's own business (frame questions, no import)

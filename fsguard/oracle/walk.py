@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..operations import OPERATIONS
 from ..runtime import site_dirs
 from ..state import STATE
 from . import judge, layers
@@ -142,7 +143,7 @@ def _pass_through() -> frozenset[Any]:
         import shutil
 
         functions: list[Any] = [os.makedirs, shutil.move]
-        for name in ("mkdir", "unlink", "rmdir", "rename", "replace", "symlink_to", "hardlink_to", "touch"):
+        for name in (*(name for op in OPERATIONS.values() for name in op.pathlib), "touch"):
             functions.append(getattr(pathlib.Path, name, None))
         codes = set()
         for function in functions:

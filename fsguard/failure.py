@@ -28,8 +28,25 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
+    from .config import Settings
     from .guards import Rules, Verdict, World
     from .guards.rmtree import RmtreeVerdict
+
+
+class _Made:
+    """The rules' numbers and the settings they were made from, once per install (a ``STATE.caches`` cache)."""
+
+    __slots__ = ("rules",)
+
+    def __init__(self) -> None:
+        self.rules: tuple[Settings, Rules] | None = None
+
+    def clear(self) -> None:
+        self.rules = None
+
+
+MADE = STATE.caches.register(_Made())
+FAILED_RULES: set[str] = STATE.caches.register(set())  # operations whose rule failed (reported once each)
 
 
 class _Rule:
@@ -94,7 +111,7 @@ def _standard_library() -> None:
 def rules() -> Rules:
     """The rules' numbers, made once per settings object (every guarded rmtree asks, not only failures)."""
     settings = STATE.settings
-    made = STATE.rules_for
+    made = MADE.rules
     if made is None or made[0] is not settings:
         if made is None:
             # Imports hold a per-module lock that a child forked meanwhile by another thread would wait on
@@ -109,7 +126,7 @@ def rules() -> Rules:
         peers = STATE.launch is not None and STATE.launch.distributed
         source, attempt = evidence.job_start_source, evidence.attempt_start(launched)
         numbers = Rules(settings.settle_s, settings.fresh_s, job_start, peers, source, STATE.job, attempt)
-        made = STATE.rules_for = (settings, numbers)
+        made = MADE.rules = (settings, numbers)
     found: Rules = made[1]
     return found
 
@@ -226,14 +243,14 @@ def _stands_before(name: Any) -> bool:
         return False
     if not stat.S_ISDIR(st.st_mode):
         return True
-    made = STATE.rules_for
+    made = MADE.rules
     if made is None or made[0] is not STATE.settings:
         try:
             with Busy():  # the first failure imports the rules (imports may write caches)
                 rules()
         except Exception:  # noqa: BLE001 - no rules to be had: the decision says so
             return False
-        made = STATE.rules_for
+        made = MADE.rules
         if made is None:
             return False
     numbers: Rules = made[1]
@@ -261,8 +278,8 @@ def _caller_handler(error: BaseException) -> dict[str, Any] | None:
 
 def rule_failed(op: str, failure: Exception) -> None:
     """One line on stderr, once per operation, when its rule raised (the caller's error is re-raised)."""
-    if op not in STATE.caches.failed_rules:
-        STATE.caches.failed_rules.add(op)
+    if op not in FAILED_RULES:
+        FAILED_RULES.add(op)
         try:
             from ._warn import warn
         except ImportError:  # nothing importable any more (dropped privileges): the original error, silently

@@ -32,6 +32,21 @@ STALE_S = 86400.0  # a journal unchanged for a day is another day's: removed whe
 _FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class _Opened:
+    """This process's journal, opened once per install (a cache registered with ``state.STATE.caches``)."""
+
+    __slots__ = ("journal",)
+
+    def __init__(self) -> None:
+        self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1)
+
+    def clear(self) -> None:
+        self.journal = None
+
+
+OPENED = STATE.caches.register(_Opened())
+
+
 def file_name(tag: str) -> str:
     """The journal's file name for a job tag (``%``, ``/`` and NUL escaped; a long tag ends in its hash)."""
     name = PREFIX + tag.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
@@ -72,7 +87,6 @@ def directory() -> str | None:
 def _open(tag: str) -> int:
     """This job's journal, opened for appending once per process (-1: none can be); the process that creates
     it sweeps old journals away."""
-    caches = STATE.caches
     fd = -1
     where = directory()
     if where is not None:
@@ -84,7 +98,7 @@ def _open(tag: str) -> int:
             fd = _open_existing(path)
         except OSError:
             fd = -1
-    caches.journal = (tag, fd)
+    OPENED.journal = (tag, fd)
     return fd
 
 
@@ -111,7 +125,7 @@ def made(path: Any, tag: str) -> None:
     """Note that this process just created the directory ``path`` (as given to ``mkdir``) in job ``tag``.
     The happy path of a guarded mkdir: one ``write`` to a node-local file; never raises."""
     try:
-        journal = STATE.caches.journal
+        journal = OPENED.journal
         fd = journal[1] if journal is not None and journal[0] == tag else _open(tag)
         if fd < 0:
             return

@@ -343,7 +343,12 @@ def _state(module: str, tree: ast.Module) -> set[str]:
 
 def _of_state(value: ast.expr | None) -> bool:
     """Whether a module-level name is another name for part of ``fsguard.state``'s ``STATE`` (``MEMORY =
-    state.STATE.memory``): the state is state.py's, the name only saves an attribute lookup."""
+    state.STATE.memory``): the state is state.py's, the name only saves an attribute lookup. So is a cache its
+    owner registered there (``FOUND = STATE.caches.register(_Found())``): typed by its owner, emptied by state."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "register":
+        registry = value.func.value
+        if isinstance(registry, ast.Attribute) and registry.attr == "caches":
+            value = registry
     while isinstance(value, ast.Attribute):
         value = value.value
         if (isinstance(value, ast.Name) and value.id == "STATE") or (

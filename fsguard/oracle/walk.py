@@ -132,12 +132,26 @@ def _reports_only(hook: Any) -> bool:
     return False
 
 
+class _PassThrough:
+    """The standard wrappers' code objects (``_pass_through``), found once per install (a ``STATE.caches`` cache)."""
+
+    __slots__ = ("codes",)
+
+    def __init__(self) -> None:
+        self.codes: frozenset[Any] | None = None
+
+    def clear(self) -> None:
+        self.codes = None
+
+
+PASS_THROUGH = STATE.caches.register(_PassThrough())
+
+
 def _pass_through() -> frozenset[Any]:
     """Code objects of standard wrappers whose handlers settle only the caller's own arguments (``exist_ok``,
     ``missing_ok``, ``parents``) or fall back: their caller decides. ``shutil.move`` catches ``OSError`` from
     ``os.rename`` to copy across filesystems; a source a peer moved would fail the copy too."""
-    caches = STATE.caches
-    if caches.pass_through is None:
+    if PASS_THROUGH.codes is None:
         import os
         import pathlib
         import shutil
@@ -155,5 +169,5 @@ def _pass_through() -> frozenset[Any]:
             code = getattr(function, "__code__", None)
             if code is not None:
                 codes.add(code)
-        caches.pass_through = frozenset(codes)
-    return caches.pass_through
+        PASS_THROUGH.codes = frozenset(codes)
+    return PASS_THROUGH.codes

@@ -66,10 +66,10 @@ class _Rule:
 
 
 def _rule_modules() -> dict[str, ModuleType]:
-    """Every rule module by name: plain imports, at the first failure rather than at startup."""
-    from .guards import link, makedirs, mkdir, remove, rename, symlink
+    """Every rule module by name (``guards.rule_modules``: plain imports), at the first failure, not at startup."""
+    from .guards import rule_modules
 
-    return {module.__name__.rpartition(".")[2]: module for module in (link, makedirs, mkdir, remove, rename, symlink)}
+    return rule_modules()
 
 
 # A view of fsguard.operations' table: each operation's rule (rmtree's is its walk: ``walk`` below).

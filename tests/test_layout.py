@@ -539,3 +539,15 @@ def test_the_fourth_floor_checks_flag_a_module_that_breaks_them(tmp_path: Path) 
     assert _computed_imports(package) == {"fsguard.failure.load", "fsguard.cli.__main__.build_parser"}
     assert _long_modules(package) == {"fsguard.big"}
     assert _untyped_state(package) == [1, 6]
+
+
+def test_every_operation_names_a_rule_module_imported_where_readers_see_it() -> None:
+    """A new operation is a row of ``fsguard.operations`` and a rule module: this fails until ``guards.rule_modules``
+    imports the module its row names (by a plain import, so the edge is in the import graph above)."""
+    from fsguard import guards, operations
+
+    modules = guards.rule_modules()
+    named = {op.rule for op in operations.OPERATIONS.values() if op.rule is not None}
+    assert named <= modules.keys(), sorted(named - modules.keys())
+    files = {path.stem for path in (PACKAGE / "guards").glob("*.py")} - {"__init__", "_identical"}  # _identical: shared
+    assert files == modules.keys(), "a rule module that guards.rule_modules does not import, or one that is gone"

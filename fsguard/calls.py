@@ -1,4 +1,4 @@
-"""One guarded call, decoded: ``Call``. The only module that knows the guarded functions' signatures.
+"""One guarded call, decoded: ``Call``, bound by the signatures of ``fsguard.operations``.
 
 The happy path decodes nothing: the wrapper calls through and remembers the raw ``(op, args, kwargs)`` tuple
 (``(op, args, kwargs, time)`` for the calls that record a time). A ``Call`` is built from that only when

@@ -24,6 +24,7 @@ _SIGNATURES: dict[str, Callable[..., Bound]] = {
     name: operation.signature for operation in OPERATIONS.values() for name in operation.names
 }
 _EFFECT = {name: operation.effect for operation in OPERATIONS.values() for name in operation.names}
+_OPERATION = {name: operation.name for operation in OPERATIONS.values() for name in operation.names}  # unlink: remove
 
 # The kinds of remembered entry that are a makedirs(exist_ok=True) (fsguard.patching): it made the directory
 # (a name other processes make too), or found it there.
@@ -68,7 +69,7 @@ class Call:
         self.outcome = MAKEDIRS_OUTCOMES.get(op)
         if self.outcome is not None:
             op = "makedirs"
-        self.op = "remove" if op == "unlink" else op
+        self.op = _OPERATION.get(op, op)
         self.args = args
         self.kwargs = kwargs
         self.time = time
@@ -178,7 +179,7 @@ def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Eff
         src = _norm_or_none(given[0], cwd) if moved else None
         made, gone = _effects(op, None, None, src, _norm_or_none(given[1], cwd))
     else:
-        made, gone = _effects(op if op != "unlink" else "remove", outcome, _norm_or_none(given[0], cwd), None, None)
+        made, gone = _effects(_OPERATION.get(op, op), outcome, _norm_or_none(given[0], cwd), None, None)
     return made, gone, when
 
 

@@ -69,7 +69,7 @@ def _stack(depth: int, shape: str) -> Callable[[Callable[[], None]], None]:
 def walk(iterations: int) -> dict[str, Any]:
     _load_fsguard()
     from fsguard import oracle as handlers
-    from fsguard.state import STATE
+    from fsguard.oracle.layers import HANDLER_LAYERS
 
     error = FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), "run-0")
     out: dict[str, Any] = {}
@@ -82,7 +82,7 @@ def walk(iterations: int) -> dict[str, Any]:
             def work(temperature: str, times: dict[str, list[float]] = times, found: list[Any] = found) -> None:
                 frame = sys._getframe(1)
                 if temperature == "cold":
-                    STATE.caches.handler_layers.clear()
+                    HANDLER_LAYERS.clear()
                 started = time.perf_counter()
                 found.append(handlers.caller_handles(error, frame))
                 times[temperature].append(time.perf_counter() - started)

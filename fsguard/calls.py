@@ -1,4 +1,4 @@
-"""One guarded call, decoded: ``Call``. The only module that knows the guarded functions' signatures.
+"""One guarded call, decoded: ``Call``, bound by the signatures of ``fsguard.operations``.
 
 The happy path decodes nothing: the wrapper calls through and remembers the raw ``(op, args, kwargs)`` tuple (``(op,
 args, kwargs, time)`` for the calls that record a time). A ``Call`` is built from that only when something asks: a
@@ -12,137 +12,20 @@ from __future__ import annotations
 import os
 import stat
 
+from .operations import LINKS, MAKES, MOVES, NO_FDS, OPERATIONS, Bound
+
 TYPE_CHECKING = False  # not typing's: imported at startup (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-
-class DirFds:
-    """The directory descriptors a call names its paths relative to. These are ``dir_fd``, and ``src_dir_fd`` and
-    ``dst_dir_fd`` of rename, replace and link. False when it names none."""
-
-    __slots__ = ("dir_fd", "dst_dir_fd", "src_dir_fd")
-
-    def __init__(self, dir_fd: Any = None, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
-        self.dir_fd = dir_fd
-        self.src_dir_fd = src_dir_fd
-        self.dst_dir_fd = dst_dir_fd
-
-    def __bool__(self) -> bool:
-        return self.dir_fd is not None or self.src_dir_fd is not None or self.dst_dir_fd is not None
-
-
-class Options:
-    """What a call asks for besides its paths, as given. ``mode`` (mkdir, makedirs; None for the others), ``exist_ok``
-    (makedirs) and ``follow_symlinks`` (link). Read them for their truth, as the functions do."""
-
-    __slots__ = ("exist_ok", "follow_symlinks", "mode")
-
-    def __init__(self, mode: Any = None, exist_ok: Any = False, follow_symlinks: Any = True) -> None:
-        self.mode = mode
-        self.exist_ok = exist_ok
-        self.follow_symlinks = follow_symlinks
-
-
-class OnError:
-    """What an ``rmtree`` call does with its walk's errors, as given. ``ignore_errors`` ignores them, read for its
-    truth. Otherwise they go to the caller's ``onerror`` or ``onexc`` (None where not given)."""
-
-    __slots__ = ("ignore_errors", "onerror", "onexc")
-
-    def __init__(self, ignore_errors: Any = False, onerror: Any = None, onexc: Any = None) -> None:
-        self.ignore_errors = ignore_errors
-        self.onerror = onerror
-        self.onexc = onexc
-
-
-_NO_FDS = DirFds()
-_NO_OPTIONS = Options()
-_NO_ON_ERROR = OnError()
-
-
-def _fds(dir_fd: Any = None, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> DirFds:
-    if dir_fd is None and src_dir_fd is None and dst_dir_fd is None:
-        return _NO_FDS  # the common case, with no object made: every rmtree call builds its Call
-    return DirFds(dir_fd, src_dir_fd, dst_dir_fd)
-
-
-def _on_error(ignore_errors: Any, onerror: Any, onexc: Any) -> OnError:
-    if ignore_errors is False and onerror is None and onexc is None:
-        return _NO_ON_ERROR
-    return OnError(ignore_errors, onerror, onexc)
-
-
-class Bound:
-    """A call's arguments as its function binds them. The path arguments as given: None for one not given, ``()`` for a
-    call its function rejects. The others in named parts, with the function's defaults. Parts are read, never assigned:
-    a call that gives none of a part's arguments shares one default part."""
-
-    __slots__ = ("fds", "given", "on_error", "options")
-
-    def __init__(
-        self,
-        given: tuple[Any, ...],
-        options: Options = _NO_OPTIONS,
-        on_error: OnError = _NO_ON_ERROR,
-        fds: DirFds = _NO_FDS,
-    ) -> None:
-        self.given = given
-        self.options = options
-        self.on_error = on_error
-        self.fds = fds
-
-
-# --- the signatures (a missing path binds to None: the call itself says what is wrong) -------------------
-# Each returns its Bound with every part given in order (positional: a third cheaper, and every rmtree call binds).
-
-
-def _makedirs(name: Any = None, mode: Any = 0o777, exist_ok: Any = False) -> Bound:
-    return Bound((name,), Options(mode, exist_ok))
-
-
-def _mkdir(path: Any = None, mode: Any = 0o777, *, dir_fd: Any = None) -> Bound:
-    return Bound((path,), Options(mode), _NO_ON_ERROR, _fds(dir_fd))
-
-
-def _remove(path: Any = None, *, dir_fd: Any = None) -> Bound:  # remove, unlink, rmdir
-    return Bound((path,), _NO_OPTIONS, _NO_ON_ERROR, _fds(dir_fd))
-
-
-def _rename(src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> Bound:
-    return Bound((src, dst), _NO_OPTIONS, _NO_ON_ERROR, _fds(None, src_dir_fd, dst_dir_fd))
-
-
-def _symlink(src: Any = None, dst: Any = None, target_is_directory: Any = False, *, dir_fd: Any = None) -> Bound:
-    return Bound((src, dst), _NO_OPTIONS, _NO_ON_ERROR, _fds(dir_fd))
-
-
-def _link(
-    src: Any = None, dst: Any = None, *, src_dir_fd: Any = None, dst_dir_fd: Any = None, follow_symlinks: Any = True
-) -> Bound:
-    return Bound((src, dst), Options(None, False, follow_symlinks), _NO_ON_ERROR, _fds(None, src_dir_fd, dst_dir_fd))
-
-
-def _rmtree(
-    path: Any = None, ignore_errors: Any = False, onerror: Any = None, *, onexc: Any = None, dir_fd: Any = None
-) -> Bound:
-    return Bound((path,), _NO_OPTIONS, _on_error(ignore_errors, onerror, onexc), _fds(dir_fd))
-
-
+# Views of fsguard.operations' table: each guarded name's signature, and what its calls do to their paths.
 _SIGNATURES: dict[str, Callable[..., Bound]] = {
-    "makedirs": _makedirs,
-    "mkdir": _mkdir,
-    "remove": _remove,
-    "unlink": _remove,
-    "rmdir": _remove,
-    "rename": _rename,
-    "replace": _rename,
-    "symlink": _symlink,
-    "link": _link,
-    "rmtree": _rmtree,
+    name: operation.signature for operation in OPERATIONS.values() for name in operation.names
 }
-TWO_PATHS = frozenset(("rename", "replace", "symlink", "link"))
+_EFFECT = {name: operation.effect for operation in OPERATIONS.values() for name in operation.names}
+_OPERATION = {name: operation.name for operation in OPERATIONS.values() for name in operation.names}  # unlink: remove
+
 # The kinds of remembered entry that are a makedirs(exist_ok=True) (fsguard.patching): it made the directory
 # (a name other processes make too), or found it there.
 MAKEDIRS_OUTCOMES = {"makedirs-shared": "made-shared", "makedirs-found": "found"}
@@ -186,7 +69,7 @@ class Call:
         self.outcome = MAKEDIRS_OUTCOMES.get(op)
         if self.outcome is not None:
             op = "makedirs"
-        self.op = "remove" if op == "unlink" else op
+        self.op = _OPERATION.get(op, op)
         self.args = args
         self.kwargs = kwargs
         self.time = time
@@ -225,9 +108,10 @@ class Call:
         they make; None for directory descriptors or a missing path."""
         if self.fds:
             return None
-        if self.op in ("rename", "replace"):
+        effect = _EFFECT.get(self.op)
+        if effect == MOVES:
             paths = [self.src, self.dst]
-        elif self.op in ("symlink", "link"):
+        elif effect == LINKS:
             paths = [self.dst]
         else:
             paths = [self.path]
@@ -266,11 +150,12 @@ def _effects(
 ) -> tuple[Effect | None, Effect | None]:
     """Where a call made something and how, and where it took something away and how. It is read from the call's
     normalised paths."""
-    if op == "makedirs" or op == "mkdir":
+    effect = _EFFECT.get(op)
+    if effect == MAKES:
         return (None if path is None else (path, outcome or "made")), None
-    if op == "symlink" or op == "link":
+    if effect == LINKS:
         return (None if dst is None else (dst, "made")), None
-    if op == "rename" or op == "replace":
+    if effect == MOVES:
         return (None if dst is None else (dst, "made")), (None if src is None else (src, "moved-away"))
     return None, (None if path is None else (path, "removed"))
 
@@ -287,15 +172,15 @@ def effects(entry: tuple[Any, ...], cwd: str | None) -> tuple[Effect | None, Eff
         bound = _SIGNATURES[op](*entry[1], **entry[2])
     except (KeyError, TypeError):
         return None, None, when
-    if bound.fds is not _NO_FDS:  # (``_fds`` returns it exactly when no descriptor is named)
+    if bound.fds is not NO_FDS:  # (``_fds`` returns it exactly when no descriptor is named)
         return None, None, when
     given = bound.given
     if len(given) == 2:
-        moved = op == "rename" or op == "replace"
+        moved = _EFFECT.get(op) == MOVES
         src = _norm_or_none(given[0], cwd) if moved else None
         made, gone = _effects(op, None, None, src, _norm_or_none(given[1], cwd))
     else:
-        made, gone = _effects(op if op != "unlink" else "remove", outcome, _norm_or_none(given[0], cwd), None, None)
+        made, gone = _effects(_OPERATION.get(op, op), outcome, _norm_or_none(given[0], cwd), None, None)
     return made, gone, when
 
 
@@ -387,7 +272,7 @@ def _norm_or_none(path: Any, cwd: str | None) -> str | None:
 # Operations whose calls with directory descriptors pass straight through (neither decided nor remembered:
 # the standard rmtree makes one ``unlink(name, dir_fd=...)`` per file), and whose failures inside the standard
 # library's own code are left to that code (os.makedirs's mkdir, shutil's walks, tempfile's name claims).
-FAMILY = frozenset(("remove", "rmdir", "mkdir", "symlink", "link"))
+FAMILY = frozenset(operation.name for operation in OPERATIONS.values() if operation.passes_fds)
 
 
 def fds_given(kwargs: dict[str, Any]) -> bool:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from ._values import Frozen
 from ._warn import OFF
+from .operations import OPERATIONS
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-ALL_OPS = ("makedirs", "rename", "replace", "rmtree", "remove", "rmdir", "mkdir", "symlink", "link")
+ALL_OPS = tuple(OPERATIONS)  # a view of fsguard.operations' table, in its order
 LOCK_BACKENDS = ("auto", "store", "file", "off")
 
 _TRUE = ("1", "true", "on", "yes")

@@ -34,9 +34,29 @@ TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see 
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, TypeVar
+    from typing import Any, Literal, TypeVar
 
     T = TypeVar("T")
+
+
+class _Found:
+    """What the evidence finds once per install (a cache registered with ``state.STATE.caches``)."""
+
+    __slots__ = ("attempt_start", "boot_time", "job_start", "rotations", "statx")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.job_start: tuple[float, str] | None = None  # (when this job started here, how that was found)
+        self.attempt_start: tuple[float | None] | None = None  # (when a restarted attempt started here,)
+        self.boot_time: float | None = None  # wall-clock time of boot
+        # libc's statx, a buffer maker and get_errno; False where there is none
+        self.statx: tuple[Callable[..., int], Callable[[int], Any], Callable[[], int]] | Literal[False] | None = None
+        self.rotations: dict[tuple[str, Any], str] = {}  # (directory, name stem) -> the generation removed
+
+
+FOUND = STATE.caches.register(_Found())
 
 # --- fresh looks ---------------------------------------------------------------------------------------
 
@@ -142,7 +162,7 @@ def generation_beside(path: str) -> str | None:
     stem, numbers = _generation(name)
     if not numbers:
         return None
-    rotations = STATE.caches.rotations
+    rotations = FOUND.rotations
     key = (parent, stem)
     before = rotations.get(key)
     if before is not None and before != path and own_last_event(before) == "removed":
@@ -275,10 +295,9 @@ def _proc_stat(pid: int | str) -> tuple[str, int, float] | None:
 def _boot_time() -> float:
     """The wall-clock time of boot, to the microsecond, read once per install. So every start time this process computes
     is on one scale. Not /proc/stat's ``btime``: whole seconds, up to 1 s early."""
-    caches = STATE.caches
-    if caches.boot_time is None:
-        caches.boot_time = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-    return caches.boot_time
+    if FOUND.boot_time is None:
+        FOUND.boot_time = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return FOUND.boot_time
 
 
 def _proc_start(pid: int | str) -> float | None:
@@ -320,7 +339,7 @@ def job_start(launched: bool) -> float:
     Inside a launch: the start of the nearest launcher ancestor (see above). Without one it can see (a PID namespace, an
     unknown launcher): ``SLURM_JOB_START_TIME``. Else its parent's start, or a driver's children's
     (``_parent_or_driver``). Outside a launch (``FSGUARD=force``): this process's own start."""
-    found = STATE.caches.job_start
+    found = FOUND.job_start
     if found is None:
         own = _proc_start("self")
         start, source = (own, "this process's start") if own is not None else (time.time(), "fsguard's start")
@@ -334,7 +353,7 @@ def job_start(launched: bool) -> float:
                 source, start = "SLURM_JOB_START_TIME", min(start, float(slurm))
             elif parent is not None:
                 start, source = _parent_or_driver(start, parent)
-        found = STATE.caches.job_start = (start, source)
+        found = FOUND.job_start = (start, source)
     return found[0]
 
 
@@ -355,7 +374,7 @@ def _parent_or_driver(own: float, parent: float) -> tuple[float, str]:
 def __getattr__(name: str) -> str:
     """``job_start_source``: how ``job_start`` found the job's start ("this process's start" before it was asked)."""
     if name == "job_start_source":
-        found = STATE.caches.job_start
+        found = FOUND.job_start
         return "this process's start" if found is None else found[1]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -379,7 +398,7 @@ def attempt_start(launched: bool) -> float | None:
     agent itself started with the first attempt. A worker's own subprocesses (DataLoader workers) ask the same agent.
     Without a launcher ancestor in sight, this process's parent's children. None for a first attempt, outside a launch,
     or where no start can be read."""
-    cached = STATE.caches.attempt_start
+    cached = FOUND.attempt_start
     if cached is None:
         from .launcher import restart_count
 
@@ -390,7 +409,7 @@ def attempt_start(launched: bool) -> float | None:
             pids: list[int | str] = ["self", *(_children(agent) if agent > 1 else [])]
             starts = [start for start in map(_proc_start, pids) if start is not None]
             found = min(starts) if starts else None
-        cached = STATE.caches.attempt_start = (found,)
+        cached = FOUND.attempt_start = (found,)
     return cached[0]
 
 
@@ -408,7 +427,7 @@ def job_tag_of(path: str) -> str | None:
     if found is None:
         return "" if is_single_node(own) else None
     when, tag, _ = found
-    started = STATE.caches.job_start
+    started = FOUND.job_start
     if tag == own and started is not None and when < started[0]:
         return f"{tag};made {started[0] - when:.1f} s before this job started"
     return tag
@@ -443,8 +462,7 @@ def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
     """``statx(2)`` of ``path``, or None where there is no ``statx``. The raw ``struct statx``. ``statx`` is libc's
     (glibc 2.28+), imported with ctypes at the first call: on the failure path only. Raises ``OSError`` as ``os.stat``
     does."""
-    caches = STATE.caches  # statx: libc's and a buffer maker, False where there is none
-    if caches.statx is None:
+    if FOUND.statx is None:
         try:
             import ctypes
 
@@ -452,14 +470,14 @@ def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
             function = libc.statx
             function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
             function.restype = ctypes.c_int
-            caches.statx = (function, ctypes.create_string_buffer, ctypes.get_errno)
+            FOUND.statx = (function, ctypes.create_string_buffer, ctypes.get_errno)
         except (AttributeError, OSError, ImportError):
-            caches.statx = False
-    if not caches.statx:
+            FOUND.statx = False
+    if not FOUND.statx:
         return None
-    function, buffer, get_errno = caches.statx
+    call, buffer, get_errno = FOUND.statx
     out = buffer(256)  # struct statx
-    if function(at, os.fsencode(path), flags, mask, out) != 0:
+    if call(at, os.fsencode(path), flags, mask, out) != 0:
         code = get_errno()
         if code == errno.ENOSYS:  # a kernel before 4.11
             return None

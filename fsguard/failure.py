@@ -19,53 +19,63 @@ import sys
 from . import callers
 from .calls import FAMILY, Call
 from .launcher import is_single_node
+from .operations import OPERATIONS
 from .state import STATE, Busy, Unforkable, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's (see bench/startup.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import ModuleType
     from typing import Any
 
+    from .config import Settings
     from .guards import Rules, Verdict, World
     from .guards.rmtree import RmtreeVerdict
 
 
+class _Made:
+    """The rules' numbers and the settings they were made from. Made once per install (a ``STATE.caches`` cache)."""
+
+    __slots__ = ("rules",)
+
+    def __init__(self) -> None:
+        self.rules: tuple[Settings, Rules] | None = None
+
+    def clear(self) -> None:
+        self.rules = None
+
+
+MADE = STATE.caches.register(_Made())
+FAILED_RULES: set[str] = STATE.caches.register(set())  # operations whose rule failed (reported once each)
+
+
 class _Rule:
-    """``fsguard.guards.<module>.<function>``, imported at its first call (the first failure), not at startup."""
+    """An operation's rule, ``fsguard.guards.<module>.decide``, imported at its first call (the first failure)."""
 
-    __slots__ = ("function", "module")
+    __slots__ = ("module",)
 
-    def __init__(self, module: str, function: str = "decide") -> None:
-        self.module = f"fsguard.guards.{module}"
-        self.function = function
+    def __init__(self, module: str) -> None:
+        self.module = module
 
     def load(self) -> Callable[..., Any]:
-        found: Callable[..., Any] = getattr(__import__(self.module, fromlist=[self.function]), self.function)
+        found: Callable[..., Any] = _rule_modules()[self.module].decide
         return found
 
     def __call__(self, *args: Any) -> Any:
         return self.load()(*args)
 
 
-def _rule(module: str, function: str = "decide") -> Callable[..., Any]:
-    return _Rule(module, function)
+def _rule_modules() -> dict[str, ModuleType]:
+    """Every rule module by name (``guards.rule_modules``: plain imports), at the first failure, not at startup."""
+    from .guards import rule_modules
+
+    return rule_modules()
 
 
+# A view of fsguard.operations' table: each operation's rule (rmtree's is its walk: ``walk`` below).
 DECIDE: dict[str, Callable[[Call, OSError, World, Rules], Verdict]] = {
-    "makedirs": _rule("makedirs"),
-    "rename": _rule("rename"),
-    "replace": _rule("rename"),
-    "remove": _rule("remove"),
-    "rmdir": _rule("remove"),  # the same evidence: a missing name, a directory a peer changed moments ago
-    "mkdir": _rule("mkdir"),
-    "symlink": _rule("symlink"),
-    "link": _rule("link"),
+    op.name: _Rule(op.rule) for op in OPERATIONS.values() if op.rule is not None
 }
-# Operations whose rule may wait up to FSGUARD_SETTLE_S for evidence that never comes (a rename whose source
-# never existed waits for a destination nobody makes): when the calling code handles the error, that wait
-# would only delay its handler (an ``os.rename(lock, mine)`` lock's every failed try), so the rule decides
-# without it.
-_WAIT_FOR_EVIDENCE = frozenset({"rename", "replace"})
 
 
 def load_policy() -> None:
@@ -76,29 +86,32 @@ def load_policy() -> None:
     rules()
 
 
-# The standard library's modules that the failure path imports where it first needs them (evidence's statx,
-# handlers' pass-through wrappers and its bytecode and source readers): imported with the rest, so that each
-# first import runs inside the section too. A child forked while another thread was outside it, importing one
-# of them, waited forever for that module's lock at its own first failure.
-_STANDARD_LIBRARY = ("ast", "ctypes", "dis", "inspect", "linecache", "pathlib")
-
-
 def _import_failure_path() -> None:
     """The modules a failure needs, imported together at the first failure (or by ``load_policy``)."""
-    for rule in DECIDE.values():
-        if isinstance(rule, _Rule):
-            rule.load()
+    _rule_modules()
+    _standard_library()
     from . import oracle, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
 
-    for name in _STANDARD_LIBRARY:
-        __import__(name)
     runtime.site_dirs()  # a record's call site: ``sysconfig``, and the data module it imports at its first use
+
+
+def _standard_library() -> None:
+    """Import the standard library's modules that the failure path needs. They are evidence's statx, the oracle's
+    pass-through wrappers and its bytecode and source readers, imported with the rest."""
+    # So that each first import runs inside the section too: a child forked while another thread was outside it,
+    # importing one of them, waited forever for that module's lock at its own first failure.
+    import ast  # noqa: F401
+    import ctypes  # noqa: F401
+    import dis  # noqa: F401
+    import inspect  # noqa: F401
+    import linecache  # noqa: F401
+    import pathlib  # noqa: F401
 
 
 def rules() -> Rules:
     """The rules' numbers, made once per settings object (every guarded rmtree asks, not only failures)."""
     settings = STATE.settings
-    made = STATE.rules_for
+    made = MADE.rules
     if made is None or made[0] is not settings:
         if made is None:
             # Imports hold a per-module lock that a child forked meanwhile by another thread would wait on
@@ -113,7 +126,7 @@ def rules() -> Rules:
         peers = STATE.launch is not None and STATE.launch.distributed
         source, attempt = evidence.job_start_source, evidence.attempt_start(launched)
         numbers = Rules(settings.settle_s, settings.fresh_s, job_start, peers, source, STATE.job, attempt)
-        made = STATE.rules_for = (settings, numbers)
+        made = MADE.rules = (settings, numbers)
     found: Rules = made[1]
     return found
 
@@ -160,9 +173,10 @@ def absorbs(call: Call, error: OSError) -> bool:
 def _may_wait(op: str, error: OSError, job: str | None) -> bool:
     """A rename's missing source may wait: a peer's destination may still show. So may a mkdir's existing directory in a
     single-node job: a peer's journal note may be one ``write`` behind."""
-    if op in _WAIT_FOR_EVIDENCE:
-        return isinstance(error, FileNotFoundError)
-    return op in ("mkdir", "makedirs") and isinstance(error, FileExistsError) and is_single_node(job)
+    operation = OPERATIONS[op]
+    if operation.waits is None or not isinstance(error, operation.waits):
+        return False
+    return not operation.waits_alone or is_single_node(job)
 
 
 def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: float, serializer: Any) -> OSError | None:
@@ -228,14 +242,14 @@ def _stands_before(name: Any) -> bool:
         return False
     if not stat.S_ISDIR(st.st_mode):
         return True
-    made = STATE.rules_for
+    made = MADE.rules
     if made is None or made[0] is not STATE.settings:
         try:
             with Busy():  # the first failure imports the rules (imports may write caches)
                 rules()
         except Exception:  # noqa: BLE001 - no rules to be had: the decision says so
             return False
-        made = STATE.rules_for
+        made = MADE.rules
         if made is None:
             return False
     numbers: Rules = made[1]
@@ -263,8 +277,8 @@ def _caller_handler(error: BaseException) -> dict[str, Any] | None:
 
 def rule_failed(op: str, failure: Exception) -> None:
     """One line on stderr, once per operation, when its rule raised. The caller's error is re-raised."""
-    if op not in STATE.caches.failed_rules:
-        STATE.caches.failed_rules.add(op)
+    if op not in FAILED_RULES:
+        FAILED_RULES.add(op)
         try:
             from ._warn import warn
         except ImportError:  # nothing importable any more (dropped privileges): the original error, silently

@@ -42,6 +42,21 @@ _CHUNKS = 18  # made_alone reads at most this many chunks of a journal back (abo
 _FIRST_CHUNK = 1 << 12
 
 
+class _Opened:
+    """This process's journal, opened once per install (a cache registered with ``state.STATE.caches``)."""
+
+    __slots__ = ("journal",)
+
+    def __init__(self) -> None:
+        self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1)
+
+    def clear(self) -> None:
+        self.journal = None
+
+
+OPENED = STATE.caches.register(_Opened())
+
+
 def file_name(tag: str, prefix: str = PREFIX) -> str:
     """The journal's file name for a job tag. ``%``, ``/`` and NUL are escaped; a long tag ends in its hash. With
     ``prefix`` ``TRIED``, the name of its notes of directories found there."""
@@ -83,7 +98,6 @@ def directory() -> str | None:
 def _open(tag: str) -> int:
     """This job's journal, opened for appending once per process (-1: none can be). The process that creates it sweeps
     old journals away."""
-    caches = STATE.caches
     fd = -1
     where = directory()
     if where is not None:
@@ -95,7 +109,7 @@ def _open(tag: str) -> int:
             fd = _open_existing(path)
         except OSError:
             fd = -1
-    caches.journal = (tag, fd)
+    OPENED.journal = (tag, fd)
     return fd
 
 
@@ -123,7 +137,7 @@ def made(path: Any, tag: str) -> None:
     """Note that this process just created the directory ``path`` in job ``tag``. ``path`` is as given to ``mkdir``. The
     happy path of a guarded mkdir: one ``write`` to a node-local file; never raises."""
     try:
-        journal = STATE.caches.journal
+        journal = OPENED.journal
         fd = journal[1] if journal is not None and journal[0] == tag else _open(tag)
         if fd >= 0:
             os.write(fd, _entry(path))
@@ -206,7 +220,7 @@ def made_alone(path: str, own: str, rank: int) -> bool:
     making (at most about 1 MiB back: beyond that, no telling: False)."""
     needle = b" " + os.fsencode(path) + b"\0"
     mine = b"%d" % rank
-    journal = STATE.caches.journal
+    journal = OPENED.journal
     fd = journal[1] if journal is not None and journal[0] == own else _open(own)  # this process's own descriptor
     if fd < 0:
         return False

@@ -277,9 +277,9 @@ def _is_dir(path: str) -> bool:
 def _index() -> _Index:
     """The index of this process's remembered calls (``STATE.memory.index``, made at the first decision that asks)."""
     index = state.STATE.memory.index
-    if index is None:
+    if not isinstance(index, _Index):
         index = state.STATE.memory.index = _Index()
-    return index  # type: ignore[no-any-return]
+    return index
 
 
 @state.at_fork

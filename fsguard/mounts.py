@@ -64,6 +64,9 @@ COHERENT_TYPES = frozenset(
 # cached this long.
 NFS_ACDIRMAX_S = 60.0
 
+# st_dev -> its Mount, read from mountinfo once per device and install (a cache of state.STATE.caches)
+MOUNTS: dict[int, Mount] = STATE.caches.register({})
+
 
 class Mount:
     """One mount as ``/proc/self/mountinfo`` describes it, and what fsguard concludes from it."""
@@ -158,7 +161,7 @@ def wait_budget_for(found: Mount, settle_s: float) -> float:
 
 def forget() -> None:
     """Drop the cache, for a test or process whose mounts changed."""
-    STATE.caches.mounts.clear()
+    MOUNTS.clear()
 
 
 # --- reading mountinfo -----------------------------------------------------------------------------------
@@ -181,7 +184,7 @@ def _device(path: str) -> tuple[int | None, str | None]:
 
 
 def _mount_of_dev(dev: int, where: str | None) -> Mount:
-    by_dev: dict[int, Mount] = STATE.caches.mounts
+    by_dev = MOUNTS
     known = by_dev.get(dev)
     if known is not None:
         return known

@@ -13,6 +13,7 @@ import time
 
 from . import _later, _wrapt, callers, config, failure, launcher
 from .calls import FAMILY, Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
+from .operations import MAKES, OPERATIONS
 from .state import STATE, Unforkable, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
@@ -24,20 +25,14 @@ if TYPE_CHECKING:
     import wrapt
 
 
-# operation -> (module name, attribute, name by which pickles refer to it)
+# Views of fsguard.operations' table. Guarded name -> (module name, attribute, name by which pickles refer to it):
+# ``os.unlink`` is not an operation name, it is guarded with ``remove``, as ``remove`` (``Operation.also``).
 TARGETS: dict[str, tuple[str, str, str]] = {
-    "makedirs": ("os", "makedirs", "os:makedirs"),
-    "rename": ("os", "rename", "os:rename"),
-    "replace": ("os", "replace", "os:replace"),
-    "rmtree": ("shutil", "rmtree", "shutil:rmtree"),  # wrapped when the program imports shutil (fsguard/_later.py)
-    "remove": ("os", "remove", "os:remove"),
-    "unlink": ("os", "unlink", "os:unlink"),  # not an operation name: guarded with "remove", as "remove"
-    "rmdir": ("os", "rmdir", "os:rmdir"),
-    "mkdir": ("os", "mkdir", "os:mkdir"),
-    "symlink": ("os", "symlink", "os:symlink"),
-    "link": ("os", "link", "os:link"),
+    name: (module, attribute, f"{module}:{attribute}")
+    for operation in OPERATIONS.values()
+    for name, module, attribute in operation.wraps
 }
-_ALSO = {"remove": ("unlink",)}  # operation -> further attributes guarded under its name
+_ALSO = {op.name: op.also for op in OPERATIONS.values() if op.also}  # operation -> further attributes guarded as it
 
 
 if TYPE_CHECKING:
@@ -78,10 +73,10 @@ _SERIALIZED = object()  # passed as ``instance``: this call already holds the se
 def _path_wrapper(op: str) -> Callable[..., Any]:
     """The wrapper of a path operation's guarded function, with what it knows of its operation."""
     # Directories made are remembered apart, so that they stay known while they exist (fsguard.memory).
-    remember = (STATE.memory.dirs if op in ("mkdir", "makedirs") else STATE.memory.calls).append
-    # A move is remembered with its time: a later decision tells this process's own old move of a reused
-    # temp name from a peer's newer one by the destination's ctime (fsguard.guards.rename).
-    now = time.time if op in ("rename", "replace", "symlink", "link") else None
+    operation = OPERATIONS[op]
+    remember = (STATE.memory.dirs if operation.effect == MAKES else STATE.memory.calls).append
+    # A move is remembered with its time (``Operation.timed``).
+    now = time.time if operation.timed else None
     # mkdir: the standard makedirs' own call, whose FileExistsError it settles itself (exist_ok, or its
     # decided re-raise), goes straight back to it: told by its caller's code object, one frame up.
     std_makedirs = getattr(STATE.originals.get("makedirs", os.makedirs), "__code__", None) if op == "mkdir" else None

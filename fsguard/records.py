@@ -403,9 +403,9 @@ def _with_more(record: Record, more: int) -> Record:
 
 def _limiter() -> _Limiter:
     """The process's limiter (made with the first record)."""
-    if state.STATE.writer.limiter is None:
-        state.STATE.writer.limiter = _Limiter()
-    limiter: _Limiter = state.STATE.writer.limiter
+    limiter = state.STATE.writer.limiter
+    if not isinstance(limiter, _Limiter):
+        limiter = state.STATE.writer.limiter = _Limiter()
     return limiter
 
 

@@ -20,12 +20,28 @@ TYPE_CHECKING = False  # not typing's: records, sysconfig and typing are not imp
 if TYPE_CHECKING:
     from typing import Any
 
+    SiteDirs = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+class _Sites:
+    """The directory prefixes a call site is told by. Found once per install (a cache of ``state.STATE.caches``)."""
+
+    __slots__ = ("dirs",)
+
+    def __init__(self) -> None:
+        self.dirs: SiteDirs | None = None
+
+    def clear(self) -> None:
+        self.dirs = None
+
+
+SITES = STATE.caches.register(_Sites())
+
 
 def site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Directory prefixes for ``call_site``, found once, each skipped or not. The standard library: skipped.
     Site-packages, inside the standard library's directory: not skipped."""
-    caches = STATE.caches
-    if caches.site_dirs is None:
+    if SITES.dirs is None:
         import sysconfig  # not at startup: only a record needs a call site
 
         package = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -45,9 +61,8 @@ def site_dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tupl
                 stdlib.add(path + os.sep)
         keep = {p + os.sep for k in ("purelib", "platlib") if (p := paths.get(k))}
         keep.update(p + os.sep for p in sys.path if p.endswith(("site-packages", "dist-packages")))
-        caches.site_dirs = tuple(own), applications, tuple(stdlib), tuple(keep)
-    found: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]] = caches.site_dirs
-    return found
+        SITES.dirs = tuple(own), applications, tuple(stdlib), tuple(keep)
+    return SITES.dirs
 
 
 def call_site(depth: int = 2) -> dict[str, Any] | None:

@@ -41,13 +41,39 @@ from . import config, launcher
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
+    import logging
     from collections import deque
     from collections.abc import Callable
-    from typing import Any, Protocol
+    from typing import IO, Protocol, TypeVar
     from weakref import WeakSet
+
+    from .calls import Call
 
     class Forkable(Protocol):
         def after_fork_in_child(self) -> None: ...
+
+    class Clearable(Protocol):
+        def clear(self) -> None: ...
+
+    class Serializing(Protocol):
+        """What fsguard asks of ``fsguard.locks.Serializer`` (a module above this one, so not named here)."""
+
+        crashes: Callable[[type[OSError]], bool] | None
+
+        def run(
+            self,
+            op: str,
+            wrapped: Callable[..., object],
+            args: tuple[object, ...],
+            kwargs: dict[str, object],
+            guarded_call: Callable[..., object],
+        ) -> object: ...
+
+        def flown(self, call: Call, perform: Callable[[], object], shared: object = ...) -> object: ...
+
+    Entry = tuple[object, ...]  # a remembered call: (operation, args, kwargs[, time])
+
+    C = TypeVar("C", bound=Clearable)
 
     from . import _later
 else:
@@ -60,39 +86,25 @@ DIRS_SIZE = 1 << 15
 
 
 class Caches:
-    """What fsguard finds once and keeps while installed: each is found again after ``uninstall``."""
+    """The registry of what fsguard finds once and keeps while installed. Each cache is typed by its owner.
 
-    __slots__ = (
-        "attempt_start",
-        "boot_time",
-        "failed_rules",
-        "handler_layers",
-        "job_start",
-        "journal",
-        "mounts",
-        "pass_through",
-        "rotations",
-        "site_dirs",
-        "source_trees",
-        "statx",
-    )
+    A cache is anything with a ``clear()`` (a dict, a set, a small class of the owner's), registered once at
+    the owner's import (``FOUND = STATE.caches.register(_Found())``); ``clear`` empties them all at
+    ``uninstall`` of the last operation, so each is found again after it."""
+
+    __slots__ = ("owned",)
 
     def __init__(self) -> None:
-        self.clear()
+        self.owned: list[Clearable] = []
+
+    def register(self, cache: C) -> C:
+        """Keep ``cache`` with the others, emptied with them. Returns it (the owner's module-level name for it)."""
+        self.owned.append(cache)
+        return cache
 
     def clear(self) -> None:
-        self.job_start: tuple[float, str] | None = None  # (when this job started here, how that was found): evidence
-        self.attempt_start: tuple[float | None] | None = None  # (when a restarted attempt started here,): evidence
-        self.boot_time: float | None = None  # wall-clock time of boot: evidence
-        self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1): journal
-        self.statx: Any = None  # libc's statx, a buffer maker and get_errno, False where there is none: evidence
-        self.site_dirs: Any = None  # the directory prefixes a call site is told by: runtime
-        self.handler_layers: dict[Any, Any] = {}  # (code, offset) -> the layers handling it: oracle
-        self.pass_through: frozenset[Any] | None = None  # standard wrappers' code objects: oracle
-        self.source_trees: dict[str, Any] = {}  # file -> (its source, its ast), 3.10 only: oracle
-        self.failed_rules: set[str] = set()  # operations whose rule failed (reported once each): patching
-        self.mounts: dict[int, Any] = {}  # st_dev -> its mounts.Mount, read from mountinfo: mounts
-        self.rotations: dict[tuple[str, Any], str] = {}  # (directory, name stem) -> the generation removed: evidence
+        for cache in self.owned:
+            cache.clear()
 
 
 class Memory:
@@ -102,10 +114,10 @@ class Memory:
 
     def __init__(self) -> None:
         # (operation, args, kwargs) or, for rename/replace, (operation, args, kwargs, time): the happy path appends
-        self.calls: deque[tuple[Any, ...]] = deque(maxlen=MEMORY_SIZE)
+        self.calls: deque[Entry] = deque(maxlen=MEMORY_SIZE)
         # the same entries for mkdir and makedirs (they are not in ``calls``)
-        self.dirs: deque[tuple[Any, ...]] = deque(maxlen=DIRS_SIZE)
-        self.index: Any = None  # fsguard.memory's index of the two deques, made at its first decision
+        self.dirs: deque[Entry] = deque(maxlen=DIRS_SIZE)
+        self.index: object = None  # fsguard.memory's index of the two deques (its own type), made at its first decision
         self.index_lock = allocate_lock()  # decisions of several threads index and read together
         # paths where this process removed a tree it made with makedirs(exist_ok=True) after a yield window that no
         # peer used (insertion order, at most MEMORY_SIZE): its own scratch, removed at once next time (rmwalk)
@@ -131,13 +143,15 @@ class Writer:
     def __init__(self) -> None:
         self.lock = RLock()  # around each record's writing; held across a fork (see records)
         self.held_for_fork = False
-        self.logger: Any = None  # the ``fsguard`` logging.Logger, once a record is written
-        self.handler: Any = None  # fsguard's own stderr logging.StreamHandler
+        self.logger: logging.Logger | None = None  # the ``fsguard`` logger, once a record is written
+        self.handler: logging.StreamHandler[IO[str]] | None = None  # fsguard's own stderr handler
         self.propagate_before = True  # the logger's propagate before fsguard's handler was attached
-        self.jsonl: tuple[int, Any] | None = None  # (pid, open file)
+        self.jsonl: tuple[int, IO[str]] | None = None  # (pid, open file)
         self.jsonl_failed = False
-        self.inherited: list[Any] = []  # a forked child's copies of its parent's file: kept, never flushed or closed
-        self.limiter: Any = None  # records._Limiter: lines per call site and decision
+        self.inherited: list[
+            IO[str]
+        ] = []  # a forked child's copies of its parent's file: kept, never flushed or closed
+        self.limiter: object = None  # records._Limiter (its own type): lines per call site and decision
 
 
 class State:
@@ -152,7 +166,6 @@ class State:
         "nonce",
         "originals",
         "pending",
-        "rules_for",
         "serializer",
         "settings",
         "writer",
@@ -161,7 +174,9 @@ class State:
     def __init__(self) -> None:
         self.lock = RLock()  # install/uninstall
         self.memory = Memory()
-        self.originals: dict[str, Any] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
+        self.originals: dict[
+            str, Callable[..., object]
+        ] = {}  # operation -> the function fsguard replaced (emptied, never replaced)
         # operation -> the hook that wraps it at its module's first import (shutil, not yet imported): patching
         self.pending: dict[str, _later.AfterImport] = {}
         self.nonce = os.urandom(4).hex()  # random per process, renewed at fork: fsguard.locks' tokens
@@ -177,8 +192,7 @@ class State:
         # makedirs write on the directories they create, and what the rules compare a directory's tag with.
         self.job: str | None = None
         self.originals.clear()
-        self.serializer: Any = None  # fsguard.locks.Serializer when FSGUARD_SERIALIZE=1
-        self.rules_for: tuple[object, Any] | None = None  # (the settings they were made from, guards.Rules)
+        self.serializer: Serializing | None = None  # fsguard.locks.Serializer when FSGUARD_SERIALIZE=1
         self.caches.clear()
 
 
@@ -216,7 +230,7 @@ class Busy:
         _local.busy = self._before
 
 
-def set_serializer(serializer: Any) -> Any:
+def set_serializer(serializer: Serializing | None) -> Serializing | None:
     """Serialize guarded calls with ``serializer`` (a ``fsguard.locks.Serializer``), or stop with None.
 
     For tests and benchmarks that compare backends in one process; returns the serializer it replaces."""
@@ -360,21 +374,22 @@ def _before_fork() -> None:
                 return
             gate.cond.wait(left)
     finally:
-        for _ in range(lent[1]):
-            if not lent[0].acquire(timeout=FORK_WAIT_S):
+        lock, times = lent
+        for _ in range(times):
+            if lock is None or not lock.acquire(timeout=FORK_WAIT_S):
                 break  # logging's own hook then finds it not held: a line on stderr, and the fork goes on
 
 
-def _lend_logging_lock() -> tuple[Any, int]:
+def _lend_logging_lock() -> tuple[RLock | None, int]:
     """Release ``logging``'s lock while this thread waits for sections, if held for the fork. Returns the lock and how
     many times. ``logging`` first imported inside a section (the first failure's imports) registers its at-fork hook
     after the gate's, so a fork took logging's lock before it waited, and the section's import then waited for that lock
     in logging's own module body: the fork waited out ``FORK_WAIT_S`` for a section that could not end before it did,
     split it, and the child had half an import."""
-    lock: Any = getattr(sys.modules.get("logging"), "_lock", None)
+    lock: RLock | None = getattr(sys.modules.get("logging"), "_lock", None)
     owned = getattr(lock, "_is_owned", None)
     times = 0
-    while owned is not None and owned():
+    while lock is not None and owned is not None and owned():
         lock.release()
         times += 1
     return lock, times

@@ -508,15 +508,19 @@ def test_busy_nests_and_uninstall_leaves_a_clean_state(fsguard_python: Path) -> 
         assert not runtime.busy()
         fsguard.install()
         assert state.STATE.serializer is not None and state.STATE.settings.serialize
-        from fsguard import evidence, oracle
+        from fsguard import evidence, failure, oracle
+        from fsguard.oracle.layers import HANDLER_LAYERS
         evidence.job_start(False)
         oracle.caller_handles(FileExistsError())
-        assert state.STATE.caches.job_start is not None and state.STATE.caches.handler_layers
+        failure.rules()
+        failure.rule_failed("mkdir", RuntimeError("once"))
+        assert evidence.FOUND.job_start is not None and HANDLER_LAYERS and failure.MADE.rules is not None
+        assert failure.FAILED_RULES == {"mkdir"}
         fsguard.uninstall()
         s = state.STATE
-        assert (s.serializer, s.originals, s.launch, s.rules_for) == (None, {}, None, None)
+        assert (s.serializer, s.originals, s.launch, failure.MADE.rules) == (None, {}, None, None)
         assert s.settings == config.Settings() and not state.STATE.settings.serialize
-        assert (s.caches.job_start, s.caches.handler_layers, s.caches.failed_rules) == (None, {}, set())
+        assert (evidence.FOUND.job_start, HANDLER_LAYERS, failure.FAILED_RULES) == (None, {}, set())
         before = state.set_serializer(locks.serializer(config.load({"FSGUARD_SERIALIZE": "1"}), None))
         assert before is None and s.serializer is not None
         state.set_serializer(None)

@@ -37,7 +37,7 @@ WORKER = """
         # bindfs or NFS would be, so that the hook below fires at the window's first look.
         from fsguard import mounts
 
-        mounts.STATE.caches.mounts[os.stat(root).st_dev] = mounts.Mount(root, "fuse.simulated", "test", {}, stale=True, shared=True)
+        mounts.MOUNTS[os.stat(root).st_dev] = mounts.Mount(root, "fuse.simulated", "test", {}, stale=True, shared=True)
         import subprocess  # a peer's fresh tree (rank 0's guarded mkdir, noted in this node's journal as its):
 
         peer = {**os.environ, "RANK": "0", "LOCAL_RANK": "0"}  # the walk first waits for a peer to move it away

@@ -30,7 +30,7 @@ WORKER = """
     if caching:
         from fsguard import mounts
 
-        mounts.STATE.caches.mounts[os.stat(parent).st_dev] = mounts.Mount(parent, "fuse.simulated", "test", {}, stale=True, shared=True)
+        mounts.MOUNTS[os.stat(parent).st_dev] = mounts.Mount(parent, "fuse.simulated", "test", {}, stale=True, shared=True)
     listings = []
     sys.addaudithook(lambda event, args: listings.append(1) if event == "os.scandir" and args[0] == parent else None)
     shutil.rmtree(top)

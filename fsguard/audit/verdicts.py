@@ -3,20 +3,7 @@
 from __future__ import annotations
 
 from .. import guards
-from ..guards import (
-    ABSORBED,
-    EVERY_OP,
-    NOT_FIXABLE,
-    SERIALIZE,
-    Scan,
-    link,
-    makedirs,
-    mkdir,
-    remove,
-    rename,
-    rmtree,
-    symlink,
-)
+from ..guards import ABSORBED, EVERY_OP, NOT_FIXABLE, SERIALIZE, Scan
 
 # A race the traceback cannot prove fsguard absorbs: it absorbs only an error that would end its thread, and the
 # log shows the program's own handling on the way, or no way to the top (issue 45).
@@ -40,7 +27,7 @@ def _verdicts() -> dict[tuple[str, str, bool], Scan]:
     return found
 
 
-RULES = (makedirs, mkdir, remove, rename, rmtree, symlink, link)  # fsguard/guards/*.py, each with its SCAN table
+RULES = tuple(guards.rule_modules().values())  # fsguard/guards/*.py, each with its SCAN table: one list (issue 49)
 VERDICTS = _verdicts()
 
 

@@ -23,6 +23,8 @@ from ..launcher import same_job
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from ..evidence import Look
     from ..memory import Event
 
@@ -275,3 +277,12 @@ SCAN = (
     ),
     Scan(EVERY_OP, "ENAMETOOLONG", NOT_FIXABLE, "the path is too long: a genuine error."),
 )
+
+
+def rule_modules() -> dict[str, ModuleType]:
+    """Every rule module by name, for ``Operation.rule`` (``fsguard.operations``): plain imports, made on call."""
+    # Imported on call, not with the package: fsguard.failure asks at the first failure, not at start-up (issue 49).
+    from . import link, makedirs, mkdir, remove, rename, rmtree, symlink
+
+    modules = (link, makedirs, mkdir, remove, rename, rmtree, symlink)
+    return {module.__name__.rpartition(".")[2]: module for module in modules}

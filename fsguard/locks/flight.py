@@ -38,13 +38,15 @@ import os
 from hashlib import sha1
 from typing import Any
 
-from .. import mounts
+from .. import mounts, operations
 from ..calls import Call
 
 PLAIN = (int, str, bytes, bool, float, type(None))
-SHARED = frozenset(("makedirs", "rename", "replace", "rmtree"))  # the operations whose calls can be shared
+_OPERATIONS = operations.OPERATIONS.values()  # views of fsguard.operations' table:
+SHARED = frozenset(op.name for op in _OPERATIONS if op.shared)  # the operations whose calls can be shared
 REUSABLE = frozenset(("makedirs",))  # outcomes that stay true until something is removed or renamed
-MOVES = frozenset(("rmtree", "rmdir", "remove", "unlink", "rename", "replace"))  # what ends such an outcome
+MOVES = frozenset(name for op in _OPERATIONS if op.takes_away for name in op.names)  # what ends such an outcome
+ANNOUNCED = frozenset(op.name for op in _OPERATIONS if op.effect == operations.MOVES)  # said before they start
 KNOWN = 4096  # directories whose st_dev a process keeps
 REUSED = b"=ok"  # what a backend's ``flight_claim`` answers when a finished identical call's outcome applies
 

@@ -325,7 +325,7 @@ class Serializer:
         what = holder_text(self._rank, self._host, f"{op} {' -> '.join(paths)}")
         # A rename says first that it is coming: an rmtree of its source that holds (or waits for) the lock
         # lets it go first (the rename wins; see fsguard.rmwalk).
-        announced = self._announce(paths[0]) if op in ("rename", "replace") else None
+        announced = self._announce(paths[0]) if op in flight.ANNOUNCED else None
         moves = op in flight.MOVES
         try:
             backend, held = self._acquire(op, paths, keys, what)

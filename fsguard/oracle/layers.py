@@ -9,6 +9,9 @@ from ..state import STATE
 from . import bytecode, source
 from .values import Layer, Unknown
 
+# (code, offset or line) -> the layers handling it: found once per install (a cache of state.STATE.caches)
+HANDLER_LAYERS: dict[tuple[Any, int], list[Layer]] = STATE.caches.register({})
+
 _CACHE_SIZE = 2048
 
 
@@ -22,7 +25,7 @@ def at_frame(frame: Any) -> list[Layer]:
 def at(code: Any, offset: int | None, line: int | None, module_globals: Any) -> list[Layer]:
     """The layers around ``offset`` (3.11+) or ``line`` (3.10) of ``code``."""
     key = (code, offset if offset is not None else -1_000_000 - (line or 0))
-    cache: dict[tuple[Any, int], list[Layer]] = STATE.caches.handler_layers
+    cache = HANDLER_LAYERS
     found = cache.get(key)
     if found is None:
         if offset is not None:

@@ -29,6 +29,8 @@ from .values import (
 _LEAVES = (ast.Return, ast.Break, ast.Continue)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _EXIT_NAMES = {("sys", "exit"), ("os", "_exit"), ("os", "abort")}
+# file -> (its source, its ast), 3.10 only: found once per install (a cache of state.STATE.caches)
+SOURCE_TREES: dict[str, tuple[str, ast.Module]] = STATE.caches.register({})
 
 
 def tree(code: Any, module_globals: Any) -> Any:
@@ -39,7 +41,7 @@ def tree(code: Any, module_globals: Any) -> Any:
     if not lines:
         return "no source"
     text = "".join(lines)
-    trees = STATE.caches.source_trees
+    trees = SOURCE_TREES
     found = trees.get(code.co_filename)
     if found is None or found[0] != text:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..operations import OPERATIONS
 from ..runtime import site_dirs
 from ..state import STATE
 from . import judge, layers
@@ -131,18 +132,32 @@ def _reports_only(hook: Any) -> bool:
     return False
 
 
+class _PassThrough:
+    """The standard wrappers' code objects (``_pass_through``), found once per install (a ``STATE.caches`` cache)."""
+
+    __slots__ = ("codes",)
+
+    def __init__(self) -> None:
+        self.codes: frozenset[Any] | None = None
+
+    def clear(self) -> None:
+        self.codes = None
+
+
+PASS_THROUGH = STATE.caches.register(_PassThrough())
+
+
 def _pass_through() -> frozenset[Any]:
     """Code objects of standard wrappers whose caller decides. Their handlers settle only the caller's own arguments
     (``exist_ok``, ``missing_ok``, ``parents``) or fall back. ``shutil.move`` catches ``OSError`` from ``os.rename`` to
     copy across filesystems; a source a peer moved would fail the copy too."""
-    caches = STATE.caches
-    if caches.pass_through is None:
+    if PASS_THROUGH.codes is None:
         import os
         import pathlib
         import shutil
 
         functions: list[Any] = [os.makedirs, shutil.move]
-        for name in ("mkdir", "unlink", "rmdir", "rename", "replace", "symlink_to", "hardlink_to", "touch"):
+        for name in (*(name for op in OPERATIONS.values() for name in op.pathlib), "touch"):
             functions.append(getattr(pathlib.Path, name, None))
         codes = set()
         for function in functions:
@@ -154,5 +169,5 @@ def _pass_through() -> frozenset[Any]:
             code = getattr(function, "__code__", None)
             if code is not None:
                 codes.add(code)
-        caches.pass_through = frozenset(codes)
-    return caches.pass_through
+        PASS_THROUGH.codes = frozenset(codes)
+    return PASS_THROUGH.codes

@@ -427,7 +427,7 @@ def makedirs_exist_ok_stale_lookup_in_a_handler(d: str, out: Outcome) -> None:
     from fsguard import mounts
 
     dev = os.stat(d).st_dev
-    mounts.STATE.caches.mounts[dev] = mounts.Mount(d, "fuse.simulated", "test", {}, stale=True, shared=True)
+    mounts.MOUNTS[dev] = mounts.Mount(d, "fuse.simulated", "test", {}, stale=True, shared=True)
     HOOK.append(node_view)
     try:
         os.makedirs(path, exist_ok=True)  # <- call

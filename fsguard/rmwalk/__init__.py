@@ -122,8 +122,10 @@ class _Course:
         plan: Plan = "check"
         if tree:
             plan = rule.plan(top, position.top_st, own, world, rules, yield_s, top in scratch, serializer is not None)
-        if tree and position.top_st is not None and (plan != "plain" or serializer is not None):
-            position.held.take(top, position.top_st)  # see find_renamed: not needed where nobody moves the tree
+        if tree and position.top_st is not None:
+            # See find_renamed; a plain walk too: a peer may still remove (or, against the plan, move) the tree, and
+            # without a held descriptor a directory made since could carry its inode number (a false rename record).
+            position.held.take(top, position.top_st)
         # "plain": nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
         walk.set_checking(plan != "plain")
         if plan == "wait" or self._announced():
@@ -191,6 +193,8 @@ class _Course:
                 if not walk.wait_for_peer_removal():
                     walk.remove(positional, named)  # the peer stopped (or is slow): remove what is left
             return None
+
+        walk.position.forget_missing()  # the lock may be a wait: the walk asks the top's name again
 
         def call() -> bool:
             walk.remove(positional, named)

@@ -185,7 +185,8 @@ class Walk:
                 found.top_gone = "after"
                 found.renamed_to = self.position.renamed()
                 return
-            gone, waited = rule.top_gone_before_by_peer(top, self.world, self.rules)
+            missed = func is os.lstat or func is os.open  # the top's own lookup said it just now
+            gone, waited = rule.top_gone_before_by_peer(top, self.world, self.rules, missed)
             found.waited += waited
             if gone:
                 found.top_gone = "before"
@@ -318,7 +319,7 @@ class Walk:
                 return True
             if now is not None and not listing.due():
                 return None  # still there by its lookup; no listing due yet
-            seen = listing.timed(lambda: world.look(top))
+            seen = listing.timed(lambda: world.look(top, missed=now is None))  # a miss is not asked twice
             if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
                 if not seen.parent_exists:
                     return False

@@ -10,6 +10,7 @@ never removed by a retry.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..calls import norm
 from ..guards import World
-from .tree import UNREADABLE, UNSET, Held, entries_left, find_renamed, listed_inode, lstat_quietly, unguarded
+from .tree import UNREADABLE, UNSET, Held, entries_left, find_renamed, listed_inode, lstat_top, unguarded
 
 _REMOVED_KEPT = 1000  # removed names kept per walk for a hazard record (the count is always exact)
 
@@ -110,7 +111,7 @@ class Position:
         self.top = top  # normalised
         # The top as it is before the walk (one lstat per guarded call; None if it cannot be read: rmtree
         # will say why): whether to wait for a peer, and which directory "the tree" is for a retry.
-        self.top_st = lstat_quietly(top)
+        self.top_st, self.top_missing = lstat_top(top)
         self.ident: os.stat_result | None = None  # the walk's own open of the top (fstat)
         self.top_fd: int | None = None
         self.dirs: dict[int, str] = {}  # descriptor -> the directory the walk opened there
@@ -138,7 +139,23 @@ class Position:
         """Where a peer renamed the tree within its parent, if that can be found (``find_renamed``)."""
         return find_renamed(self.top, self.identity(), self.held)
 
+    def forget_missing(self) -> None:
+        """Forget the top's missing lookup. A wait for a lock or a peer came between."""
+        self.top_missing = False
+
     # --- the walk's own os functions (``_Os``): each step reported, each removal checked first --------------
+
+    def lstat(self, path: Any, *, dir_fd: int | None = None) -> os.stat_result:
+        """``os.lstat``, but a missing top is not asked twice (issue 47).
+
+        The walk's first ``lstat`` of a top whose own lookup missed a moment ago raises that answer again, as
+        ``os.lstat`` would: this call's first step, nothing waited for between. On a distributed filesystem a
+        missed name is one request each time: nothing caches misses."""
+        if self.top_missing and dir_fd is None and isinstance(path, (str, bytes, os.PathLike)):
+            self.top_missing = False
+            if norm(path) == self.top:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return os.lstat(path, dir_fd=dir_fd)
 
     def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
         self.check(boundary=False)  # entering a directory: the name's lstat (a listing only when one is due)

@@ -21,14 +21,15 @@ _WALKERS = ("_rmtree_safe_fd", "_rmtree_unsafe", "_rmtree_safe_fd_step")  # shut
 
 
 class _Os:
-    """``os`` for one checked walk. ``open``, ``unlink``, ``rmdir``, ``close`` and ``scandir`` are the walk's
+    """``os`` for one checked walk. ``lstat``, ``open``, ``unlink``, ``rmdir``, ``close`` and ``scandir`` are the walk's
     ``Position``'s, which report each step to it (and ask it, through ``check``, whether the tree is still at its path).
     Every other name is ``os``'s own, read live (a test or program that swaps ``os.lstat`` is obeyed)."""
 
-    __slots__ = ("close", "open", "rmdir", "scandir", "unlink")
+    __slots__ = ("close", "lstat", "open", "rmdir", "scandir", "unlink")
 
     def __init__(self, position: Position) -> None:
         # Bound once: the standard walk compares them by identity (3.13+: ``func is os.rmdir``).
+        self.lstat = position.lstat
         self.open = position.open
         self.unlink = position.unlink
         self.rmdir = position.rmdir

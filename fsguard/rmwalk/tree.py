@@ -33,11 +33,15 @@ def removal_residue(name: str) -> bool:
     return re.fullmatch(r"\.nfs[0-9a-fA-F]{24}|\.fuse_hidden[0-9a-fA-F]{16}", name) is not None
 
 
-def lstat_quietly(path: str) -> os.stat_result | None:
+def lstat_top(path: str) -> tuple[os.stat_result | None, bool]:
+    """The top's ``lstat`` before the walk, and whether its name was missing. None where it cannot be read: rmtree
+    will say why."""
     try:
-        return os.lstat(path)
-    except (OSError, ValueError):  # missing, unreadable, a NUL in the name: the standard rmtree reports it
-        return None
+        return os.lstat(path), False
+    except FileNotFoundError:
+        return None, True
+    except (OSError, ValueError):  # unreadable, a NUL in the name: the standard rmtree reports it
+        return None, False
 
 
 UNSET: Any = object()

@@ -205,6 +205,28 @@ def test_a_missing_top_under_a_parent_unchanged_during_the_job_is_not_a_peers(tm
     assert not gone
 
 
+class Held(FakeWorld):
+    """A fake world that holds a change time for the parent (``statx`` without a request) and has no ``lstat``."""
+
+    def __init__(self, held: float) -> None:
+        super().__init__()
+        self.held = held
+
+    def held_ctime(self, path: str) -> float | None:
+        return self.held
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        return None
+
+
+def test_a_held_change_time_during_the_job_decides_without_asking_again(tmp_path: Path) -> None:
+    """A held ctime is older than the truth, never newer: one during the job is enough; one before it is not (the
+    parent's own ``lstat`` then decides: here it has none, so the top is not taken as a peer's removal)."""
+    top = str(tmp_path / "step-1")
+    assert rule.top_gone_before_by_peer(top, Held(time.time()), rules(), missed=True) == (True, 0.0)
+    assert rule.top_gone_before_by_peer(top, Held(0.0), rules(), missed=True) == (False, 0.0)
+
+
 def test_a_stale_lookup_of_a_top_still_listed_waits_for_the_listing(tmp_path: Path) -> None:
     """A lookup cache says "missing" while peers still delete the tree: wait (bounded) for the listing."""
     top = tmp_path / "step-1"
@@ -241,10 +263,10 @@ class Meanwhile(FakeWorld):
     """A fake world whose peers act while this process looks: each ``look`` lets the next scripted peer step
     happen first (the walk's waits ask ``look``)."""
 
-    def look(self, path: str) -> Look:
+    def look(self, path: str, missed: bool = False) -> Look:
         if self.peers:
             self.peers.pop(0)()
-        return super().look(path)
+        return super().look(path, missed)
 
 
 def _tree(top: Path) -> Path:
@@ -415,3 +437,39 @@ def test_a_failure_no_peer_explains_is_raised_unchanged(tmp_path: Path, monkeypa
     with pytest.raises(PermissionError) as denied:
         _walk(top, FakeWorld())
     assert denied.value.errno == errno.EACCES and _files(top) == 6
+
+
+class Counted:
+    """``os.lstat`` passed through, counting the calls on one path (a spy: every call is made)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.calls, self.real = path, 0, os.lstat
+
+    def __call__(self, path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if os.fspath(path) == self.path:
+            self.calls += 1
+        return self.real(path, *args, **kwargs)
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_a_top_a_peer_already_removed_is_asked_for_once_as_without_fsguard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: bool
+) -> None:
+    """Issue 47: the standard rmtree asks a missing top's name once (its ``lstat``, then the error); on a
+    distributed filesystem each ask of a missing name is a request (nothing caches misses). The guarded call that
+    absorbs it as a peer's removal asks once too: its own lookup before the walk answers the walk's first
+    ``lstat``, and the rule's first look starts from that miss (the live world; the fake one lists)."""
+    from fsguard.world import LIVE
+
+    top = str(tmp_path / "checkpoint-3")
+    counted = Counted(top)
+    monkeypatch.setattr(os, "lstat", counted)
+    call = Call("rmtree", (top,), {})
+    verdict = rmwalk.run(shutil.rmtree, call, LIVE if live else FakeWorld(), rules(), sys.version_info >= (3, 12), 0.0)
+    assert verdict is not None and verdict.absorb and verdict.top_gone == "before", verdict
+    assert counted.calls == 1
+    without = Counted(top)
+    monkeypatch.setattr(os, "lstat", without)
+    with pytest.raises(FileNotFoundError):
+        shutil.rmtree(top)
+    assert without.calls == 1

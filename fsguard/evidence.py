@@ -55,17 +55,20 @@ class Look:
         return f"Look(parent_exists={self.parent_exists}, present={self.present}, kind={self.kind!r})"
 
 
-def look(path: str) -> Look:
-    """Find ``path`` by the cheapest probe its mount honours. First the name's own ``lstat``, whose device says the
-    mount (no lookup of its own): on a coherent local filesystem that is the truth; elsewhere a name it shows may
-    be a stale cache entry, so the parent's directory listing (not served from the lookup cache) is read up to the
-    name. A name it does not find is the truth where the mount caches no "no such name" answers (JuiceFS's and
-    FUSE's default, NFS ``lookupcache=positive``: ``fsguard.mounts.misses_are_fresh``), with the parent as its own
-    lookup shows it; where such answers may be cached, the listing again. On a distributed filesystem a listing is
-    several requests to the metadata server and a lookup one at most (none while the kernel's entry is fresh)."""
+def look(path: str, missed: bool = False) -> Look:
+    """Find ``path`` by the cheapest probe its mount honours (``missed``: the caller's own call on the name failed with
+    ``ENOENT`` a moment ago, so its lookup is not asked again). First the name's own ``lstat``, whose device says the
+    mount (no lookup of its own): on a coherent local filesystem that is the truth; elsewhere a name it shows may be a
+    stale cache entry, so the parent's directory listing (not served from the lookup cache) is read up to the name. A
+    name it does not find is the truth where the mount caches no "no such name" answers (JuiceFS's and FUSE's default,
+    NFS ``lookupcache=positive``: ``fsguard.mounts.misses_are_fresh``), with the parent as its own lookup shows it;
+    where such answers may be cached, the listing again. On a distributed filesystem a listing is several requests to
+    the metadata server and a lookup one at most (none while the kernel's entry is fresh)."""
     full = path.rstrip(os.sep) or os.sep
     parent, name = os.path.split(full)
     parent = parent or os.curdir
+    if missed:
+        return _missing(parent, name)
     try:
         st = os.lstat(full)
     except NotADirectoryError:
@@ -424,7 +427,7 @@ def made_by_rank(path: str, rank: int) -> bool:
 
 
 _AT_SYMLINK_NOFOLLOW, _AT_EMPTY_PATH, _AT_STATX_DONT_SYNC = 0x100, 0x1000, 0x4000  # at: AT_FDCWD (-100) by default
-_STATX_TYPE, _STATX_INO, _STATX_BTIME = 0x1, 0x100, 0x800
+_STATX_TYPE, _STATX_CTIME, _STATX_INO, _STATX_BTIME = 0x1, 0x80, 0x100, 0x800
 
 
 def identity(fd: int) -> tuple[int, int]:
@@ -465,6 +468,21 @@ def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
             return None
         raise OSError(code, os.strerror(code), path)
     return bytes(out.raw)
+
+
+def held_ctime(path: str) -> float | None:
+    """The change time of the directory entry at ``path`` as this node holds it, asking the server nothing
+    (``statx`` with ``AT_STATX_DONT_SYNC``): never newer than the truth (a ctime only grows), so one that is
+    already during the job needs no fresh ``lstat`` (a ``GetAttr`` on a distributed filesystem). None where the
+    kernel has no ``statx`` or it fails."""
+    try:
+        raw = _statx(path, _STATX_CTIME, _AT_SYMLINK_NOFOLLOW | _AT_STATX_DONT_SYNC)
+    except (OSError, ValueError):
+        return None
+    if raw is None or not int.from_bytes(raw[0:4], sys.byteorder) & _STATX_CTIME:
+        return None
+    seconds = int.from_bytes(raw[96:104], sys.byteorder, signed=True)  # stx_ctime.tv_sec
+    return seconds + int.from_bytes(raw[104:108], sys.byteorder) / 1e9  # stx_ctime.tv_nsec
 
 
 def birth_time(path: str) -> float | None:

@@ -59,14 +59,15 @@ class _Vanishing(BaseException):
 
 
 class _Os:
-    """``os`` for one checked walk: ``open``, ``unlink``, ``rmdir``, ``close`` and ``scandir`` are the walk's
-    ``_Position``'s, which report each step to it (and ask it, through ``check``, whether the tree is still at its
-    path); every other name is ``os``'s own, read live (a test or program that swaps ``os.lstat`` is obeyed)."""
+    """``os`` for one checked walk: ``lstat``, ``open``, ``unlink``, ``rmdir``, ``close`` and ``scandir`` are the
+    walk's ``_Position``'s, which report each step to it (and ask it, through ``check``, whether the tree is still at
+    its path); every other name is ``os``'s own, read live (a test or program that swaps ``os.lstat`` is obeyed)."""
 
-    __slots__ = ("close", "open", "rmdir", "scandir", "unlink")
+    __slots__ = ("close", "lstat", "open", "rmdir", "scandir", "unlink")
 
     def __init__(self, position: _Position) -> None:
         # Bound once: the standard walk compares them by identity (3.13+: ``func is os.rmdir``).
+        self.lstat = position.lstat
         self.open = position.open
         self.unlink = position.unlink
         self.rmdir = position.rmdir
@@ -222,7 +223,7 @@ class _Position:
         self.top = top  # normalised
         # The top as it is before the walk (one lstat per guarded call; None if it cannot be read: rmtree
         # will say why): whether to wait for a peer, and which directory "the tree" is for a retry.
-        self.top_st = _lstat_quietly(top)
+        self.top_st, self.top_missing = _lstat_top(top)
         self.ident: os.stat_result | None = None  # the walk's own open of the top (fstat)
         self.top_fd: int | None = None
         self.dirs: dict[int, str] = {}  # descriptor -> the directory the walk opened there
@@ -250,7 +251,21 @@ class _Position:
         """Where a peer renamed the tree within its parent, if that can be found (``_find_renamed``)."""
         return _find_renamed(self.top, self.identity(), self.held)
 
+    def forget_missing(self) -> None:
+        """The top's missing lookup is no longer the news (a wait for a lock or a peer came between)."""
+        self.top_missing = False
+
     # --- the walk's own os functions (``_Os``): each step reported, each removal checked first --------------
+
+    def lstat(self, path: Any, *, dir_fd: int | None = None) -> os.stat_result:
+        """``os.lstat``; the walk's first ``lstat`` of a top whose own lookup missed a moment ago (this call's first
+        step, nothing waited for between) raises that answer again, as ``os.lstat`` would, without asking the
+        filesystem twice (on a distributed one, a missed name is one request each time: nothing caches misses)."""
+        if self.top_missing and dir_fd is None and isinstance(path, (str, bytes, os.PathLike)):
+            self.top_missing = False
+            if norm(path) == self.top:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return os.lstat(path, dir_fd=dir_fd)
 
     def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
         self.check(boundary=False)  # entering a directory: the name's lstat (a listing only when one is due)
@@ -516,7 +531,8 @@ class Walk:
                 found.top_gone = "after"
                 found.renamed_to = self.position.renamed()
                 return
-            gone, waited = rule.top_gone_before_by_peer(top, self.world, self.rules)
+            missed = func is os.lstat or func is os.open  # the top's own lookup said it just now
+            gone, waited = rule.top_gone_before_by_peer(top, self.world, self.rules, missed)
             found.waited += waited
             if gone:
                 found.top_gone = "before"
@@ -700,11 +716,15 @@ def _removal_residue(name: str) -> bool:
     return re.fullmatch(r"\.nfs[0-9a-fA-F]{24}|\.fuse_hidden[0-9a-fA-F]{16}", name) is not None
 
 
-def _lstat_quietly(path: str) -> os.stat_result | None:
+def _lstat_top(path: str) -> tuple[os.stat_result | None, bool]:
+    """The top's ``lstat`` before the walk (None where it cannot be read: rmtree will say why), and whether its
+    name was missing (``FileNotFoundError``)."""
     try:
-        return os.lstat(path)
-    except (OSError, ValueError):  # missing, unreadable, a NUL in the name: the standard rmtree reports it
-        return None
+        return os.lstat(path), False
+    except FileNotFoundError:
+        return None, True
+    except (OSError, ValueError):  # unreadable, a NUL in the name: the standard rmtree reports it
+        return None, False
 
 
 _UNSET: Any = object()
@@ -950,6 +970,8 @@ class _Course:
                 if not walk.wait_for_peer_removal():
                     walk.remove(positional, named)  # the peer stopped (or is slow): remove what is left
             return None
+
+        walk.position.forget_missing()  # the lock may be a wait: the walk asks the top's name again
 
         def call() -> bool:
             walk.remove(positional, named)

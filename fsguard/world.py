@@ -23,8 +23,11 @@ class Live:
     def now(self) -> float:
         return time.time()
 
-    def look(self, path: str) -> evidence.Look:
-        return evidence.look(path)
+    def look(self, path: str, missed: bool = False) -> evidence.Look:
+        return evidence.look(path, missed)
+
+    def held_ctime(self, path: str) -> float | None:
+        return evidence.held_ctime(path)
 
     def lstat(self, path: str) -> os.stat_result | None:
         return evidence.lstat_or_none(path)

@@ -35,11 +35,16 @@ class World(Protocol):
     def now(self) -> float:
         """Wall-clock time (``time.time``)."""
 
-    def look(self, path: str) -> Look:
-        """The name as the freshest probe its mount honours shows it (``fsguard.evidence.look``)."""
+    def look(self, path: str, missed: bool = False) -> Look:
+        """The name as the freshest probe its mount honours shows it (``fsguard.evidence.look``); ``missed``: the
+        caller's own call on the name just failed with ``ENOENT`` (its lookup is not asked again)."""
 
     def lstat(self, path: str) -> os.stat_result | None:
         """The name's own ``lstat`` (a lookup: may be stale on a caching mount), None when it fails."""
+
+    def held_ctime(self, path: str) -> float | None:
+        """The entry's change time as this node holds it, without a request (older than the truth, never newer;
+        ``fsguard.evidence.held_ctime``), None where it holds none."""
 
     def stat(self, path: Any, follow_symlinks: bool = True) -> os.stat_result | None:
         """``os.stat`` of a path argument as given, None when it fails."""

@@ -191,14 +191,16 @@ def moved_mid_walk(top: str, renamed_to: str | None, removed: list[str], waited_
     )
 
 
-def top_gone_before_by_peer(top: str, world: World, rules: Rules) -> tuple[bool, float]:
+def top_gone_before_by_peer(top: str, world: World, rules: Rules, missed: bool = False) -> tuple[bool, float]:
     """The top path was missing at the start: a peer's removal (its parent changed during this job), and not
-    this process's own earlier removal or move. Returns (decision, seconds waited)."""
+    this process's own earlier removal or move. ``missed``: the walk's own call on the top failed with ``ENOENT``
+    just now (the first look does not ask its lookup again). Returns (decision, seconds waited)."""
     if own_event(world, top) in ("removed", "moved-away"):
         return False, 0.0
+    first = [missed]
 
     def gone_from_listing() -> bool | None:  # gone: whether its parent is there
-        seen = world.look(top)
+        seen = world.look(top, missed=first.pop()) if first else world.look(top)
         return seen.parent_exists if (not seen.parent_exists or not seen.present) else None
 
     # A stale lookup cache can say "missing" while peers are still deleting the tree: wait (bounded)
@@ -206,7 +208,11 @@ def top_gone_before_by_peer(top: str, world: World, rules: Rules) -> tuple[bool,
     parent_there, waited = world.wait_for(gone_from_listing, rules.settle_s, top)
     if not parent_there:
         return False, waited
-    st = world.lstat(os.path.dirname(top))
+    parent = os.path.dirname(top)
+    held = world.held_ctime(parent)  # no request: an older ctime already during the job says enough
+    if held is not None and rules.is_fresh(held):
+        return True, waited
+    st = world.lstat(parent)
     return st is not None and rules.is_fresh(st.st_ctime), waited
 
 

@@ -41,7 +41,7 @@ class FakeWorld:
     def now(self) -> float:
         return time.time() + self.offset
 
-    def look(self, path: str) -> Look:
+    def look(self, path: str, missed: bool = False) -> Look:
         parent, name = os.path.split(path)
         try:
             for entry in os.scandir(parent):
@@ -58,6 +58,9 @@ class FakeWorld:
             return os.lstat(path)
         except OSError:
             return None
+
+    def held_ctime(self, path: str) -> float | None:
+        return None  # nothing held: the rules ask ``lstat`` (a subclass holds what a test says)
 
     def stat(self, path: Any, follow_symlinks: bool = True) -> os.stat_result | None:
         try:

@@ -183,6 +183,28 @@ def test_a_missing_top_under_a_parent_unchanged_during_the_job_is_not_a_peers(tm
     assert not gone
 
 
+class Held(FakeWorld):
+    """A fake world that holds a change time for the parent (``statx`` without a request) and has no ``lstat``."""
+
+    def __init__(self, held: float) -> None:
+        super().__init__()
+        self.held = held
+
+    def held_ctime(self, path: str) -> float | None:
+        return self.held
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        return None
+
+
+def test_a_held_change_time_during_the_job_decides_without_asking_again(tmp_path: Path) -> None:
+    """A held ctime is older than the truth, never newer: one during the job is enough; one before it is not (the
+    parent's own ``lstat`` then decides: here it has none, so the top is not taken as a peer's removal)."""
+    top = str(tmp_path / "step-1")
+    assert rule.top_gone_before_by_peer(top, Held(time.time()), rules(), missed=True) == (True, 0.0)
+    assert rule.top_gone_before_by_peer(top, Held(0.0), rules(), missed=True) == (False, 0.0)
+
+
 def test_a_stale_lookup_of_a_top_still_listed_waits_for_the_listing(tmp_path: Path) -> None:
     """A lookup cache says "missing" while peers still delete the tree: wait (bounded) for the listing."""
     top = tmp_path / "step-1"
@@ -219,10 +241,10 @@ class Meanwhile(FakeWorld):
     """A fake world whose peers act while this process looks: each ``look`` lets the next scripted peer step
     happen first (the walk's waits ask ``look``)."""
 
-    def look(self, path: str) -> Look:
+    def look(self, path: str, missed: bool = False) -> Look:
         if self.peers:
             self.peers.pop(0)()
-        return super().look(path)
+        return super().look(path, missed)
 
 
 def _tree(top: Path) -> Path:

@@ -665,7 +665,7 @@ class Walk:
                 return True
             if now is not None and not listing.due():
                 return None  # still there by its lookup; no listing due yet
-            seen = listing.timed(lambda: world.look(top))
+            seen = listing.timed(lambda: world.look(top, missed=now is None))  # a miss is not asked twice
             if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
                 if not seen.parent_exists:
                     return False

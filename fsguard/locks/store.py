@@ -352,18 +352,25 @@ class _Flights:
             b"%s.f%d" % (process_nonce().encode(), next(self._tokens)),
             what.encode("utf-8", "replace"),
         )
-        moves = self.moves() if reuse else None  # before the call is made (see ``StoreBackend.moved``)
+        # The job's moves counter is read only where it decides (a waiter for a flight in progress never needs
+        # it): after the claim, still before the call is made (see ``StoreBackend.moved``), or on a reusable
+        # outcome, as fresh as the request that found it.
+        moves: int | None = None
         expected = b""
         for _ in range(4):  # a finished flight is taken over in turn by one rank per move of the job at most
             current = self._requests.cas(lease.key, expected, lease.value())
             if current == lease.value():
-                if moves is not None and moves >> 32 == moves & MOVE_ENDS:  # no move under way: reusable
-                    lease.epoch = moves
+                if reuse:
+                    moves = self.moves() if moves is None else moves
+                    if moves >> 32 == moves & MOVE_ENDS:  # no move under way: reusable
+                        lease.epoch = moves
                 return True, self._renewer.hold(Held(flight, lease))
             if not current.startswith(REUSED):
                 return False, current  # performed right now: wait for its outcome
-            if moves is not None and current == b"%s %d" % (REUSED, moves):
-                return False, REUSED  # performed and returned, and no move of the job started since
+            if reuse:
+                moves = self.moves() if moves is None else moves
+                if current == b"%s %d" % (REUSED, moves):
+                    return False, REUSED  # performed and returned, and no move of the job started since
             expected = current  # a move since (or not reusable by this call): perform it again
         return None
 

@@ -81,8 +81,10 @@ def expected_tree(world: int, dirs: int, steps: int, shard: int) -> list[tuple[s
 
 
 def count_records(where: Path) -> dict[str, int]:
-    """fsguard's records of the run by decision, and ``shared_ranks``: the peers' calls that singleflight
-    answered without a filesystem call (the ``ranks`` of every ``shared`` record)."""
+    """fsguard's records of the run by decision, ``shared_ranks``: the peers' calls that singleflight answered
+    without a filesystem call (the ``ranks`` of every ``shared`` record), and ``rmtree_top_gone_before``/``_after``:
+    the absorbed rmtree races whose tree was gone when the call began, or went while it walked (a peer's removal
+    it waited for)."""
     counts: dict[str, int] = {}
     for path in where.glob("*"):
         for line in path.read_text(errors="replace").splitlines():
@@ -91,6 +93,9 @@ def count_records(where: Path) -> dict[str, int]:
             except ValueError:
                 continue
             counts[rec.get("decision", "?")] = counts.get(rec.get("decision", "?"), 0) + 1
+            top_gone = rec.get("detail", {}).get("top_gone")
+            if rec.get("op") == "rmtree" and top_gone:  # how each absorbed rmtree race went: what its evidence cost
+                counts[f"rmtree_top_gone_{top_gone}"] = counts.get(f"rmtree_top_gone_{top_gone}", 0) + 1
             if rec.get("decision") == "shared":
                 counts["shared_ranks"] = counts.get("shared_ranks", 0) + int(rec.get("detail", {}).get("ranks", 0))
     return dict(sorted(counts.items()))

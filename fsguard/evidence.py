@@ -470,6 +470,33 @@ def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
     return bytes(out.raw)
 
 
+_STATX_BASIC_STATS = 0x7FF
+
+
+def held_lstat(path: str) -> os.stat_result | None:
+    """The name's ``lstat`` from what this node holds: ``statx`` with ``AT_STATX_DONT_SYNC``, so no ``GetAttr`` of
+    a distributed filesystem's server (the lookup only where the kernel's entry for the name expired, or a change
+    made on this node dropped it). Its type, inode and device are what the name's lookup gives, as ``lstat``'s
+    are; its other attributes may be older (whole seconds). None where the name is missing or unreadable;
+    ``os.lstat`` where the kernel has no ``statx``."""
+    try:
+        raw = _statx(path, _STATX_BASIC_STATS, _AT_SYMLINK_NOFOLLOW | _AT_STATX_DONT_SYNC)
+    except (OSError, ValueError):
+        return None
+    if raw is None:
+        return lstat_or_none(path)
+
+    def field(at: int, size: int, signed: bool = False) -> int:
+        return int.from_bytes(raw[at : at + size], sys.byteorder, signed=signed)
+
+    dev = os.makedev(field(136, 4), field(140, 4))  # stx_dev_major, stx_dev_minor
+    times = (field(64, 8, True), field(112, 8, True), field(96, 8, True))  # stx_atime, stx_mtime, stx_ctime
+    # stx_mode, stx_ino, the device, stx_nlink, stx_uid, stx_gid, stx_size, then the times, as os.stat_result's
+    return os.stat_result(
+        (field(28, 2), field(32, 8), dev, field(16, 4), field(20, 4), field(24, 4), field(40, 8), *times)
+    )
+
+
 def held_ctime(path: str) -> float | None:
     """The change time of the directory entry at ``path`` as this node holds it, asking the server nothing
     (``statx`` with ``AT_STATX_DONT_SYNC``): never newer than the truth (a ctime only grows), so one that is

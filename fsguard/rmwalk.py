@@ -644,8 +644,10 @@ class Walk:
         fresh listing, instead of racing the peer entry by entry (N ranks' walks of one tree cost N times its
         metadata operations). True when the tree went (removed, or renamed: then where), False to walk on.
 
-        Each probe is the name's own lookup (a peer's removal on this node shows there at once, and where the mount
-        caches no missing names a miss is the truth: ``World.look``); while the lookup still shows the tree, a
+        Each probe is the name's own lookup, its attributes as this node holds them (``World.held_lstat``: the
+        peer's removals inside the tree change them, and a fresh ``lstat`` would ask the server each time; a peer's
+        removal on this node shows there at once, and where the mount caches no missing names a miss is the truth:
+        ``World.look``); while the lookup still shows the tree, a
         listing (several requests to a distributed filesystem's metadata server) is read only when one is due:
         ``_LISTING_EVERY_S`` into the wait, or the mount's own lookup cache time where it shows one (JuiceFS's
         1 s: the lookup is fresh by then), then each after at least as long again as the wait has lasted (a
@@ -659,7 +661,7 @@ class Walk:
         listing = _Spacing(began + max(_LISTING_EVERY_S, cached or 0.0), began)
 
         def went() -> bool | None:
-            now = world.lstat(top)
+            now = world.held_lstat(top)  # no GetAttr: the peer's removals in the tree change its attributes
             if now is not None and start is not None and not os.path.samestat(now, start):
                 found.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
                 return True

@@ -243,14 +243,35 @@ def test_storm_serialized_collapses_to_the_rank0_floor(alone: Alone) -> None:
     assert rows["serialize"]["meta_ops"] < rows["none"]["meta_ops"], rows
 
 
+# The committed bench/storm.py runs of issue 47 (bench/storm_model.py's inputs): FSGUARD=1's median metadata
+# operations / none's, and FSGUARD_SERIALIZE=1's / rank 0 + barrier's, at most.
+STORM_OPS_RATIO = 1.05
+SERIAL_FLOOR_RATIO = 1.25
+
+
 @pytest.mark.parametrize("ranks", [4, 8])
-def test_committed_storm_serialized_within_a_quarter_of_the_rank0_floor(ranks: int) -> None:
-    """The committed ``bench/storm.py`` runs of issue 47 (2 nodes x 4 and x 8 ranks, 3 runs; the issue's bound is
-    for 8): every serialized run at most 1.25x the rank-0 floor's median operations, every tree as a correct job
-    leaves it."""
-    files = sorted((ROOT / "bench" / "results").glob(f"2026-12-06-storm-serial-{ranks}x2-*.json"))
-    assert files, f"no committed serialized storm run at {ranks}x2"
-    storm = json.loads(files[-1].read_text())["storm"]
-    floor = storm["summary"]["rank0"]["meta_ops"]
-    cells = [c for c in storm["runs"]["serialize"] if "meta_ops" in c]
-    assert cells and all(c["meta_ops"] <= 1.25 * floor and c["tree_as_expected"] for c in cells), (floor, cells)
+def test_the_committed_storm_meets_the_operations_targets(ranks: int) -> None:
+    """2 nodes x ``ranks``, 3 runs of each arm, every job complete and every final tree the one a correct job
+    leaves; ``FSGUARD=1`` at most 1.05x none's median metadata operations with no rmtree crash (none crashes);
+    ``FSGUARD_SERIALIZE=1`` at most 1.25x the rank-0 floor's median in every run. Operation counts only: the
+    storm's times are printed (paired runs of one invocation), never asserted."""
+    from bench import storm_model
+
+    storm = json.loads((ROOT / "bench" / "results" / storm_model.INPUTS["storm"][ranks]).read_text())["storm"]
+    assert "skipped" not in storm and storm["ranks_per_node"] == ranks, storm.get("skipped")
+    assert set(storm["runs"]) == {"none", "fsguard", "serialize", "rank0"}, set(storm["runs"])
+    for arm, cells in storm["runs"].items():
+        assert len(cells) == 3, (arm, len(cells))
+        for cell in cells:
+            assert cell["ok"] and cell["ranks_reported"] == storm["world"], (arm, cell.get("first_error"))
+            assert cell["tree_as_expected"] and cell["meta_ops"] > 0, (arm, cell)
+    rows = storm["summary"]
+    assert rows["fsguard"]["rmtree_crashes"] == 0 < rows["none"]["rmtree_crashes"], rows
+    ratio = rows["fsguard"]["meta_ops"] / rows["none"]["meta_ops"]
+    assert ratio == rows["fsguard"]["meta_ratio"] and ratio <= STORM_OPS_RATIO, rows["fsguard"]
+    floor = rows["rank0"]["meta_ops"]
+    assert all(c["meta_ops"] <= SERIAL_FLOOR_RATIO * floor for c in storm["runs"]["serialize"]), (floor, rows)
+    print(
+        f"storm {ranks}x2, storm p50 (s): { {arm: round(row['storm_s'], 2) for arm, row in rows.items()} }; "
+        f"operations / none's: { {arm: round(row['meta_ratio'], 3) for arm, row in rows.items()} }"
+    )

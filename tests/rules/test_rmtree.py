@@ -415,3 +415,39 @@ def test_a_failure_no_peer_explains_is_raised_unchanged(tmp_path: Path, monkeypa
     with pytest.raises(PermissionError) as denied:
         _walk(top, FakeWorld())
     assert denied.value.errno == errno.EACCES and _files(top) == 6
+
+
+class Counted:
+    """``os.lstat`` passed through, counting the calls on one path (a spy: every call is made)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.calls, self.real = path, 0, os.lstat
+
+    def __call__(self, path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if os.fspath(path) == self.path:
+            self.calls += 1
+        return self.real(path, *args, **kwargs)
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_a_top_a_peer_already_removed_is_asked_for_once_as_without_fsguard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: bool
+) -> None:
+    """Issue 47: the standard rmtree asks a missing top's name once (its ``lstat``, then the error); on a
+    distributed filesystem each ask of a missing name is a request (nothing caches misses). The guarded call that
+    absorbs it as a peer's removal asks once too: its own lookup before the walk answers the walk's first
+    ``lstat``, and the rule's first look starts from that miss (the live world; the fake one lists)."""
+    from fsguard.world import LIVE
+
+    top = str(tmp_path / "checkpoint-3")
+    counted = Counted(top)
+    monkeypatch.setattr(os, "lstat", counted)
+    call = Call("rmtree", (top,), {})
+    verdict = rmwalk.run(shutil.rmtree, call, LIVE if live else FakeWorld(), rules(), sys.version_info >= (3, 12), 0.0)
+    assert verdict is not None and verdict.absorb and verdict.top_gone == "before", verdict
+    assert counted.calls == 1
+    without = Counted(top)
+    monkeypatch.setattr(os, "lstat", without)
+    with pytest.raises(FileNotFoundError):
+        shutil.rmtree(top)
+    assert without.calls == 1

@@ -68,6 +68,25 @@ def inputs() -> dict[str, Any]:
     }
 
 
+def measured(given: dict[str, Any]) -> dict[str, Any]:
+    """The committed runs' medians per size and arm, with their ratios to none's operations and to the rank-0
+    floor's (what ``docs/measured.md`` quotes of them)."""
+    out: dict[str, Any] = {}
+    for ranks, name in sorted(INPUTS["storm"].items()):
+        rows = _read(name)["storm"]["summary"]
+        none, floor = rows["none"]["meta_ops"], rows["rank0"]["meta_ops"]
+        out[f"{ranks}x2"] = {
+            arm: {
+                "meta_ops": row["meta_ops"],
+                "storm_s": round(row["storm_s"], 2),
+                "vs_none": round(row["meta_ops"] / none, 3),
+                "vs_floor": round(row["meta_ops"] / floor, 3),
+            }
+            for arm, row in rows.items()
+        }
+    return out
+
+
 def _line(points: dict[str, float]) -> tuple[float, float]:
     """(a, b) of the line a + b * ranks through two measured sizes."""
     (x0, y0), (x1, y1) = sorted((int(k), float(v)) for k, v in points.items())
@@ -109,7 +128,7 @@ def _round(value: float) -> float:
 
 def compute() -> dict[str, Any]:
     given = inputs()
-    return {"inputs": given, "model": model(given)}
+    return {"inputs": given, "measured": measured(given), "model": model(given)}
 
 
 FIGURES = (  # (key under model/<ranks>/, what it is), as docs/measured.md shows them

@@ -648,9 +648,10 @@ class Walk:
         peer's removals inside the tree change them, and a fresh ``lstat`` would ask the server each time; a peer's
         removal on this node shows there at once, and where the mount caches no missing names a miss is the truth:
         ``World.look``); while the lookup still shows the tree, a
-        listing (several requests to a distributed filesystem's metadata server) is read only when one is due:
-        ``_LISTING_EVERY_S`` into the wait, or the mount's own lookup cache time where it shows one (JuiceFS's
-        1 s: the lookup is fresh by then), then each after at least as long again as the wait has lasted (a
+        listing (several requests to a distributed filesystem's metadata server) is read only where the mount shows
+        no lookup cache time (JuiceFS shows its 1 s: the kernel asks the server again once its entry for the name
+        is that old, so a probe finds the name gone no later than a listing would), and then only when one is
+        due: ``_LISTING_EVERY_S`` into the wait, then each after at least as long again as the wait has lasted (a
         handful in a long wait, however slow the peer), and listings taking at most a tenth of the time."""
         found, world, position = self.found, self.world, self.position
         top = position.top
@@ -665,8 +666,11 @@ class Walk:
             if now is not None and start is not None and not os.path.samestat(now, start):
                 found.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
                 return True
-            if now is not None and not listing.due():
-                return None  # still there by its lookup; no listing due yet
+            if now is not None and (cached is not None or not listing.due()):
+                # Still there by its lookup, and no listing due yet; where the mount says how long a lookup may
+                # stay stale, never one: the kernel asks the server again once its entry is that old (at the
+                # latest ``cached`` after this call's own lookup), and a probe then finds the name gone.
+                return None
             seen = listing.timed(lambda: world.look(top, missed=now is None))  # a miss is not asked twice
             if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
                 if not seen.parent_exists:

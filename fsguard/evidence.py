@@ -427,7 +427,7 @@ def made_by_rank(path: str, rank: int) -> bool:
 
 
 _AT_SYMLINK_NOFOLLOW, _AT_EMPTY_PATH, _AT_STATX_DONT_SYNC = 0x100, 0x1000, 0x4000  # at: AT_FDCWD (-100) by default
-_STATX_TYPE, _STATX_CTIME, _STATX_INO, _STATX_BTIME = 0x1, 0x80, 0x100, 0x800
+_STATX_TYPE, _STATX_NLINK, _STATX_CTIME, _STATX_INO, _STATX_BTIME = 0x1, 0x4, 0x80, 0x100, 0x800
 
 
 def identity(fd: int) -> tuple[int, int]:
@@ -441,6 +441,19 @@ def identity(fd: int) -> tuple[int, int]:
     major = int.from_bytes(raw[136:140], sys.byteorder)  # stx_dev_major
     minor = int.from_bytes(raw[140:144], sys.byteorder)  # stx_dev_minor
     return os.makedev(major, minor), int.from_bytes(raw[32:40], sys.byteorder)  # stx_ino
+
+
+def held_links(fd: int) -> int | None:
+    """The link count of the directory open at ``fd`` as this node holds it (``statx`` with ``AT_STATX_DONT_SYNC``:
+    no request to a distributed filesystem's server): 0 once a removal made on this node took it away; None where
+    it cannot be read without a request (no ``statx``) or at all."""
+    try:
+        raw = _statx("", _STATX_NLINK, _AT_EMPTY_PATH | _AT_STATX_DONT_SYNC, fd)
+    except OSError:
+        return None
+    if raw is None or not int.from_bytes(raw[0:4], sys.byteorder) & _STATX_NLINK:
+        return None
+    return int.from_bytes(raw[16:20], sys.byteorder)  # stx_nlink
 
 
 def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:

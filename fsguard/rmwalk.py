@@ -660,8 +660,17 @@ class Walk:
         # Where the mount says how long a lookup may stay stale, the lookup itself is fresh by then: no listing before
         cached = mounts.cache_s(start.st_dev) if start is not None else None
         listing = _Spacing(began + max(_LISTING_EVERY_S, cached or 0.0), began)
+        # Where lookups may be stale for ``cached``, the name is walked to only every quarter of that: between, the
+        # top's held descriptor says, without a request, whether a removal on this node took it (a path walk asks
+        # the server for each directory on the way whose attributes a change made stale).
+        fd = position.held.fds.get((start.st_dev, start.st_ino)) if start is not None and cached else None
+        walks = _Spacing(began, began)
 
         def went() -> bool | None:
+            if fd is not None and cached and not walks.due() and evidence.held_links(fd) != 0:
+                return None  # not removed on this node; no walk to the name due yet
+            if fd is not None and cached:
+                walks.after = time.monotonic() + cached / 4
             now = world.held_lstat(top)  # no GetAttr: the peer's removals in the tree change its attributes
             if now is not None and start is not None and not os.path.samestat(now, start):
                 found.top_gone = "after"  # our tree went; another one stands there now: not ours to remove

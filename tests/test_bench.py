@@ -193,7 +193,7 @@ def test_failures_alone(alone: Alone) -> None:
 
 # The quick storm (1 rank per node, 4 checkpoints): FSGUARD=1's metadata operations / none's, at most. Every
 # rmtree race there is with the other node, whose removal this node's lookups see last: its waits read the
-# fresh listings the 4x2 and 8x2 runs mostly do without (those meet 1.05: tests/test_measured.py).
+# fresh listings the 4x2 and 8x2 runs mostly do without (those meet 1.05: the committed runs' test below).
 QUICK_STORM_OPS_RATIO = 1.25
 
 

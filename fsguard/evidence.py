@@ -427,7 +427,7 @@ def made_by_rank(path: str, rank: int) -> bool:
 
 
 _AT_SYMLINK_NOFOLLOW, _AT_EMPTY_PATH, _AT_STATX_DONT_SYNC = 0x100, 0x1000, 0x4000  # at: AT_FDCWD (-100) by default
-_STATX_TYPE, _STATX_NLINK, _STATX_CTIME, _STATX_INO, _STATX_BTIME = 0x1, 0x4, 0x80, 0x100, 0x800
+_STATX_TYPE, _STATX_CTIME, _STATX_INO, _STATX_BTIME = 0x1, 0x80, 0x100, 0x800
 
 
 def identity(fd: int) -> tuple[int, int]:
@@ -441,19 +441,6 @@ def identity(fd: int) -> tuple[int, int]:
     major = int.from_bytes(raw[136:140], sys.byteorder)  # stx_dev_major
     minor = int.from_bytes(raw[140:144], sys.byteorder)  # stx_dev_minor
     return os.makedev(major, minor), int.from_bytes(raw[32:40], sys.byteorder)  # stx_ino
-
-
-def held_links(fd: int) -> int | None:
-    """The link count of the directory open at ``fd`` as this node holds it (``statx`` with ``AT_STATX_DONT_SYNC``:
-    no request to a distributed filesystem's server): 0 once a removal made on this node took it away; None where
-    it cannot be read without a request (no ``statx``) or at all."""
-    try:
-        raw = _statx("", _STATX_NLINK, _AT_EMPTY_PATH | _AT_STATX_DONT_SYNC, fd)
-    except OSError:
-        return None
-    if raw is None or not int.from_bytes(raw[0:4], sys.byteorder) & _STATX_NLINK:
-        return None
-    return int.from_bytes(raw[16:20], sys.byteorder)  # stx_nlink
 
 
 def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
@@ -481,33 +468,6 @@ def _statx(path: str, mask: int, flags: int, at: int = -100) -> bytes | None:
             return None
         raise OSError(code, os.strerror(code), path)
     return bytes(out.raw)
-
-
-_STATX_BASIC_STATS = 0x7FF
-
-
-def held_lstat(path: str) -> os.stat_result | None:
-    """The name's ``lstat`` from what this node holds: ``statx`` with ``AT_STATX_DONT_SYNC``, so no ``GetAttr`` of
-    a distributed filesystem's server (the lookup only where the kernel's entry for the name expired, or a change
-    made on this node dropped it). Its type, inode and device are what the name's lookup gives, as ``lstat``'s
-    are; its other attributes may be older (whole seconds). None where the name is missing or unreadable;
-    ``os.lstat`` where the kernel has no ``statx``."""
-    try:
-        raw = _statx(path, _STATX_BASIC_STATS, _AT_SYMLINK_NOFOLLOW | _AT_STATX_DONT_SYNC)
-    except (OSError, ValueError):
-        return None
-    if raw is None:
-        return lstat_or_none(path)
-
-    def field(at: int, size: int, signed: bool = False) -> int:
-        return int.from_bytes(raw[at : at + size], sys.byteorder, signed=signed)
-
-    dev = os.makedev(field(136, 4), field(140, 4))  # stx_dev_major, stx_dev_minor
-    times = (field(64, 8, True), field(112, 8, True), field(96, 8, True))  # stx_atime, stx_mtime, stx_ctime
-    # stx_mode, stx_ino, the device, stx_nlink, stx_uid, stx_gid, stx_size, then the times, as os.stat_result's
-    return os.stat_result(
-        (field(28, 2), field(32, 8), dev, field(16, 4), field(20, 4), field(24, 4), field(40, 8), *times)
-    )
 
 
 def held_ctime(path: str) -> float | None:

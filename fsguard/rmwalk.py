@@ -644,14 +644,11 @@ class Walk:
         fresh listing, instead of racing the peer entry by entry (N ranks' walks of one tree cost N times its
         metadata operations). True when the tree went (removed, or renamed: then where), False to walk on.
 
-        Each probe is the name's own lookup, its attributes as this node holds them (``World.held_lstat``: the
-        peer's removals inside the tree change them, and a fresh ``lstat`` would ask the server each time; a peer's
-        removal on this node shows there at once, and where the mount caches no missing names a miss is the truth:
-        ``World.look``); while the lookup still shows the tree, a
-        listing (several requests to a distributed filesystem's metadata server) is read only where the mount shows
-        no lookup cache time (JuiceFS shows its 1 s: the kernel asks the server again once its entry for the name
-        is that old, so a probe finds the name gone no later than a listing would), and then only when one is
-        due: ``_LISTING_EVERY_S`` into the wait, then each after at least as long again as the wait has lasted (a
+        Each probe is the name's own lookup (a peer's removal on this node shows there at once, and where the mount
+        caches no missing names a miss is the truth: ``World.look``); while the lookup still shows the tree, a
+        listing (several requests to a distributed filesystem's metadata server) is read only when one is due:
+        ``_LISTING_EVERY_S`` into the wait, or the mount's own lookup cache time where it shows one (JuiceFS's
+        1 s: the lookup is fresh by then), then each after at least as long again as the wait has lasted (a
         handful in a long wait, however slow the peer), and listings taking at most a tenth of the time."""
         found, world, position = self.found, self.world, self.position
         top = position.top
@@ -660,26 +657,14 @@ class Walk:
         # Where the mount says how long a lookup may stay stale, the lookup itself is fresh by then: no listing before
         cached = mounts.cache_s(start.st_dev) if start is not None else None
         listing = _Spacing(began + max(_LISTING_EVERY_S, cached or 0.0), began)
-        # Where lookups may be stale for ``cached``, the name is walked to only every quarter of that: between, the
-        # top's held descriptor says, without a request, whether a removal on this node took it (a path walk asks
-        # the server for each directory on the way whose attributes a change made stale).
-        fd = position.held.fds.get((start.st_dev, start.st_ino)) if start is not None and cached else None
-        walks = _Spacing(began, began)
 
         def went() -> bool | None:
-            if fd is not None and cached and not walks.due() and evidence.held_links(fd) != 0:
-                return None  # not removed on this node; no walk to the name due yet
-            if fd is not None and cached:
-                walks.after = time.monotonic() + cached / 4
-            now = world.held_lstat(top)  # no GetAttr: the peer's removals in the tree change its attributes
+            now = world.lstat(top)
             if now is not None and start is not None and not os.path.samestat(now, start):
                 found.top_gone = "after"  # our tree went; another one stands there now: not ours to remove
                 return True
-            if now is not None and (cached is not None or not listing.due()):
-                # Still there by its lookup, and no listing due yet; where the mount says how long a lookup may
-                # stay stale, never one: the kernel asks the server again once its entry is that old (at the
-                # latest ``cached`` after this call's own lookup), and a probe then finds the name gone.
-                return None
+            if now is not None and not listing.due():
+                return None  # still there by its lookup; no listing due yet
             seen = listing.timed(lambda: world.look(top, missed=now is None))  # a miss is not asked twice
             if not seen.present:  # gone (its parent too, or its parent unreadable: the walk will tell)
                 if not seen.parent_exists:

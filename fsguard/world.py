@@ -29,9 +29,6 @@ class Live:
     def held_ctime(self, path: str) -> float | None:
         return evidence.held_ctime(path)
 
-    def held_lstat(self, path: str) -> os.stat_result | None:
-        return evidence.held_lstat(path)
-
     def lstat(self, path: str) -> os.stat_result | None:
         return evidence.lstat_or_none(path)
 

@@ -42,10 +42,6 @@ class World(Protocol):
     def lstat(self, path: str) -> os.stat_result | None:
         """The name's own ``lstat`` (a lookup: may be stale on a caching mount), None when it fails."""
 
-    def held_lstat(self, path: str) -> os.stat_result | None:
-        """The name's ``lstat`` from what this node holds, without a ``GetAttr`` (``fsguard.evidence.held_lstat``):
-        its identity as its lookup gives it, other attributes possibly older; None when it fails."""
-
     def held_ctime(self, path: str) -> float | None:
         """The entry's change time as this node holds it, without a request (older than the truth, never newer;
         ``fsguard.evidence.held_ctime``), None where it holds none."""

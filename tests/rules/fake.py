@@ -59,9 +59,6 @@ class FakeWorld:
         except OSError:
             return None
 
-    def held_lstat(self, path: str) -> os.stat_result | None:
-        return self.lstat(path)  # what the fake's lookups say (``cached`` included)
-
     def held_ctime(self, path: str) -> float | None:
         return None  # nothing held: the rules ask ``lstat`` (a subclass holds what a test says)
 

@@ -238,18 +238,13 @@ def test_the_walk_stops_to_wait_for_the_peer_at_the_first_vanished_entry() -> No
 
 
 class Meanwhile(FakeWorld):
-    """A fake world whose peers act while this process looks: each ``look`` (and each probe of a wait for a peer's
-    removal, ``held_lstat``) lets the next scripted peer step happen first (the walk's waits ask them)."""
+    """A fake world whose peers act while this process looks: each ``look`` lets the next scripted peer step
+    happen first (the walk's waits ask ``look``)."""
 
     def look(self, path: str, missed: bool = False) -> Look:
         if self.peers:
             self.peers.pop(0)()
         return super().look(path, missed)
-
-    def held_lstat(self, path: str) -> os.stat_result | None:  # a wait for a peer's removal probes with it
-        if self.peers:
-            self.peers.pop(0)()
-        return super().held_lstat(path)
 
 
 def _tree(top: Path) -> Path:

@@ -31,7 +31,7 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 # The committed measurements the model stands on.
 INPUTS = {
-    "storm": {4: "2026-12-06-storm-4x2-bc0cfd5.json", 8: "2026-12-06-storm-8x2-443d7c4.json"},
+    "storm": {4: "2026-12-06-storm-4x2-66f4df8.json", 8: "2026-12-06-storm-8x2-66f4df8.json"},
     "scale": "2026-12-05-scale-32-256-82d6496.json",
 }
 RANKS = (1000, 10000)

@@ -1,9 +1,10 @@
 """fsguard under the other CPython versions it declares (``requires-python >= 3.10``), not only the test one.
 
 For each version (3.10, 3.12, 3.13, 3.15), a CPython of that version is looked for; none found -> the version's
-tests skip (a machine may lack it). Found, a fresh venv is made with it (``python -m venv``, its own pip)
-and the wheel and wrapt (the test environment's version, from the package index) are installed into it;
-if pip cannot install wrapt (no index), the version's tests skip with pip's reason. In that venv:
+tests skip (a machine may lack it). Found, a fresh venv is made with it (``python -m venv``; pip: that
+interpreter's own, or the venv's where it has none) and the wheel and wrapt (the test environment's version,
+from the package index) are installed into it; if pip cannot install wrapt (no index), the version's tests skip
+with pip's reason. In that venv:
 
 * the whole bad-input parity table of ``tests/test_parity.py`` runs (``tests/parity_support.py``), forced and in
   a launched rank, and so does ``tests/test_parity_family.py``'s: on 3.12+ the ``shutil.rmtree(onexc=...)`` rows
@@ -117,28 +118,51 @@ class Venv:
     python: Path  # the venv's interpreter, fsguard and wrapt installed
 
 
-def _measure(python: Path) -> None:
-    """Start coverage in every interpreter of this venv: the newest coverage this version runs (the test
-    environment's may need a newer Python); [toml]: 3.10 reads pyproject.toml's settings only with tomli.
-    Not installable: this venv is not measured, the tests run all the same."""
-    if subprocess.run([str(python), *PIP, "coverage[toml]"], capture_output=True, timeout=300).returncode != 0:
+def _measure(pip: list[str], python: Path) -> None:
+    """Start coverage in every interpreter of this venv that imports fsguard, from its first import (as in the
+    test environment's venvs): the newest coverage this version runs (the test environment's may need a newer
+    Python); [toml]: 3.10 reads pyproject.toml's settings only with tomli. Not installable: this venv is not
+    measured, the tests run all the same.
+
+    coverage (7.16+) installs a ``.pth`` of its own that starts it in every interpreter of the venv while
+    ``COVERAGE_PROCESS_START`` is set: the runs without fsguard, the probes, pip, which have no fsguard line to
+    measure, each paid for coverage's start-up, tracing and data file (about 3x the CPU of a launched-rank row:
+    issue 48). It is removed; the hook of ``venvs.measure_coverage`` measures what it measured."""
+    if subprocess.run([*pip, "coverage[toml]"], capture_output=True, timeout=300).returncode != 0:
         return
-    venvs.measure_coverage(venvs.purelib(python), None)
+    site = venvs.purelib(python)
+    for pth in site.glob("*.pth"):
+        if "coverage" in pth.name and "process_startup" in pth.read_text():
+            pth.unlink()
+    venvs.measure_coverage(site, None)
+
+
+def _venv_and_pip(base: Path, where: Path) -> tuple[Path, list[str]]:
+    """A venv of ``base`` at ``where``, and the pip command that installs into it: the base interpreter's own
+    pip (``--python``: the same version's pip; no ``ensurepip`` copy into the venv, about 3 s of CPU each), or,
+    where the base has none (Debian's 3.15 under /opt), the venv's own from ``ensurepip``."""
+    has_pip = "import importlib.util, sys; sys.exit(importlib.util.find_spec('pip') is None)"
+    own = subprocess.run([str(base), "-c", has_pip], capture_output=True, timeout=60).returncode != 0
+    args = [str(base), "-m", "venv", *([] if own else ["--without-pip"]), str(where)]
+    subprocess.run(args, check=True, capture_output=True, timeout=120)
+    python = where / "bin" / "python"
+    if own:
+        return python, [str(python), *PIP]
+    return python, [str(base), "-m", "pip", "--python", str(python), *PIP[2:]]
 
 
 def _build(version: str, base: Path, where: Path, wheel: Path) -> Venv:
-    subprocess.run([str(base), "-m", "venv", str(where)], check=True, capture_output=True, timeout=120)
-    python = where / "bin" / "python"
+    python, pip = _venv_and_pip(base, where)
     # The wheel is a local file: this must work, offline too. Its dependency comes in the next step.
-    done = subprocess.run([str(python), *PIP, "--no-deps", str(wheel)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([*pip, "--no-deps", str(wheel)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"CPython {version}: pip could not install the wheel:\n{done.stderr}"
     wrapt = f"wrapt=={__import__('wrapt').__version__}"  # the version the rest of the suite runs with
-    done = subprocess.run([str(python), *PIP, wrapt], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*pip, wrapt], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
         pytest.skip(f"CPython {version}: pip could not install {wrapt} (no package index here?): {tail}")
     if os.environ.get("COVERAGE_PROCESS_START"):
-        _measure(python)
+        _measure(pip, python)
     return Venv(version, python)
 
 

@@ -8,8 +8,8 @@
   runs in that service's worker; every other test is its own unit, sent to whichever worker is free. A test module may name its own group with
   ``@pytest.mark.xdist_group("name")`` (tests that must not run beside each other: one group runs in order).
 * Which go first (``order``): slow tests (the marked multi-node, launcher, real-program and stdlib tests, then
-  the other CPython versions) are handed out first, so the last minutes are not one worker finishing a long test
-  while the other idles.
+  the slow modules: the other CPython versions, the benchmarks, the long jobs) are handed out first, groups before
+  single tests, so the last minutes are not one worker finishing a long test while the other idles.
 * What the workers share (``once``): the wheel and the venvs of ``tests/conftest.py`` are built by the first
   worker that asks, under a file lock in the run's base directory, and reused by the others.
 * Coverage (``start_coverage``): ``coverage run`` (scripts/test.sh) measures the controller only; a worker
@@ -40,9 +40,19 @@ PER_WORKER_SESSION = frozenset({"wheel", "fsguard_python", "bare_python", "store
 # Parameters that name a machine-wide service: every test with one runs in one worker, in turn. GlusterFS volumes
 # are served by the machine's one glusterd, which a test starts and stops (tests/cluster/backends.py).
 SERVICE_PARAMS = {("backend", "glusterfs"): "glusterd"}
-# Markers of slow tests (pyproject.toml): handed out first. Then the other CPythons' groups.
+# Markers of slow tests (pyproject.toml): handed out first. Then the slow modules': the other CPythons' groups, the
+# benchmarks' one group (about 7 minutes of one worker), and the modules whose tests run jobs of a minute or more
+# each (measured in a whole run, issue 48): handed out last, they were the run's tail, one worker idle.
 SLOW_MARKERS = ("cluster", "launchers", "real", "stdlib", "fuse")
-SLOW_MODULES = ("tests/test_versions.py",)
+SLOW_MODULES = (
+    "tests/test_versions.py",
+    "tests/test_bench.py",
+    "tests/test_singleflight.py",
+    "tests/test_serialize.py",
+    "tests/test_rename_wins.py",
+    "tests/test_fork.py",
+    "tests/test_never_worse_identity.py",
+)
 
 
 def start_coverage() -> Any:
@@ -151,7 +161,8 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def order(items: list[pytest.Item]) -> None:
-    """Mark each item with its group, and put the slow ones first; a group's items stay together, in order."""
+    """Mark each item with its group, and put the slow ones first; a group's items stay together, in order.
+    Of equally slow ones, groups go before single tests: the largest units first, the small ones fill in."""
     groups: dict[str, int] = {}
     named: list[tuple[pytest.Item, str | None]] = [(item, group(item)) for item in items]
     for item, name in named:
@@ -161,7 +172,7 @@ def order(items: list[pytest.Item]) -> None:
             groups[name] = min(groups.get(name, 2), _rank(item))
     first_seen = {name: i for i, (_, name) in reversed(list(enumerate(named))) if name is not None}
     keyed = [
-        ((groups[name], first_seen[name]) if name is not None else (_rank(item), i), i, item)
+        ((groups[name], 0, first_seen[name]) if name is not None else (_rank(item), 1, i), i, item)
         for i, (item, name) in enumerate(named)
     ]
     items[:] = [item for _, _, item in sorted(keyed, key=lambda k: (k[0], k[1]))]

@@ -64,7 +64,7 @@ def assert_absorbed_at(recs: list[Record], script: str, output: str) -> None:
 def workload_seconds(result: RunResult) -> float:
     """How long the workload ran after its start gate (rank 0's own measure: launch time excluded)."""
     found = re.findall(r"workload: finished in ([0-9.]+) s", "".join(n.stdout for n in result.nodes))
-    assert len(found) == 1, result.output()[-3000:]
+    assert len(found) == 1, result.tails(3000)
     return float(found[0])
 
 
@@ -335,10 +335,10 @@ def test_stale_lookup_caches_do_not_make_the_guarded_job_wait_them_out(
 ) -> None:
     """30 s lookup caches (longer than the whole job) must cost about nothing: fsguard reads fresh listings."""
     baseline = guarded_checkpoint_job[1]
-    assert baseline.ok, baseline.output()[-6000:]
+    assert baseline.ok, baseline.tails(6000)
     made = make_cluster(nodes=NODES, cache_s=30)
     result = torchrun(made, fsguard_python, "checkpoint_loop.py", guarded=True, name="cache30")
-    assert result.ok, result.output()[-6000:]
+    assert result.ok, result.tails(6000)
     recs = records(result)
     assert_absorbed_at(recs, "checkpoint_loop.py", result.output())
     check_checkpoints(made.backing, recs, WORLD, NODES)
@@ -381,8 +381,8 @@ def test_mpirun_job_fails_without_fsguard_and_survives_with_it(
     """``mpirun -np 4`` on one node: the ranks rotate checkpoints with ``rmtree`` at the same time."""
     made = make_cluster(nodes=1)
     failed = mpirun(made, fsguard_python, guarded=False)
-    assert not failed.timed_out and not failed.ok, failed.output()[-4000:]
-    assert "FileNotFoundError" in failed.output(), failed.output()[-4000:]
+    assert not failed.timed_out and not failed.ok, failed.tails(4000)
+    assert "FileNotFoundError" in failed.output(), failed.tails(4000)
 
     made = make_cluster(nodes=1)
     result = mpirun(made, fsguard_python, guarded=True)

@@ -84,7 +84,7 @@ def test_dcp_save_by_node_groups(make_cluster: Callable[..., Any], fsguard_pytho
     outcomes = []
     for attempt in range(DCP_TRIES):
         off = dcp_job(made, fsguard_python, f"off{attempt}", guarded=False)
-        assert off.ok or dcp_lost_rename(off.output()), off.output()[-6000:]  # the race, nothing else
+        assert off.ok or dcp_lost_rename(off.output()), off.tails(6000)  # the race, nothing else
         outcomes.append("completed" if off.ok else "crashed")
         if not off.ok:
             break
@@ -98,7 +98,7 @@ def test_dcp_save_by_node_groups(make_cluster: Callable[..., Any], fsguard_pytho
         runs += 1
         on = dcp_job(made, fsguard_python, f"on{attempt}", guarded=True)
         records = [parse_line(line) for n in on.nodes for line in n.stderr.splitlines() if "fsguard: " in line]
-        assert not [r.to_line() for r in records if r is not None and r.decision != "hazard"], on.output()[-6000:]
+        assert not [r.to_line() for r in records if r is not None and r.decision != "hazard"], on.tails(6000)
         for rec in records:
             assert rec is not None and rec.op == "rename" and rec.detail.get("shared_source") == "file", rec
             assert re.search(r"__\d\.metadata\.tmp$", rec.args[0]), rec.to_line()
@@ -107,7 +107,7 @@ def test_dcp_save_by_node_groups(make_cluster: Callable[..., Any], fsguard_pytho
             completed += 1
             assert re.search(rf'"whole": \[{", ".join(map(str, range(DCP_SAVES)))}\]', on.nodes[0].stdout), on.output()
         else:  # the losing rank removed the peer's metadata itself: re-raised unchanged, as without fsguard
-            assert dcp_lost_rename(on.output()), on.output()[-6000:]
+            assert dcp_lost_rename(on.output()), on.tails(6000)
     print(f"dcp.save by node groups with fsguard: {completed}/{runs} runs completed, {hazards} hazard records")
     assert hazards, f"no lost rename was absorbed in {runs} runs: the test measures nothing"
 

@@ -154,7 +154,9 @@ class Position:
         if self.top_missing and dir_fd is None and isinstance(path, (str, bytes, os.PathLike)):
             self.top_missing = False
             if norm(path) == self.top:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+                raise FileNotFoundError(
+                    errno.ENOENT, os.strerror(errno.ENOENT), os.fspath(path)
+                )  # as os.lstat names it
         return os.lstat(path, dir_fd=dir_fd)
 
     def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:

@@ -132,6 +132,15 @@ class RunResult:
             parts.append(f"===== node{n.node} stderr =====\n{n.stderr}")
         return "\n".join(parts)
 
+    def tails(self, chars: int = 6000) -> str:
+        """Each node's last ``chars`` / nodes characters of output: every node's error shows, not the last node's only."""
+        share = max(chars // max(len(self.nodes), 1), 500)
+        parts = []
+        for n in self.nodes:
+            text = f"{n.stdout}\n{n.stderr}"
+            parts.append(f"===== node{n.node} rc={n.returncode} (last {share} characters) =====\n{text[-share:]}")
+        return "\n".join(parts)
+
 
 @dataclass
 class Cluster:

@@ -76,10 +76,13 @@ def test_claim_idiom_keeps_working_with_fsguard(fsguard_python: Path, tmp_path: 
 def check_claim_idiom(fsguard_python: Path, tmp_path: Path, idiom: str) -> None:
     """The idiom's claims are lost without fsguard, stay exclusive with it, and every lost claim was deferred to
     the idiom's own handler (also run under other Python versions by ``tests/test_versions.py``)."""
-    without = run_job(fsguard_python, idiom, tmp_path / "without", guarded=False)
-    check_claims(without, idiom)
-    lost_without = sum(r["lost"] for r in without.reports)
-    assert lost_without, f"{idiom}: no claim was ever lost in {ROUNDS} rounds: the race never happened"
+    for attempt in range(3):  # until the race happened: on a loaded machine 20 rounds may all go one way
+        without = run_job(fsguard_python, idiom, tmp_path / f"without{attempt}", guarded=False)
+        check_claims(without, idiom)
+        lost_without = sum(r["lost"] for r in without.reports)
+        if lost_without:
+            break
+    assert lost_without, f"{idiom}: no claim was ever lost in 3 x {ROUNDS} rounds: the race never happened"
     assert without.records == []
 
     guarded = run_job(fsguard_python, idiom, tmp_path / "with", guarded=True)

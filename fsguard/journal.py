@@ -29,7 +29,6 @@ from .state import STATE
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from typing import Any
 
 CANDIDATES = ("/dev/shm", "/tmp")
@@ -55,6 +54,63 @@ class _Opened:
 
 
 OPENED = STATE.caches.register(_Opened())
+
+
+class _Tried:
+    """The job's ``tried`` notes as far as this process has read them: the ranks that noted each path (issue 47). The
+    file only grows, so a ``made_alone`` reads only what was appended since the last (most often nothing: one
+    ``fstat``), not the whole file each time. The first read starts at most ``_CHUNKS`` chunks from its end, as before;
+    a cache registered with ``state.STATE.caches``."""
+
+    __slots__ = ("end", "fd", "ranks", "tag")
+
+    def __init__(self) -> None:
+        self.tag: str | None = None
+        self.fd = -1  # the notes, open for reading (-1: none yet)
+        self.end = 0  # where the notes read so far end: just past an entry's NUL
+        self.ranks: dict[bytes, set[bytes]] = {}  # path -> the ranks that noted it (b"": a note without one)
+
+    def clear(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.__init__()  # type: ignore[misc]
+
+    def others(self, own: str, path: bytes, mine: bytes) -> bool:
+        """Whether a process of a rank other than ``mine`` noted ``path`` in job ``own``'s notes."""
+        if self.tag != own:
+            self.clear()
+            self.tag = own
+        if self.fd < 0:
+            self.fd = _open_tried(own)
+            if self.fd < 0:
+                return False  # no notes yet: the next call looks again
+        st = os.fstat(self.fd)
+        if st.st_nlink == 0:  # swept away and made afresh since it was opened: read the new one from the start
+            self.clear()
+            return self.others(own, path, mine)
+        if st.st_size > self.end:
+            self._read(st.st_size)
+        return any(rank != mine for rank in self.ranks.get(path, ()))
+
+    def _read(self, size: int) -> None:
+        start = self.end or max(0, size - _CHUNKS * _CHUNK)
+        data = os.pread(self.fd, size - start, start)
+        first = data.find(b"\0") + 1 if start and not self.end else 0  # the first read may start mid-entry
+        last = data.rfind(b"\0") + 1  # an entry still being appended is read next time
+        if last <= first:
+            return
+        self.end = start + last
+        for entry in data[first : last - 1].split(b"\0"):
+            head, _, name = entry.partition(b" ")
+            when, _, rank = head.partition(b"@")
+            if when.replace(b".", b"", 1).isdigit() and (not rank or rank.isdigit()):
+                self.ranks.setdefault(name, set()).add(rank)
+
+
+TRIED_READ = STATE.caches.register(_Tried())
 
 
 def file_name(tag: str, prefix: str = PREFIX) -> str:
@@ -225,14 +281,9 @@ def made_alone(path: str, own: str, rank: int) -> bool:
     if fd < 0:
         return False
     try:
-        notes = _open_tried(own)
-        if notes >= 0:
-            try:
-                if any(who != mine for who in _ranks(notes, needle, first=False)):
-                    return False  # another rank of the job found it there: it shares the name
-            finally:
-                os.close(notes)
-        return next(_ranks(fd, needle, first=True), None) == mine
+        if TRIED_READ.others(own, needle[1:-1], mine):
+            return False  # another rank of the job found it there: it shares the name
+        return _newest_rank(fd, needle) == mine
     except OSError:
         return False
 
@@ -250,16 +301,15 @@ def _open_tried(own: str) -> int:
     return -1
 
 
-def _ranks(fd: int, needle: bytes, first: bool) -> Iterator[bytes]:
-    """The ranks of the notes naming ``needle``'s path in journal ``fd``, newest first. An empty one (b"") is a note
-    without one. Read backwards in growing chunks; ``first``: stop at the first (else read the whole file, up to the
-    same bound)."""
+def _newest_rank(fd: int, needle: bytes) -> bytes | None:
+    """The rank of the newest note naming ``needle``'s path in journal ``fd`` (b"": a note without one; None: no note
+    within ``_CHUNKS`` chunks of its end). Read backwards in growing chunks."""
     end = os.fstat(fd).st_size
     chunk = _FIRST_CHUNK  # then growing: the newest making is most often among the last few notes
     tail = b""  # the start of a chunk, up to its first note's end: that note began in the chunk before
     for _ in range(_CHUNKS):
         if end <= 0:
-            return
+            return None
         start = max(0, end - chunk)
         chunk = min(4 * chunk, _CHUNK)
         data = os.pread(fd, end - start, start) + tail
@@ -273,6 +323,5 @@ def _ranks(fd: int, needle: bytes, first: bool) -> Iterator[bytes]:
             when, _, rank = data[data.rfind(b"\0", 0, at) + 1 : at].partition(b"@")
             if not when.replace(b".", b"", 1).isdigit() or (rank and not rank.isdigit()):
                 continue  # the needle inside a longer path
-            yield rank
-            if first:
-                return
+            return rank
+    return None

@@ -57,7 +57,7 @@ OPENED = STATE.caches.register(_Opened())
 
 
 class _Tried:
-    """The job's ``tried`` notes as far as this process has read them: the ranks that noted each path (issue 47). The
+    """The ranks that noted each path in the job's ``tried`` notes, as read so far. Issue 47: the
     file only grows, so a ``made_alone`` reads only what was appended since the last (most often nothing: one
     ``fstat``), not the whole file each time. The first read starts at most ``_CHUNKS`` chunks from its end, as before;
     a cache registered with ``state.STATE.caches``."""
@@ -302,8 +302,8 @@ def _open_tried(own: str) -> int:
 
 
 def _newest_rank(fd: int, needle: bytes) -> bytes | None:
-    """The rank of the newest note naming ``needle``'s path in journal ``fd`` (b"": a note without one; None: no note
-    within ``_CHUNKS`` chunks of its end). Read backwards in growing chunks."""
+    """The rank of the newest note naming ``needle``'s path in journal ``fd``, or None. An empty rank is a note without
+    one; None, no note within ``_CHUNKS`` chunks of its end. Read backwards in growing chunks."""
     end = os.fstat(fd).st_size
     chunk = _FIRST_CHUNK  # then growing: the newest making is most often among the last few notes
     tail = b""  # the start of a chunk, up to its first note's end: that note began in the chunk before

@@ -38,7 +38,7 @@ _FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # 
 TRIED = "tried."  # a job's notes of directories its ranks tried to make and found there (issue 47)
 _CHUNK = 1 << 16
 _CHUNKS = 18  # made_alone reads at most this many chunks of a journal back (about 1 MiB)
-_FIRST_CHUNK = 1 << 12
+_FIRST_CHUNK = 1 << 9  # an entry is about 80 bytes: the newest making is most often the last one
 
 
 class _Opened:
@@ -62,13 +62,14 @@ class _Tried:
     ``fstat``), not the whole file each time. The first read starts at most ``_CHUNKS`` chunks from its end, as before;
     a cache registered with ``state.STATE.caches``."""
 
-    __slots__ = ("end", "fd", "ranks", "tag")
+    __slots__ = ("end", "fd", "made", "ranks", "tag")
 
     def __init__(self) -> None:
         self.tag: str | None = None
         self.fd = -1  # the notes, open for reading (-1: none yet)
         self.end = 0  # where the notes read so far end: just past an entry's NUL
         self.ranks: dict[bytes, set[bytes]] = {}  # path -> the ranks that noted it (b"": a note without one)
+        self.made = False  # whether this process tried to make the notes file where there was none
 
     def clear(self) -> None:
         if self.fd >= 0:
@@ -84,9 +85,12 @@ class _Tried:
             self.clear()
             self.tag = own
         if self.fd < 0:
-            self.fd = _open_tried(own)
+            # Made empty where there are none yet, once per process: a later note goes into it, read through this
+            # descriptor (a failed open of a missing file on every rmtree was a tenth of a small rmtree's time).
+            self.fd = _open_tried(own, create=not self.made)
+            self.made = True
             if self.fd < 0:
-                return False  # no notes yet: the next call looks again
+                return False  # no notes, and none could be made: the next call looks again
         st = os.fstat(self.fd)
         if st.st_nlink == 0:  # swept away and made afresh since it was opened: read the new one from the start
             self.clear()
@@ -288,10 +292,19 @@ def made_alone(path: str, own: str, rank: int) -> bool:
         return False
 
 
-def _open_tried(own: str) -> int:
+def _open_tried(own: str, create: bool = False) -> int:
     """The job's ``tried`` notes opened for reading (-1: there are none). Where ``directory`` put them, in this user's
-    private directory (mode 0700: nobody else could have made a file there), without making or checking it."""
+    private directory (mode 0700: nobody else could have made a file there), without making or checking it.
+    ``create``: make them empty where there are none, in the directory ``directory`` checks."""
     name = file_name(own, TRIED)
+    if create:
+        where = directory()
+        if where is not None:
+            try:
+                flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                return os.open(os.path.join(where, name), flags, 0o600)
+            except OSError:
+                pass
     uid = os.geteuid()
     for parent in CANDIDATES:
         try:

@@ -170,7 +170,8 @@ CPU_MISSED = pytest.mark.xfail(
 def test_the_committed_yield_window_run_waits_no_window_where_no_peer_commits(arm: str) -> None:
     """Every removal of the no-tax arms in the committed run: no window (the records counted), a peer's tree: all."""
     arms = json.loads(YIELD_WINDOW_RESULTS.read_text())["arms"]
-    assert arms[arm]["windows"] == 0 and arms[arm]["calls"] == arms["peer-stays"]["windows"] > 0, arms
+    assert arms[arm]["windows"] == 0 and arms[arm]["calls"] >= arms["peer-stays"]["windows"] > 0, arms
+    assert arms["peer-stays"]["windows"] == arms["peer-stays"]["calls"], arms
 
 
 @CPU_MISSED

@@ -158,10 +158,10 @@ def test_yield_window_alone(tmp_path: Path) -> None:
 
 
 # The committed full run of bench/yield_window.py (issue 47), and its no-tax arms' CPU target.
-YIELD_WINDOW_RESULTS = ROOT / "bench" / "results" / "2026-12-06-yield-window-c118217.json"
+YIELD_WINDOW_RESULTS = ROOT / "bench" / "results" / "2026-12-06-yield-window-e596ce2.json"
 CPU_MISSED = pytest.mark.xfail(
-    reason="issue 47: 1.5-2.2x the unpatched CPU time in the committed run (the failure path's machinery, about "
-    "100-150 us a call on these 2 loaded cores, and the guarded unlink of each entry); the wait is gone",
+    reason="issue 47: 1.42-1.61x the unpatched CPU time in the committed run (about 60 us a call: the call planned, "
+    "the descriptor held on the top, the walk's handler and the guarded unlink of each entry); the wait is gone",
     strict=True,
 )
 

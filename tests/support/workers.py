@@ -38,8 +38,12 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in an xdist wo
 # Session fixtures of the suite every worker may have its own of (cheap, or built once through ``once``).
 PER_WORKER_SESSION = frozenset({"wheel", "fsguard_python", "bare_python", "store_port"})
 # Parameters that name a machine-wide service: every test with one runs in one worker, in turn. GlusterFS volumes
-# are served by the machine's one glusterd, which a test starts and stops (tests/cluster/backends.py).
-SERVICE_PARAMS = {("backend", "glusterfs"): "glusterd"}
+# are served by the machine's one glusterd, which a test starts and stops (tests/cluster/backends.py). JuiceFS's
+# clients keep a socket for handing their FUSE descriptor over at /tmp/fuse_fd_comm.<pid>, and a simulated node's
+# client has the same small pid in every cluster (pid namespaces): two clusters' clients at once may find each
+# other's socket. Seen once (2026-12-06, 46da5d6): two JuiceFS tests on the two workers, one volume's entry in the
+# other's listing and "Get directory parent of inode 4098" in its log. So their tests run in turn, too.
+SERVICE_PARAMS = {("backend", "glusterfs"): "glusterd", ("backend", "juicefs"): "juicefs-fd-sockets"}
 # Markers of slow tests (pyproject.toml): handed out first. Then the slow modules': the other CPythons' groups, the
 # benchmarks' one group (about 7 minutes of one worker), and the modules whose tests run jobs of a minute or more
 # each (measured in a whole run, issue 48): handed out last, they were the run's tail, one worker idle.

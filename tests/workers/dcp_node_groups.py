@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -45,12 +46,25 @@ def main() -> None:
             where = os.path.join(out, f"step-{step}")
             names = [n for n in os.listdir(where) if n.endswith(".metadata")]
             for name in names:
-                with open(os.path.join(where, name), "rb") as file:
-                    pickle.load(file)  # a whole metadata file, not one mixed with a peer's
+                pickle.loads(_read(os.path.join(where, name)))  # a whole metadata file, not one mixed with a peer's
             if names:
                 whole.append(step)
         print(json.dumps({"whole": whole}), flush=True)
     dist.destroy_process_group()
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes. The listing is fresh, but this node's lookup may still be stale for the mount's 2 s (a
+    peer replaced the file a moment ago): asked again for up to 5 s (the 4a27ab5 run's one failure)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            with open(path, "rb") as file:
+                return file.read()
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 if __name__ == "__main__":

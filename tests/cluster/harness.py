@@ -31,6 +31,7 @@ No pytest here: benchmarks use this module too.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shlex
 import shutil
@@ -209,6 +210,7 @@ class Cluster:
                     FSG_BINDFS_OPTS=self.bindfs_options,
                     FSG_MOUNT_SHARED=self.mount_shared or _BINDFS_MOUNT,
                     FSG_NODE_INDEX=str(node),
+                    FSG_PID_SLOT=str(_pid_slot(node)),
                     FSG_LOCAL_SIZE=self.local_size,
                     FSG_READY=str(run_dir / f"node{node}.ready"),
                     FSG_CWD=str(cwd or self.root),
@@ -340,13 +342,31 @@ _BINDFS_MOUNT = 'bindfs -o "$FSG_BINDFS_OPTS" "$FSG_BACKING" "$FSG_SHARED"'
 
 def _retried_mount(command: Sequence[str]) -> str:
     """A node's mount command, staggered by node (0.4 s apart) and tried 3 times (20 s each): two JuiceFS clients
-    mounting one SQLite volume at the same instant sometimes hang in the FUSE handshake."""
+    mounting one SQLite volume at the same instant sometimes hang in the FUSE handshake.
+
+    Its processes get pids of the node's own (``FSG_PID_SLOT``), set in the node's pid namespace before the mount
+    and put back after it, so the ranks still get the same pids on every node. A JuiceFS client keeps a socket at
+    ``/tmp/fuse_fd_comm.<pid>`` (its binary's own path), and ``/tmp`` is the machine's: with the same small pid in
+    every node, two nodes' clients (of one cluster, or of two at once) could find each other's socket."""
     line = " ".join(shlex.quote(a) for a in command)
     return (
+        "last=$(cat /proc/sys/kernel/ns_last_pid 2>/dev/null); "
+        'echo "$FSG_PID_SLOT" >/proc/sys/kernel/ns_last_pid 2>/dev/null; '
         'sleep "$(( FSG_NODE_INDEX * 4 / 10 )).$(( FSG_NODE_INDEX * 4 % 10 ))"; '
         f'for try in 1 2 3; do timeout 20 {line} >>"$FSG_READY.mount.log" 2>&1 && mountpoint -q "$FSG_SHARED" && break; '
-        'umount -l "$FSG_SHARED" 2>/dev/null; sleep 0.5; done; mountpoint -q "$FSG_SHARED"'
+        'umount -l "$FSG_SHARED" 2>/dev/null; sleep 0.5; done; mountpoint -q "$FSG_SHARED"; up=$?; '
+        '[ -n "$last" ] && echo "$last" >/proc/sys/kernel/ns_last_pid 2>/dev/null; [ "$up" = 0 ]'
     )
+
+
+_node_slots = itertools.count()
+
+
+def _pid_slot(node: int) -> int:
+    """Where a node's mount processes start counting pids (``_retried_mount``): 30 apart, different for the nodes
+    of one cluster and, but for one chance in a thousand, for nodes of clusters started at once by other
+    processes. Below the machine's ``pid_max`` (at least 32768)."""
+    return 2000 + ((os.getpid() * 37 + next(_node_slots) * 2 + node) % 1000) * 30
 
 
 def bindfs_options(

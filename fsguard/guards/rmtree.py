@@ -44,9 +44,8 @@ from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, own_event
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
 
 
-Plan = Literal["wait", "check", "plain", "private"]
-"""How to remove a tree (:func:`plan`): wait for a peer's rename first, walk checked at once, or walk plain (a tree
-only this rank made: ``"private"``)."""
+Plan = Literal["wait", "check", "plain"]
+"""How to remove a tree (:func:`plan`): wait for a peer's rename first, walk checked at once, or walk plain."""
 
 
 class RmtreeVerdict(Verdict):
@@ -86,16 +85,14 @@ def plan(
     scratch: bool = False,
     serialized: bool = False,
 ) -> Plan:
-    """How to remove the tree at ``path``: ``"wait"``, ``"check"``, ``"plain"`` or ``"private"``. ``"wait"``: first wait
-    up to ``yield_s`` for a peer's rename, then the checked walk. ``"check"``: the checked walk at once; the tree must
-    stay at its path while it is removed. ``"plain"``: no peer can move it meanwhile, so the walk runs without position
-    checks. ``"private"``: plain, for a tree only this rank made, which no peer removes either.
+    """How to remove the tree at ``path``: ``"wait"``, ``"check"`` or ``"plain"``. ``"wait"``: first wait up to
+    ``yield_s`` for a peer's rename, then the checked walk. ``"check"``: the checked walk at once; the tree must stay at
+    its path while it is removed. ``"plain"``: no peer can move it meanwhile, so the walk runs without position checks.
 
     Wait for a directory that changed during this job and that peers may have written into and may still commit:
     one this process did not make, or made with ``makedirs(exist_ok=True)`` (a name others make too: whoever came
     first made it, so who made it says nothing about who commits it). Plain for a tree only this process could
-    claim (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``) or in a job without peers (``"private"``), for a
-    generation
+    claim (``mkdir``, ``makedirs`` without ``exist_ok``, ``mkdtemp``), in a job without peers, for a generation
     of a rotation (another generation of its name stands beside it: ``checkpoint-2`` beside ``checkpoint-6``, or a
     kept best ``checkpoint-2`` beside the ``checkpoint-4`` removed; a staging tree a peer is about to commit has a
     name of its own) and for a mount point (a bind-mounted output directory), which no rename can move. Checked at
@@ -105,18 +102,18 @@ def plan(
     too: a tree another process of this rank made (the journal names this rank as its maker: a
     ``multiprocessing.Pool``'s child of this process), and a tree this process made with ``makedirs(exist_ok=True)``
     at a path where it already removed such a tree of its own after a window no peer used (``scratch``: a per-step
-    scratch directory; peers do not commit trees at that path). Private, before all these: a tree this rank made that
+    scratch directory; peers do not commit trees at that path). Plain, before all these: a tree this rank made that
     no process of another rank made or tried to make, where this node's journal sees every peer (``rank_alone``);
     not ``serialized``: there one rank makes a name for all (singleflight), and the others leave no note."""
     if top is None or not stat.S_ISDIR(top.st_mode):
         return "check"
     if not rules.peers or own == "made":
-        return "private"
+        return "plain"
     if not serialized and rank_alone(path, top, world, rules):
-        return "private"  # no peer of this attempt made it or tried to: nobody here could commit it (issue 47)
+        return "plain"  # no peer of this attempt made it or tried to: nobody here could commit it (issue 47)
     own = own() if callable(own) else own  # this process's memory: asked only now (issue 47: its cost)
     if own == "made":
-        return "private"
+        return "plain"
     if scratch and own == "made-shared":
         return "check"
     if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):

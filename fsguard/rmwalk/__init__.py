@@ -122,15 +122,12 @@ class _Course:
         plan: Plan = "check"
         if tree:
             plan = rule.plan(top, position.top_st, own, world, rules, yield_s, top in scratch, serializer is not None)
-        if tree and position.top_st is not None and plan != "private":
-            # See find_renamed; a plain walk too: a peer may still remove the tree (a generation all ranks rotate
-            # out), and without a held descriptor a directory made since could carry its inode number (a false rename
-            # record). Not a tree only this rank made: no peer removes it, and one removed while held goes through
-            # ext4's orphan list when the descriptor closes (issue 47). A peer that moves it against the plan is still
-            # found: the moved tree keeps its inode.
+        if tree and position.top_st is not None:
+            # See find_renamed; a plain walk too: a peer may still remove (or, against the plan, move) the tree, and
+            # without a held descriptor a directory made since could carry its inode number (a false rename record).
             position.held.take(top, position.top_st)
-        # "plain", "private": nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
-        walk.set_checking(plan not in ("plain", "private"))
+        # "plain": nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
+        walk.set_checking(plan != "plain")
         if plan == "wait" or self._announced():
             yielded = self._yield(yield_s)
             if yielded is not None:

@@ -17,7 +17,7 @@ import pytest
 from fsguard import rmwalk
 from fsguard.calls import Call
 from fsguard.evidence import Look
-from fsguard.guards import Rules, own_event
+from fsguard.guards import Rules
 from fsguard.guards import rmtree as rule
 from fsguard.guards.rmtree import RmtreeVerdict
 
@@ -63,13 +63,13 @@ def test_a_tree_this_rank_made_alone_is_removed_plain_where_the_journal_sees_eve
 
     alone = FakeWorld()
     alone.alone.add(str(top))
-    assert rule.plan(str(top), os.lstat(top), unasked, alone, rules(), YIELD_S) == "private"
+    assert rule.plan(str(top), os.lstat(top), unasked, alone, rules(), YIELD_S) == "plain"
     assert rule.plan(str(top), os.lstat(top), "made-shared", FakeWorld(), rules(), YIELD_S) == "wait"  # a peer tried
     shared = FakeWorld(stale=True)
     shared.alone.add(str(top))
     assert rule.plan(str(top), os.lstat(top), "made-shared", shared, rules(), YIELD_S) == "wait"  # several nodes
     one_node = Rules(settle_s=1.0, fresh_s=0.0, job_start=time.time() - 100, peers=True, job="RUN=1;host=n0")
-    assert rule.plan(str(top), os.lstat(top), unasked, shared, one_node, YIELD_S) == "private"
+    assert rule.plan(str(top), os.lstat(top), unasked, shared, one_node, YIELD_S) == "plain"
 
 
 def test_this_processs_own_scratch_path_is_removed_at_once_with_checks(tmp_path: Path) -> None:
@@ -83,13 +83,13 @@ def test_this_processs_own_scratch_path_is_removed_at_once_with_checks(tmp_path:
 
 
 def test_a_tree_this_process_claimed_alone_is_removed_at_once_without_checks(tmp_path: Path) -> None:
-    assert _plan(tmp_path, own="made") == "private"  # mkdir, makedirs without exist_ok, mkdtemp
+    assert _plan(tmp_path, own="made") == "plain"  # mkdir, makedirs without exist_ok, mkdtemp
 
 
 def test_in_a_job_without_peers_the_walk_is_plain(tmp_path: Path) -> None:
     top = tmp_path / "t"
     top.mkdir()
-    assert rule.plan(str(top), os.lstat(top), None, FakeWorld(), rules(peers=False), YIELD_S) == "private"
+    assert rule.plan(str(top), os.lstat(top), None, FakeWorld(), rules(peers=False), YIELD_S) == "plain"
 
 
 def test_a_tree_older_than_the_job_is_removed_at_once_with_checks(tmp_path: Path) -> None:
@@ -300,48 +300,6 @@ def _after_unlink(monkeypatch: pytest.MonkeyPatch, nth: int, peer: Callable[[], 
             peer()
 
     monkeypatch.setattr(os, "unlink", unlink)
-
-
-def _held_at_rmdir(monkeypatch: pytest.MonkeyPatch, top: Path) -> list[int]:
-    """How many of this process's descriptors are open on ``top``'s directory when the walk removes it."""
-    real, ident, held = os.rmdir, os.lstat(top), []
-
-    def rmdir(path: Any, *, dir_fd: int | None = None) -> None:
-        if dir_fd is None and os.path.abspath(path) == str(top):
-            fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
-            held.append(sum(1 for fd in fds if _same(fd, ident)))
-        real(path, dir_fd=dir_fd)
-
-    monkeypatch.setattr(os, "rmdir", rmdir)
-    return held
-
-
-def _same(fd: int, ident: os.stat_result) -> bool:
-    try:
-        return os.path.samestat(os.fstat(fd), ident)
-    except OSError:
-        return False
-
-
-@pytest.mark.parametrize("private", [True, False])
-def test_a_tree_only_this_rank_made_is_removed_unheld(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private: bool
-) -> None:
-    """A tree this process claimed alone is removed as the standard rmtree removes it: no descriptor of fsguard's holds
-    it at its ``rmdir`` (a directory removed while held goes through ext4's orphan list at the close: milliseconds under
-    other writes; issue 47). Flipped: an old generation of a rotation, which every rank may remove, is held (see
-    ``find_renamed``)."""
-    top = _tree(tmp_path / "checkpoint-8")
-    (tmp_path / "checkpoint-10").mkdir()
-    world = FakeWorld()
-    if private:
-        world.did(str(top), "made")
-    assert rule.plan(str(top), os.lstat(top), own_event(world, str(top)), world, rules(), YIELD_S) == (
-        "private" if private else "plain"
-    )
-    held = _held_at_rmdir(monkeypatch, top)
-    assert _walk(top, world) is None and not top.exists()
-    assert held == ([0] if private else [1])
 
 
 @pytest.mark.parametrize("claimed", [False, True])

@@ -1,14 +1,14 @@
 """One rank of a job whose nodes each save a ``torch.distributed.checkpoint`` with their own process group into
 one shared directory (issue 45): ``dcp.save(state, checkpoint_id=<out>/step-<n>, process_group=<this node's>)``.
 
-Each node's group has its own coordinator and its own group ranks (0 and 1 on every node), so the nodes write
-the same names: in ``FileSystemWriter.finish`` each rank writes ``__<group rank>.metadata.tmp`` and renames it
-to ``__<group rank>.metadata`` (``use_collectives=False``: no gather, every rank finishes its own save), and the
-two nodes' ranks of one group rank race on that rename. The state is the same on every rank (one seed), so
-whichever node's file wins holds the same checkpoint.
+Each node's group has its own coordinator, so the nodes write the same names: in ``FileSystemWriter.finish`` each
+coordinator writes ``.metadata.tmp`` and renames it onto ``.metadata``, and the two nodes' coordinators race on
+that rename. With ``per-rank`` (``use_collectives=False``: no gather, every rank finishes its own save) every rank
+writes ``__<group rank>.metadata.tmp`` instead, and the nodes' ranks of one group rank race. The state is the same
+on every rank (one seed), so whichever node's file wins holds the same checkpoint.
 
-Run as ``torchrun ... dcp_node_groups.py <out> <saves> [collectives]``; global rank 0 prints one JSON line at
-the end: the saves whose every ``__<r>.metadata`` loads back.
+Run as ``torchrun ... dcp_node_groups.py <out> <saves> [per-rank] [nosync]``; global rank 0 prints one JSON line
+at the end: the saves whose every ``.metadata`` file loads back.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def main() -> None:
         dist.barrier()  # the nodes save together, as a job's checkpoint step does
         where = os.path.join(out, f"step-{step}")
         writer = dcp.FileSystemWriter(where, sync_files="nosync" not in options)
-        dcp.save(state, storage_writer=writer, process_group=mine, use_collectives="collectives" in options)
+        dcp.save(state, storage_writer=writer, process_group=mine, use_collectives="per-rank" not in options)
     dist.barrier()
     if rank == 0:
         whole = []
@@ -54,9 +54,9 @@ def main() -> None:
 
 
 def _read(path: str) -> bytes:
-    """The file's bytes. The listing is fresh, but this node's lookup may still be stale for the mount's 2 s (a
-    peer replaced the file a moment ago): asked again for up to 5 s (the 4a27ab5 run's one failure)."""
-    deadline = time.monotonic() + 5.0
+    """The file's bytes. The listing is fresh, but this node's lookup may still be stale for the mount's cache time
+    (a peer replaced the file a moment ago): asked again for up to 10 s (the 4a27ab5 run's one failure)."""
+    deadline = time.monotonic() + 10.0
     while True:
         try:
             with open(path, "rb") as file:

@@ -10,7 +10,7 @@ and a download into one deterministic temp file, the shape of huggingface_hub 0.
   ``.metadata`` itself just before its own rename (``FileSystemWriter.finish`` removes an existing one first): the
   metadata is really gone, and fsguard re-raises. Or it fails where a coordinator's create of ``.metadata.tmp`` met
   its node's stale lookup of the peer's, renamed away a moment before (``open``, which fsguard leaves alone).
-  Measured: 5 of 5 runs complete on a quiet machine, 9 of 10 beside a CPU and ``fsync`` load (the tenth: a create).
+  Measured: 5 of 5 runs complete on a quiet machine, 16 of 18 beside a CPU and ``fsync`` load (the others: a create).
 * A shared temp file appended by 3 ranks, then renamed (``tests/workers/shared_temp_append.py``): without fsguard
   two ranks crash on the rename; with it they go on, reading a blob three times its size, so the records are
   ``hazard``s, which ``fsguard report`` lists first; a rank that published its own whole file under the shared name

@@ -205,11 +205,12 @@ def handler_outcomes(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> ha
     return handlers.collect(venv.python, tmp_path_factory.mktemp(f"handlers{venv.version}-"))
 
 
-# Known gaps on 3.14 and 3.15 (found when they joined these tests; not fixed here): the rmtree retry of a directory
-# holding only a removal's leftovers (.nfs...) does not happen there (fsguard.rmwalk: ENOTEMPTY goes to the
-# program, as without fsguard). Strict: a fix turns it into an XPASS failure, and the entry is removed.
-_GAPS_314 = {"rmtree_retry:residue"}
-KNOWN_GAPS: dict[tuple[int, ...], set[str]] = {(3, 14): _GAPS_314, (3, 15): _GAPS_314}
+# Known gaps by version: (major, minor) -> row keys, each a strict expected failure (a fix turns it into an XPASS
+# failure, and the entry is removed). None now. "rmtree_retry:residue", listed for 3.14 and 3.15 until 2026-12-06,
+# is fixed for the cause found on 3.15.2: its ``rmtree`` (as any release with ``_onexc_kwargs``) wraps a caller's
+# ``onexc`` in an adapter of its own, and the retry read the directory's stat from the adapter's frame instead of
+# the walk's (fsguard.rmwalk.handler._walk_frame).
+KNOWN_GAPS: dict[tuple[int, ...], set[str]] = {}
 
 
 def _known_gap(request: pytest.FixtureRequest, venv: Venv, key: str) -> None:

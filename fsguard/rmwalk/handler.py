@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import sys
 import time
@@ -281,6 +282,7 @@ class Walk:
         """The directory the standard ``rmtree`` found at ``path`` when it started. It is read from its failing frame:
         ``orig_st`` for the recursive walk. For the stack-based walk, the stat cached in ``orig_entry``. That walk keeps
         no stat of the top; for the top, the walk's own."""
+        frame = _walk_frame(frame)
         found: Any = frame.f_locals if frame is not None else {}
         st = found.get("orig_st")
         entry = found.get("orig_entry")
@@ -360,3 +362,12 @@ class _Spacing:
         finally:
             now = time.monotonic()
             self.after = now + max(_LISTING_EVERY_S, 9 * (now - started), now - self.began)
+
+
+def _walk_frame(frame: Any) -> Any:
+    """The standard walk's frame that met the error. It is the handler's caller, or the caller of ``rmtree``'s own
+    ``onexc`` adapter where one stands between them. 3.15 wraps a caller's ``onexc`` in one that drops the
+    ``direntry`` and ``dir_fd`` keywords."""
+    while frame is not None and frame.f_code.co_name == "onexc" and frame.f_code.co_filename == shutil.__file__:
+        frame = frame.f_back
+    return frame

@@ -1,4 +1,5 @@
-"""``fsguard.journal.made_alone`` on real node-local files: the tried notes read as they grow (issue 47)."""
+"""``fsguard.journal`` on real node-local files: ``made_alone``'s tried notes read as they grow (issue 47), and
+``newest`` reading the newest-changed journals first and stopping where no older one can be newer (issue 48)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,25 @@ def tag() -> Iterator[str]:
                 pass
 
 
-def _note(tag: str, prefix: str, path: str, rank: int | None, whole: bool = True) -> None:
+@pytest.fixture
+def other_tags(tag: str) -> Iterator[list[str]]:
+    """Two more jobs' tags of this node, their journals removed afterwards."""
+    names = [f"{tag}-{k}" for k in range(2)]
+    yield names
+    where = journal.directory()
+    for name in names:
+        if where is not None:
+            try:
+                os.unlink(os.path.join(where, journal.file_name(name)))
+            except FileNotFoundError:
+                pass
+
+
+def _note(tag: str, prefix: str, path: str, rank: int | None, whole: bool = True, when: float | None = None) -> None:
     where = journal.directory()
     assert where is not None
-    entry = b"%.6f%s %s" % (time.time(), b"" if rank is None else b"@%d" % rank, os.fsencode(path))
+    stamp = time.time() if when is None else when
+    entry = b"%.6f%s %s" % (stamp, b"" if rank is None else b"@%d" % rank, os.fsencode(path))
     with open(os.path.join(where, journal.file_name(tag, prefix)), "ab") as f:
         f.write(entry + (b"\0" if whole else b""))
 
@@ -84,3 +100,52 @@ def test_notes_swept_and_written_afresh_are_read_afresh(tag: str, tmp_path: Path
     os.unlink(os.path.join(where, journal.file_name(tag, journal.TRIED)))  # a sweep (a day unchanged)
     _note(tag, journal.TRIED, top, 2)
     assert not journal.made_alone(top, tag, 1)
+
+
+def _changed(tag: str, seconds_ago: float) -> None:
+    where = journal.directory()
+    assert where is not None
+    then = time.time() - seconds_ago
+    os.utime(os.path.join(where, journal.file_name(tag)), (then, then))
+
+
+def test_newest_is_the_newest_entry_of_any_journal(tag: str, other_tags: list[str], tmp_path: Path) -> None:
+    top, now = str(tmp_path / "results"), time.time()
+    _note(tag, journal.PREFIX, top, 0, when=now - 30)
+    _note(other_tags[0], journal.PREFIX, top, 3, when=now - 10)  # another job made it since
+    _note(other_tags[0], journal.PREFIX, str(tmp_path / "other"), 1, when=now - 5)
+    _note(tag, journal.PREFIX, top + "-2", 2, when=now - 1)  # a longer path: not the path
+    found = journal.newest(top, tag)
+    assert found is not None and found[1:] == (other_tags[0], 3) and abs(found[0] - (now - 10)) < 1e-3, found
+    _note(tag, journal.PREFIX, top, 1)  # this job made it again, last
+    assert journal.newest(top, tag)[1:] == (tag, 1)  # type: ignore[index]
+    assert journal.newest(str(tmp_path / "never"), tag) is None
+
+
+def test_newest_reads_no_journal_changed_before_the_entry_found(
+    tag: str, other_tags: list[str], tmp_path: Path
+) -> None:
+    """A journal last changed an hour ago holds no newer entry: it is not read. Shown with one that claims one (its
+    entry dated now, which a real journal cannot be), so reading it would answer with its tag."""
+    top, now = str(tmp_path / "results"), time.time()
+    _note(tag, journal.PREFIX, top, 1, when=now - 20)
+    _note(other_tags[0], journal.PREFIX, top, 5, when=now)
+    _changed(other_tags[0], 3600)
+    assert journal.newest(top, tag)[1:] == (tag, 1)  # type: ignore[index]
+    _note(other_tags[1], journal.PREFIX, top, 7, when=now - 60)  # changed now, its entry older: read, not newer
+    assert journal.newest(top, tag)[1:] == (tag, 1)  # type: ignore[index]
+    _changed(other_tags[0], 0)  # changed now: read, and its entry is the newest
+    assert journal.newest(top, tag)[1:] == (other_tags[0], 5)  # type: ignore[index]
+
+
+def test_a_note_longer_than_the_chunks_read_is_found_whole(tag: str, tmp_path: Path) -> None:
+    """A path of 3 KB: its note spans the first chunks read backwards (512 bytes, then 2 KiB)."""
+    deep = os.path.join(str(tmp_path), *["d" * 200] * 15)
+    _note(tag, journal.PREFIX, deep, 4)
+    for k in range(3):
+        _note(tag, journal.PREFIX, str(tmp_path / f"short{k}"), 2)
+    assert journal.newest(deep, tag)[1:] == (tag, 4)  # type: ignore[index]
+    assert journal.newest(deep[:-1], tag) is None  # its prefix is no path the journal names
+    journal.OPENED.clear()
+    assert journal.made_alone(deep, tag, 4)
+    assert not journal.made_alone(deep, tag, 2)

@@ -214,10 +214,26 @@ def _gone_note(holder: str, host: str) -> str:
     found = _PID.search(holder)
     if not found or not holder[found.end() :].startswith(f"{host} "):
         return ""
-    try:
-        os.kill(int(found.group(1)), 0)
-    except ProcessLookupError:
+    if _exited(int(found.group(1))):
         return f"; its process {found.group(1)} has exited (killed?), and the kernel released its lock"
-    except OSError:
-        pass
     return ""
+
+
+_PF_EXITING = 0x4  # the kernel's flag of a process in exit: set before its files close, so before its flock goes
+
+
+def _exited(pid: int) -> bool:
+    """Whether process ``pid`` is gone, a zombie, or exiting (``/proc/<pid>/stat``). A waiter that a killed holder's
+    lock wakes may run before that holder is a zombie: it is still exiting then."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            fields = stat_file.read().rpartition(b")")[2].split()  # after the command name, which may hold anything
+        return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING)
+    except (OSError, IndexError, ValueError):
+        return False

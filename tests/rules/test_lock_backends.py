@@ -55,7 +55,7 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Backend, Backe
     else:
         port = request.getfixturevalue("store_port")
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RESTART_COUNT": str(os.getpid())}
-        make = partial(StoreBackend, 3.0, env)
+        make = partial(StoreBackend, 15.0, env)  # a loaded machine took 3 s to connect once (2026-12-06)
     return make(), make()
 
 

@@ -224,6 +224,67 @@ def test_store_holder_killed_peers_take_over_within_the_bound(
     assert took_over[0]["detail"]["backend"] == "store" and took_over[0]["waited_s"] > lease
 
 
+HOLD_UNTIL = """
+import os, shutil, sys, time
+
+def hold(*_):  # inside the serialized rmtree of a symlink: the lock is held until the release file appears
+    open(sys.argv[2], "w").close()
+    while not os.path.exists(sys.argv[3]):
+        time.sleep(0.01)
+
+shutil.rmtree(sys.argv[1], onerror=hold)
+"""
+
+EXITS_WHILE_A_THREAD_WAITS = """
+import shutil, sys, threading, time
+import torch.distributed  # noqa: F401
+
+class SlowFinalization:
+    def __del__(self):  # runs in the interpreter's finalization, after atexit
+        time.sleep(3.0)
+
+keep = SlowFinalization()
+threading.Thread(target=shutil.rmtree, args=(sys.argv[1],), kwargs={"ignore_errors": True}, daemon=True).start()
+time.sleep(0.5)  # the thread waits for the holder's lock, blocked in c10d
+print("exiting", flush=True)
+"""
+
+
+def test_a_daemon_thread_waiting_in_the_store_does_not_abort_the_exit(
+    fsguard_python: Path, tmp_path: Path, store_port: int
+) -> None:
+    """A program exits while a daemon thread of its waits in c10d for a peer's lock; the peer lets go while the
+    interpreter finalizes. The waiting thread, ended there on its way out of c10d, aborted the process ("terminate
+    called without an active exception", SIGABRT: 3 of 3 runs before the fix; once in a whole test run, a rank of
+    ``test_16_ranks_one_makedirs_reach_the_filesystem_about_once``). fsguard waits for such a call at exit instead."""
+    staging, _, env = _setup(tmp_path, "store", 30.0, store_port)
+    (tmp_path / "hold.py").write_text(HOLD_UNTIL)
+    (tmp_path / "exits.py").write_text(EXITS_WHILE_A_THREAD_WAITS)
+    holder = subprocess.Popen(
+        [str(fsguard_python), str(tmp_path / "hold.py"), str(staging), str(tmp_path / "held"), str(tmp_path / "go")],
+        env=clean_env(dict(env, RANK="0", LOCAL_RANK="0")),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(tmp_path / "held")
+        program = subprocess.Popen(
+            [str(fsguard_python), str(tmp_path / "exits.py"), str(staging)],
+            env=clean_env(dict(env, RANK="1", LOCAL_RANK="1")),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert program.stdout is not None and program.stdout.readline() == "exiting\n"
+        time.sleep(0.5)  # the program is in its finalization now
+    finally:
+        (tmp_path / "go").touch()
+    out, err = program.communicate(timeout=120)
+    assert holder.wait(timeout=60) == 0, holder.stderr.read() if holder.stderr else ""
+    assert program.returncode == 0 and "terminate called" not in err, (program.returncode, err[-3000:])
+    assert out == ""
+
+
 def test_file_holder_timeout_then_kill(fsguard_python: Path, tmp_path: Path) -> None:
     staging, logs, env = _setup(tmp_path, "file", 10, None)
     holder = _role(fsguard_python, "hold", staging, tmp_path / "held", env, 0)

@@ -11,6 +11,8 @@
   open (``waiting.Backoff``'s steps, up to 50 ms).
 - Opening a connection is a ``state.Unforkable`` section. A fork from another thread waits for it to end
   (milliseconds; at most ``state.FORK_WAIT_S``).
+- At the interpreter's exit, c10d calls under way on other threads are waited for, and no new one starts there
+  (``NativeCalls``): a daemon thread ended inside one aborts the process.
 """
 
 # Why waits have a connection of their own (b60a4ba): a c10d client serves one request at a time, so a ``wait`` on the
@@ -29,19 +31,73 @@
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from ..state import Unforkable
+from ..state import Unforkable, forkable
 from .base import Unreachable
 
 RETRY_S = 10.0  # after a failed connection, fail fast for this long before trying to connect again
 BACKSTOP_S = 5.0  # a wait's socket timeout beyond its own bound: reached only when the store fails to set a key
+EXIT_WAIT_S = 3.0  # at the interpreter's exit, the longest wait for c10d calls under way on other threads
+
+
+class NativeCalls:
+    """The c10d calls under way off the main thread: the interpreter's exit waits for them.
+
+    The exiting interpreter ends a daemon thread as it takes the GIL back. One that does so on its way out of a c10d
+    call ends through C++ frames that cannot unwind, and the whole process aborts ("terminate called without an
+    active exception", SIGABRT). Seen in a whole test run: a serialized rank that had printed its answer died so. So,
+    at exit (``atexit``, before the interpreter stops its threads), no new call starts off the main thread (it gets
+    ``Unreachable``: the caller goes on unserialized), and the calls under way are waited for, at most
+    ``EXIT_WAIT_S``."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0
+        self._closing = False
+        self._registered = False
+        forkable(self)
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """Around one c10d call; on the main thread it only runs it."""
+        if threading.current_thread() is threading.main_thread():
+            yield
+            return
+        with self._cond:
+            if self._closing:
+                raise Unreachable("the interpreter is exiting: no store request off the main thread")
+            self._running += 1
+            if not self._registered:
+                self._registered = True
+                atexit.register(self.at_exit)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
+
+    def at_exit(self) -> None:
+        """Refuse new calls off the main thread; wait for those under way, at most ``EXIT_WAIT_S``."""
+        with self._cond:
+            self._closing = True
+            self._cond.wait_for(lambda: not self._running, EXIT_WAIT_S)
+
+    def after_fork_in_child(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0  # the parent's other threads are not the child's
+
+
+NATIVE = NativeCalls()
 
 
 def running(thread: threading.Thread | None, target: Callable[[], None], name: str) -> threading.Thread:
@@ -149,7 +205,8 @@ class Requests:
                 if time.monotonic() - when < RETRY_S and (had_group or not group_initialized()):
                     raise Unreachable(why)
             try:
-                self.store = self._open()
+                with NATIVE.call():
+                    self.store = self._open()
             except Exception as error:
                 why = str(error) if isinstance(error, Unreachable) else f"{type(error).__name__}: {error}"
                 self._failure = (time.monotonic(), why, group_initialized())
@@ -231,18 +288,18 @@ class Requests:
 
     def cas(self, key: str, expected: bytes, desired: bytes) -> bytes:
         store = self.connect()
-        with self.io:
+        with self.io, NATIVE.call():
             result = store.compare_set(key, expected, desired)
         return bytes(result)
 
     def add(self, name: str, amount: int) -> int:
         store = self.connect()
-        with self.io:
+        with self.io, NATIVE.call():
             return int(store.add(name, amount))
 
     def delete(self, name: str) -> None:
         store = self.connect()
-        with self.io:
+        with self.io, NATIVE.call():
             store.delete_key(name)
 
     def broken(self, error: BaseException) -> Unreachable:
@@ -279,7 +336,7 @@ class Wakes:
             if self.waiter is None:
                 import torch.distributed as dist
 
-                with Unforkable():  # c10d's name lookups: no fork may split them (``Requests._open``)
+                with Unforkable(), NATIVE.call():  # c10d's name lookups: no fork may split them (``Requests._open``)
                     self.waiter = self._requests.client(getattr(dist, "TCPStore"), *tcp)  # noqa: B009
         except Exception:  # noqa: BLE001 - waits keep polling; the next wait tries again
             pass
@@ -315,7 +372,8 @@ class Wakes:
                 return None
             alarm = self._alarms.at(time.monotonic() + timeout, name)
             try:
-                waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
+                with NATIVE.call():
+                    waiter.wait([name], timedelta(seconds=timeout + BACKSTOP_S))
             except Exception as error:
                 self._alarms.cancel(alarm)
                 if "timeout" not in str(error).lower():
@@ -336,7 +394,7 @@ class Wakes:
             store = self._requests.connect()
             name = next_key(key, value)
             now = time.monotonic()
-            with self._requests.io:
+            with self._requests.io, NATIVE.call():
                 store.set(name, b"1")
                 while self._posted and now - self._posted[0][0] > self._lease_s:
                     store.delete_key(self._posted.popleft()[1])
@@ -352,7 +410,7 @@ class Wakes:
         """An alarm went off: set ``name`` (deleted a lease later, as a holder's hand-off keys). Never raises."""
         try:
             store = self._requests.connect()
-            with self._requests.io:
+            with self._requests.io, NATIVE.call():
                 store.add(name, 0)  # a go key is a counter (``_Tickets._hand``); a flight's next key only has to exist
             if "/go/" not in name:  # a go key is deleted by its waiter
                 self.expire(name)

@@ -417,17 +417,18 @@ def attempt_start(launched: bool) -> float | None:
     return cached[0]
 
 
-def job_tag_of(path: str) -> str | None:
+def job_tag_of(path: str, since: float | None = None) -> str | None:
     """Whose the directory at ``path`` is, by this node's journal. The journal (``fsguard.journal``) notes what each job
     made; nothing is read from the directory itself. The answer is the tag of the job whose guarded mkdir made it last.
     An earlier job of the same identity adds ``;made N s before this job started`` to this job's tag. (That is
     torchrun's default run id and port relaunched, or a driver's jobs in turn.) In a single-node job
     (``launcher.single_node``) it is ``""`` when no job of this node made it: no peer's guarded call did. None where the
-    journal cannot tell: a peer on another node, or no tag of this job's own."""
+    journal cannot tell: a peer on another node, or no tag of this job's own. ``since``: an entry older than this is
+    of an earlier directory at ``path`` (one removed since) and tells nothing of this one."""
     own = STATE.job
     if own is None:
         return None
-    found = journal.newest(path, own)
+    found = journal.newest(path, own, since)
     if found is None:
         return "" if is_single_node(own) else None
     when, tag, _ = found

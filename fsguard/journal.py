@@ -235,7 +235,7 @@ def _entry(path: Any) -> bytes:
     return b"%.6f%s %s\0" % (time.time(), rank, os.path.normpath(name))
 
 
-def newest(path: str, own: str) -> tuple[float, str, int | None] | None:
+def newest(path: str, own: str, since: float | None = None) -> tuple[float, str, int | None] | None:
     """(when, job tag, maker's rank) of the newest entry naming ``path``; None where none does. It reads this node's
     journals, the failure path only. ``own`` is this job's tag, told by its file's name; another long tag, hashed in
     its file's name, is named by the file.
@@ -243,7 +243,10 @@ def newest(path: str, own: str) -> tuple[float, str, int | None] | None:
     A node keeps a day of journals, so there may be thousands, some of megabytes (issue 48: 157 ms a failure, the
     whole directory read). So the newest-changed journals are read first, each backwards from its end, to its
     newest entry for ``path``. The reading stops at a journal last changed before the entry found: none of its entries,
-    nor any older journal's, can be newer. Where no journal names ``path``, every one is read, as before."""
+    nor any older journal's, can be newer. Where no journal names ``path``, every one is read, as before.
+
+    ``since``: entries older than this are ignored (they named an earlier directory at ``path``, one removed since),
+    and journals last changed before it are not read."""
     where = directory()
     if where is None:
         return None
@@ -261,11 +264,12 @@ def newest(path: str, own: str) -> tuple[float, str, int | None] | None:
         return None
     journals.sort(reverse=True)
     found: tuple[float, str, int | None] | None = None
+    floor = since if since is not None else float("-inf")
     for changed, name in journals:
-        if found is not None and changed + _CLOCK_SLACK_S < found[0]:
+        if changed + _CLOCK_SLACK_S < (floor if found is None else max(floor, found[0])):
             break
-        entry = _last(os.path.join(where, name), needle)
-        if entry is not None and (found is None or entry[0] > found[0]):
+        entry = _last(os.path.join(where, name), needle)  # a journal's newest entry for path: the older ones are older
+        if entry is not None and entry[0] >= floor and (found is None or entry[0] > found[0]):
             found = (entry[0], own if name == file_name(own) else tag_of(name) or name, entry[1])
     return found
 

@@ -61,8 +61,8 @@ class Live:
     def generation_beside(self, path: str) -> str | None:
         return evidence.generation_beside(path)
 
-    def job_tag(self, path: str) -> str | None:
-        return evidence.job_tag_of(path)
+    def job_tag(self, path: str, since: float | None = None) -> str | None:
+        return evidence.job_tag_of(path, since)
 
     def made_by_this_rank(self, path: str) -> bool:
         launch = STATE.launch

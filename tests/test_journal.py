@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from fsguard import journal
+from tests.conftest import clean_env
+from tests.support.ranks import rank_env
+from tests.support.records import json_records
 
 
 @pytest.fixture
@@ -149,3 +153,62 @@ def test_a_note_longer_than_the_chunks_read_is_found_whole(tag: str, tmp_path: P
     journal.OPENED.clear()
     assert journal.made_alone(deep, tag, 4)
     assert not journal.made_alone(deep, tag, 2)
+
+
+def test_newest_since_ignores_an_earlier_directorys_entries(tag: str, other_tags: list[str], tmp_path: Path) -> None:
+    top, now = str(tmp_path / "results"), time.time()
+    _note(other_tags[0], journal.PREFIX, top, 3, when=now - 600)  # another job made it, and it was removed since
+    _changed(other_tags[0], 600)
+    assert journal.newest(top, tag)[1:] == (other_tags[0], 3)  # type: ignore[index]
+    assert journal.newest(top, tag, since=now - 10) is None
+    _note(tag, journal.PREFIX, top, 1, when=now - 1)
+    assert journal.newest(top, tag, since=now - 10)[1:] == (tag, 1)  # type: ignore[index]
+
+
+def test_a_rerun_on_two_nodes_absorbs_a_peers_directory_an_earlier_job_of_this_node_made(
+    fsguard_python: Path, tmp_path: Path
+) -> None:
+    """A two-node job's rank makes ``results``; the job ends and ``results`` is removed. A rerun: the rank on the other
+    node makes ``results`` first, and this node's rank's ``os.makedirs(results)`` fails. The journal's entry of the
+    first job named the removed directory, not this one: told by time (a peer's, just made), it is absorbed. Read as
+    the maker, it re-raised ("made by another job") and the rerun crashed as without fsguard."""
+    target, logs = tmp_path / "results", tmp_path / "logs"
+
+    def rank0(run_id: str, guarded: bool) -> subprocess.Popen[str]:
+        env = rank_env(0, 2, run_id, LOCAL_WORLD_SIZE="1", FSGUARD="1" if guarded else "0", FSGUARD_LOG=str(logs))
+        return subprocess.Popen(
+            [str(fsguard_python), "-c", GATED_MAKE, str(target), str(tmp_path / f"go-{run_id}")],
+            env=clean_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    first = rank0("first", guarded=True)
+    (tmp_path / "go-first").touch()
+    assert first.communicate(timeout=60)[0] == "made\n"
+    os.rmdir(target)  # the job's end: its output removed
+    time.sleep(5.5)  # the rerun comes later than FSGUARD_FRESH_S (the default, 5 s)
+    results = {}
+    for guarded in (False, True):
+        rerun = rank0(f"rerun-{guarded}", guarded)
+        time.sleep(0.5)  # started: this job began before its peer made the directory
+        os.mkdir(target)  # the other node's rank, first
+        (tmp_path / f"go-rerun-{guarded}").touch()
+        out, err = rerun.communicate(timeout=60)
+        results[guarded] = (rerun.returncode, out, err)
+        os.rmdir(target)
+    assert results[False][0] != 0 and "FileExistsError" in results[False][2], results[False]
+    assert results[True][:2] == (0, "made\n"), results[True]
+    found = [r for r in json_records(logs) if r["op"] == "makedirs"]
+    assert [r["decision"] for r in found] == ["absorbed"], found
+    assert "told by time" in found[0]["evidence"], found
+
+
+GATED_MAKE = """
+import os, sys, time
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+os.makedirs(sys.argv[1])
+print("made")
+"""

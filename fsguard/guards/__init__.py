@@ -74,9 +74,10 @@ class World(Protocol):
         """A sibling directory that is another generation of the name (``checkpoint-6`` or ``checkpoint-1``
         beside ``checkpoint-2``)."""
 
-    def job_tag(self, path: str) -> str | None:
+    def job_tag(self, path: str, since: float | None = None) -> str | None:
         """Whose the directory at ``path`` is, by this node's journal. By ``fsguard.evidence.job_tag_of``: the tag of
-        the job that made it. ``""`` where no job of a single-node job's node made it; None where it cannot tell."""
+        the job that made it. ``""`` where no job of a single-node job's node made it; None where it cannot tell.
+        ``since``: entries older than this (an earlier directory's, removed since) are not read."""
 
     def made_by_this_rank(self, path: str) -> bool:
         """Whether this job's journal names this rank as the directory's maker. That is

@@ -7,7 +7,8 @@ absorbed   ``exist_ok=False``: the rule ``os.mkdir`` shares (:func:`made_by_peer
            this job, neither it nor anything below it made by this process's own guarded calls
 absorbed   ``exist_ok=True``: the fresh parent listing shows a directory the (cached) lookup said was missing
 re-raised  a file or symlink in the way, a directory older than the job
-re-raised  a directory this node's journal says another job or attempt made (``fsguard.evidence.job_tag_of``)
+re-raised  a directory this node's journal says another job or attempt made (``fsguard.evidence.job_tag_of``;
+           entries older than the directory's birth named an earlier one at that path: not read)
 re-raised  one no guarded call of a single-node job made (its journal is complete), one this process made
 re-raised  every other error
 ========== ===========================================================================================================
@@ -22,6 +23,8 @@ import errno
 from ..calls import Call
 from ..evidence import kind_of
 from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, World, absorb, by_tag, own_event, reraise
+
+BIRTH_SLACK_S = 2.0  # the least allowance between a birth time (the file server's clock) and a journal entry's (ours)
 
 
 def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
@@ -66,7 +69,10 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
     if not rules.is_fresh(made):
         return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since(now)})", waited)
     # Who made it, by this node's journal of what each job made (never the directory itself).
-    tag, whose, waited = _whose(path, world, rules, age, waited)
+    # A journal entry from before this directory's birth named an earlier one at that path, removed since: a peer on
+    # another node made this one (its birth: the server's clock, allowed ``fresh_s`` of skew as above).
+    since = made - max(rules.fresh_s, BIRTH_SLACK_S) if what == "created" else None
+    tag, whose, waited = _whose(path, world, rules, age, waited, since)
     if whose == "another job":
         return reraise(f"directory made by another job or attempt (its job tag {tag!r}; this one's {rules.job!r})")
     if whose == "untagged":
@@ -81,13 +87,17 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
     )
 
 
-def _whose(path: str, world: World, rules: Rules, age: float, waited: float) -> tuple[str | None, str, float]:
+def _whose(
+    path: str, world: World, rules: Rules, age: float, waited: float, since: float | None = None
+) -> tuple[str | None, str, float]:
     """(job tag, ``Rules.whose`` of it, seconds waited in all). In a single-node job, a peer's mkdir may have just
     succeeded and not yet noted it (one ``write`` later). So where no job of this node made it yet, wait for that note.
     The wait is bounded by ``settle_s`` from the directory's making; an older directory has no note coming."""
-    tag = world.job_tag(path)
+    tag = world.job_tag(path, since)
     if tag == "" and rules.job is not None:
-        noted, extra = world.wait_for(lambda: world.job_tag(path) or None, max(0.0, min(rules.settle_s - age, 1.0)))
+        noted, extra = world.wait_for(
+            lambda: world.job_tag(path, since) or None, max(0.0, min(rules.settle_s - age, 1.0))
+        )
         tag, waited = (noted if noted is not None else ""), waited + extra
     return tag, rules.whose(tag), waited
 

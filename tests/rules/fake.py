@@ -102,7 +102,7 @@ class FakeWorld:
     def generation_beside(self, path: str) -> str | None:
         return generation_beside(path)
 
-    def job_tag(self, path: str) -> str | None:
+    def job_tag(self, path: str, since: float | None = None) -> str | None:
         return self.tags.get(path)
 
     def made_by_this_rank(self, path: str) -> bool:

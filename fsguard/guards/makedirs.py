@@ -70,8 +70,9 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
         return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since(now)})", waited)
     # Who made it, by this node's journal of what each job made (never the directory itself).
     # A journal entry from before this directory's birth named an earlier one at that path, removed since: a peer on
-    # another node made this one (its birth: the server's clock, allowed ``fresh_s`` of skew as above).
-    since = made - max(rules.fresh_s, BIRTH_SLACK_S) if what == "created" else None
+    # another node made this one (its birth: the server's clock, allowed ``fresh_s`` of skew as above). A birth
+    # after our now is a server clock ahead of ours: the journal is read from now, or it would miss this job's notes.
+    since = min(made, now) - max(rules.fresh_s, BIRTH_SLACK_S) if what == "created" else None
     tag, whose, waited = _whose(path, world, rules, age, waited, since)
     if whose == "another job":
         return reraise(f"directory made by another job or attempt (its job tag {tag!r}; this one's {rules.job!r})")

@@ -34,6 +34,7 @@ class FakeWorld:
         self.tags: dict[str, str] = {}  # job tags on directories ("": none, where tags are kept); else unknown
         self.this_rank: set[str] = set()  # directories the journal names this rank as the maker of
         self.alone: set[str] = set()  # ... with no note of another rank's since (fsguard.journal.made_alone)
+        self.since: list[float | None] = []  # the oldest journal entry each job_tag question reads
 
     def did(self, path: str, kind: str, when: float | None = None) -> None:
         """This process's own guarded call did ``kind`` to ``path`` (``made``, ``removed``...)."""
@@ -103,6 +104,7 @@ class FakeWorld:
         return generation_beside(path)
 
     def job_tag(self, path: str, since: float | None = None) -> str | None:
+        self.since.append(since)
         return self.tags.get(path)
 
     def made_by_this_rank(self, path: str) -> bool:

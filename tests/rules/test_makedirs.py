@@ -52,6 +52,33 @@ def test_the_birth_time_decides_where_the_filesystem_keeps_one(tmp_path: Path) -
     assert not verdict.absorb and "created before this job started" in verdict.evidence, verdict
 
 
+def test_the_journal_is_read_from_the_directory_birth_less_the_skew_allowance(tmp_path: Path) -> None:
+    """Entries older than the birth (less ``fresh_s``, at least 2 s) named an earlier directory at the path."""
+    path = tmp_path / "results"
+    path.mkdir()
+    world = FakeWorld()
+    born = time.time() - 30
+    world.births[str(path)] = born
+    verdict = decide(rule, "makedirs", (str(path),), EEXIST, world, rules(fresh_s=DEFAULTS.fresh_s))
+    assert verdict.absorb, verdict
+    assert world.since == [born - max(DEFAULTS.fresh_s, rule.BIRTH_SLACK_S)], world.since
+
+
+def test_a_birth_after_our_now_reads_the_journal_from_now(tmp_path: Path) -> None:
+    """The file server's clock is a minute ahead of ours. Its birth time would hide this job's own notes, made
+    seconds ago by our clock: the journal is read from our now, less the same allowance."""
+    path = tmp_path / "results"
+    path.mkdir()
+    world = FakeWorld()
+    world.births[str(path)] = time.time() + 60
+    before = time.time()
+    verdict = decide(rule, "makedirs", (str(path),), EEXIST, world, rules(fresh_s=DEFAULTS.fresh_s))
+    assert verdict.absorb, verdict
+    [since] = world.since
+    allowance = max(DEFAULTS.fresh_s, rule.BIRTH_SLACK_S)
+    assert since is not None and before - allowance <= since <= time.time() - allowance, (since, before)
+
+
 def test_a_directory_this_process_made_or_found_itself_is_raised(tmp_path: Path) -> None:
     """``makedirs`` twice (and ``copytree(dirs_exist_ok=False)``) behave as without fsguard."""
     for kind in ("made", "made-shared", "found"):

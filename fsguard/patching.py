@@ -306,12 +306,17 @@ def _note(path: Any, job: str, found: bool = False) -> None:
     """Note a directory ``makedirs(exist_ok=True)`` made, or ``found`` there, in the job's journal. The journal is
     node-local (``fsguard.journal``, imported at the first one, not at start-up)."""
     if found:
-        with Unforkable():
-            from .journal import tried
+        if not _TRIED:
+            with Unforkable():
+                from .journal import tried
 
-        tried(path, job)
+            _TRIED.append(tried)
+        _TRIED[0](path, job)
     else:
         _journal_made()(path, job)
+
+
+_TRIED: list[Callable[[Any, str], None]] = []  # ``fsguard.journal.tried``, once imported (``_note``)
 
 
 def _journal_made() -> Callable[[Any, str], None]:

@@ -212,3 +212,50 @@ while not os.path.exists(sys.argv[2]):
 os.makedirs(sys.argv[1])
 print("made")
 """
+
+
+FOUND_AGAIN = """
+import os, sys
+for _ in range(300):
+    os.makedirs(sys.argv[1], exist_ok=True)  # before every write, as many programs do
+os.chdir(os.path.dirname(sys.argv[1]))
+for _ in range(300):
+    os.makedirs(os.path.basename(sys.argv[1]), exist_ok=True)  # the same directory, named from its parent
+print("ok")
+"""
+
+
+def test_a_directory_found_again_and_again_is_noted_once_per_process(fsguard_python: Path, tmp_path: Path) -> None:
+    """``makedirs(out, exist_ok=True)`` before every write: the first call of rank 1 makes ``out``, every other call of
+    ranks 1 and 2 finds it there. The tried notes name it once per process, not once per call (each call cost an
+    ``open``, a ``write`` and a ``close``, and 80 bytes of memory in ``/dev/shm``), and still tell that rank 2 shares
+    the name (``made_alone``)."""
+    out = tmp_path / "out"
+    run_id = f"test-journal-{uuid.uuid4().hex}"
+    from fsguard.launcher import job_tag
+
+    tag = job_tag(rank_env(1, 4, run_id))
+    assert tag is not None
+    where = journal.directory()
+    assert where is not None
+    try:
+        for rank in (1, 2):
+            env = clean_env(rank_env(rank, 4, run_id, FSGUARD="1", FSGUARD_STDERR="0"))
+            done = subprocess.run(
+                [str(fsguard_python), "-c", FOUND_AGAIN, str(out)], env=env, capture_output=True, text=True, timeout=60
+            )
+            assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
+        notes = Path(where, journal.file_name(tag, journal.TRIED)).read_bytes().split(b"\0")
+        named = [note.partition(b" ")[0].partition(b"@")[2] for note in notes if note.endswith(b" " + bytes(out))]
+        assert named == [b"1", b"2"], notes[:10]  # rank 1's finds (its own directory), then rank 2's: once each
+        journal.TRIED_READ.clear()
+        journal.OPENED.clear()
+        assert not journal.made_alone(str(out), tag, 1)  # rank 2 found it there: a shared name, as before
+    finally:
+        journal.TRIED_READ.clear()
+        journal.OPENED.clear()
+        for prefix in (journal.PREFIX, journal.TRIED):
+            try:
+                os.unlink(os.path.join(where, journal.file_name(tag, prefix)))
+            except FileNotFoundError:
+                pass

@@ -11,7 +11,9 @@ What it can tell: every guarded mkdir of every job of this user on this node. So
 (``launcher.single_node``), a directory its journal lacks was made by no guarded call of this job. What it cannot: a
 peer on another node, whose journal is on its own node (there time decides). A directory made by a tool or an unguarded
 process, or spelled differently (through a symlink) by its maker, or made with ``dir_fd``. Journals nobody wrote into
-for ``STALE_S`` are removed by the next job to start on the node.
+for ``STALE_S`` are removed by the next job to start on the node. A journal that passed ``JOURNAL_MAX_BYTES`` is set
+aside (``made~.<tag>``, still read by ``newest``; the one set aside before is dropped): a job keeps at most twice
+that in ``/dev/shm``, which is memory.
 
 Beside it, ``tried.<tag>`` (issue 47): a guarded mkdir's ``FileExistsError`` and a ``makedirs(exist_ok=True)`` that
 found the directory there note the name, one ``open``/``write`` each (they are few): a name another rank shares.
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 
 CANDIDATES = ("/dev/shm", "/tmp")
 PREFIX = "made."
+ASIDE = "made~."  # a job's journal set aside when it passed ``JOURNAL_MAX_BYTES`` (one such generation is kept)
+JOURNAL_MAX_BYTES = 8 << 20  # about 100,000 entries: /dev/shm is memory (a container's is often 64 MB in all)
 STALE_S = 86400.0  # a journal unchanged for a day is another day's: removed when a process opens its own
 _FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # read too: made_alone
 TRIED = "tried."  # a job's notes of directories its ranks tried to make and found there (issue 47)
@@ -134,10 +138,12 @@ def file_name(tag: str, prefix: str = PREFIX) -> str:
 
 
 def tag_of(name: str) -> str | None:
-    """The job tag a journal's file name stands for. None: not a journal, or a hashed long tag's."""
-    if not name.startswith(PREFIX):
+    """The job tag a journal's file name stands for (a journal set aside too). None: not a journal, or a hashed long
+    tag's."""
+    prefix = PREFIX if name.startswith(PREFIX) else ASIDE if name.startswith(ASIDE) else None
+    if prefix is None:
         return None
-    return name[len(PREFIX) :].replace("%2F", "/").replace("%00", "\0").replace("%25", "%")
+    return name[len(prefix) :].replace("%2F", "/").replace("%00", "\0").replace("%25", "%")
 
 
 def directory() -> str | None:
@@ -190,8 +196,8 @@ def _sweep(where: str) -> None:
     try:
         with os.scandir(where) as entries:
             for entry in entries:
-                old = entry.name.startswith((PREFIX, TRIED)) and entry.stat(follow_symlinks=False).st_mtime < cutoff
-                if old:
+                ours = entry.name.startswith((PREFIX, ASIDE, TRIED))
+                if ours and entry.stat(follow_symlinks=False).st_mtime < cutoff:
                     unlink(entry.path)
     except OSError:
         pass
@@ -202,11 +208,56 @@ def made(path: Any, tag: str) -> None:
     happy path of a guarded mkdir: one ``write`` to a node-local file; never raises."""
     try:
         journal = OPENED.journal
-        fd = journal[1] if journal is not None and journal[0] == tag else _open(tag)
+        fd = _current(tag, journal[1] if journal is not None and journal[0] == tag else _open(tag))
         if fd >= 0:
             os.write(fd, _entry(path))
     except (OSError, TypeError, ValueError):
         pass
+
+
+def _current(tag: str, fd: int) -> int:
+    """This process's descriptor of job ``tag``'s journal, kept current.
+
+    The journal is set aside once it passed ``JOURNAL_MAX_BYTES`` (``ASIDE``, replacing the one set aside before: a
+    job's journals keep at most twice that), and reopened where another process set it aside. One ``fstat``: only a
+    full journal is ever set aside, so one under the bound is current (a job that made millions of directories filled
+    ``/dev/shm``)."""
+    if fd < 0:
+        return fd
+    st = os.fstat(fd)
+    if st.st_size < JOURNAL_MAX_BYTES:
+        return fd
+    where = directory()
+    if where is None:
+        return fd
+    path = os.path.join(where, file_name(tag))
+    import fcntl  # only here: a full journal, once per process and generation
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # one process sets it aside; the others reopen after
+    except OSError:
+        return fd  # another process is setting it aside: the next note looks again
+    try:
+        if _names(path, st):  # not set aside by another process already
+            os.replace(path, os.path.join(where, file_name(tag, ASIDE)))
+    except OSError:
+        pass
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    if _names(path, st):
+        return fd  # it could not be set aside: notes go on into it
+    os.close(fd)
+    OPENED.journal = None
+    return _open(tag)
+
+
+def _names(path: str, st: os.stat_result) -> bool:
+    """Whether ``path`` still names the file ``st`` describes."""
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
 def tried(path: Any, tag: str) -> None:
@@ -300,7 +351,7 @@ def newest(path: str, own: str, since: float | None = None) -> tuple[float, str,
     try:
         with os.scandir(where) as entries:
             for item in entries:
-                if item.name.startswith(PREFIX):
+                if item.name.startswith((PREFIX, ASIDE)):
                     try:
                         journals.append((item.stat(follow_symlinks=False).st_mtime, item.name))
                     except OSError:
@@ -315,7 +366,8 @@ def newest(path: str, own: str, since: float | None = None) -> tuple[float, str,
             break
         entry = _last(os.path.join(where, name), needle)  # a journal's newest entry for path: the older ones are older
         if entry is not None and entry[0] >= floor and (found is None or entry[0] > found[0]):
-            found = (entry[0], own if name == file_name(own) else tag_of(name) or name, entry[1])
+            mine = name in (file_name(own), file_name(own, ASIDE))
+            found = (entry[0], own if mine else tag_of(name) or name, entry[1])
     return found
 
 
@@ -346,7 +398,10 @@ def made_alone(path: str, own: str, rank: int) -> bool:
     needle = b" " + os.fsencode(path) + b"\0"
     mine = b"%d" % rank
     journal = OPENED.journal
-    fd = journal[1] if journal is not None and journal[0] == own else _open(own)  # this process's own descriptor
+    try:
+        fd = _current(own, journal[1] if journal is not None and journal[0] == own else _open(own))  # this process's
+    except OSError:
+        return False
     if fd < 0:
         return False
     try:

@@ -259,3 +259,61 @@ def test_a_directory_found_again_and_again_is_noted_once_per_process(fsguard_pyt
                 os.unlink(os.path.join(where, journal.file_name(tag, prefix)))
             except FileNotFoundError:
                 pass
+
+
+MANY_DIRECTORIES = """
+import os, sys
+from fsguard import journal
+journal.JOURNAL_MAX_BYTES = 4096  # set aside every 50 entries or so, not every 100,000
+root, rank = sys.argv[1], os.environ["RANK"]
+for k in range(400):
+    os.mkdir(os.path.join(root, f"r{rank}-{k:03d}"))
+print("ok")
+"""
+
+
+def test_a_journal_past_its_bound_is_set_aside_and_still_read(fsguard_python: Path, tmp_path: Path) -> None:
+    """Two ranks make 400 directories each, the journal's bound lowered to 4 KiB: the journal is set aside again and
+    again, one generation is kept, and this node's journals of the job stay within twice the bound (a job that made
+    millions of directories filled ``/dev/shm``, which is memory). The newest entries are still read, in the journal
+    and in the one set aside, as this job's."""
+    run_id = f"test-journal-{uuid.uuid4().hex}"
+    from fsguard.launcher import job_tag
+
+    tag = job_tag(rank_env(0, 2, run_id))
+    where = journal.directory()
+    assert tag is not None and where is not None
+    try:
+        ranks = [
+            subprocess.Popen(
+                [str(fsguard_python), "-c", MANY_DIRECTORIES, str(tmp_path)],
+                env=clean_env(rank_env(rank, 2, run_id, FSGUARD="1", FSGUARD_STDERR="0")),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for rank in (0, 1)
+        ]
+        for rank in ranks:
+            out, err = rank.communicate(timeout=60)
+            assert (rank.returncode, out) == (0, "ok\n"), err
+        assert len(os.listdir(tmp_path)) == 800
+        current = Path(where, journal.file_name(tag))
+        aside = Path(where, journal.file_name(tag, journal.ASIDE))
+        entry = 200  # an entry is about 90 bytes here; two ranks may each add one past the bound
+        assert 0 < current.stat().st_size <= 4096 + 2 * entry, current.stat()
+        assert 4096 <= aside.stat().st_size <= 4096 + 2 * entry, aside.stat()
+        notes = [n for n in (aside.read_bytes() + current.read_bytes()).split(b"\0") if n]
+        assert 40 <= len(notes) <= 2 * (4096 + 2 * entry) // 80, len(notes)  # two generations, not 800 entries
+        newest = sorted(os.fsdecode(n.partition(b" ")[2]) for n in notes)
+        for path in (newest[0], newest[-1]):  # the oldest kept (set aside) and the newest (in the journal)
+            found = journal.newest(path, tag)
+            assert found is not None and found[1] == tag, (path, found)
+        assert journal.newest(str(tmp_path / "r0-000"), tag) is None  # two generations ago: dropped
+    finally:
+        journal.OPENED.clear()
+        for prefix in (journal.PREFIX, journal.ASIDE, journal.TRIED):
+            try:
+                os.unlink(os.path.join(where, journal.file_name(tag, prefix)))
+            except FileNotFoundError:
+                pass

@@ -11,7 +11,6 @@ import sys
 import time
 from typing import Any
 
-
 RELEASE_S = 0.03  # after the last rank's arrival, when every rank goes on: each has seen it by then
 
 

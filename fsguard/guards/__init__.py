@@ -207,6 +207,28 @@ class Rules(Frozen):
         return "this job" if same_job(tag, self.job) else "another job"
 
 
+BIRTH_SLACK_S = 2.0  # the least allowance between a birth time (the file server's clock) and a journal entry's (ours)
+
+
+def since_birth(made: float, what: str, now: float, rules: Rules) -> float | None:
+    """The oldest journal entry that can name the directory born at ``made``.
+
+    ``made`` is ``World.created``'s time, a birth where ``what`` is ``"created"``. An entry older than the birth named an
+    earlier directory at its path, removed since. Less ``fresh_s`` (at least ``BIRTH_SLACK_S``) for the file server's
+    clock against ours; a birth after ``now`` (a server clock ahead) counts as now. None where the time is a change
+    time, not a birth: every entry counts."""
+    if what != "created":
+        return None
+    return min(made, now) - max(rules.fresh_s, BIRTH_SLACK_S)
+
+
+def journal_since(world: World, path: str, st: os.stat_result, rules: Rules) -> float | None:
+    """``since_birth`` of the directory at ``path`` (``st``: its ``lstat``). The journal's question then reads only what
+    was written since (``World.job_tag``): where no journal names the path, not every journal of the node, whole."""
+    made, what = world.created(path, st)
+    return since_birth(made, what, world.now(), rules)
+
+
 def by_tag(whose: str) -> str:
     """What identity evidence a decision had, for its record. ``"job tag"``, ``"job tag and time"`` (the job by its tag,
     the attempt by time) or ``"time only"``."""

@@ -22,9 +22,19 @@ import errno
 
 from ..calls import Call
 from ..evidence import kind_of
-from . import ABSORBED, NOT_FIXABLE, Rules, Scan, Verdict, World, absorb, by_tag, own_event, reraise
-
-BIRTH_SLACK_S = 2.0  # the least allowance between a birth time (the file server's clock) and a journal entry's (ours)
+from . import (
+    ABSORBED,
+    NOT_FIXABLE,
+    Rules,
+    Scan,
+    Verdict,
+    World,
+    absorb,
+    by_tag,
+    own_event,
+    reraise,
+    since_birth,
+)
 
 
 def decide(call: Call, error: OSError, world: World, rules: Rules) -> Verdict:
@@ -70,9 +80,8 @@ def made_by_peer(path: str, world: World, rules: Rules) -> Verdict:
         return reraise(f"directory {what} before this job started ({age:.1f} s ago; {rules.since(now)})", waited)
     # Who made it, by this node's journal of what each job made (never the directory itself).
     # A journal entry from before this directory's birth named an earlier one at that path, removed since: a peer on
-    # another node made this one (its birth: the server's clock, allowed ``fresh_s`` of skew as above). A birth
-    # after our now is a server clock ahead of ours: the journal is read from now, or it would miss this job's notes.
-    since = min(made, now) - max(rules.fresh_s, BIRTH_SLACK_S) if what == "created" else None
+    # another node made this one. A birth after our now is a server clock ahead of ours (``since_birth``).
+    since = since_birth(made, what, now, rules)
     tag, whose, waited = _whose(path, world, rules, age, waited, since)
     if whose == "another job":
         return reraise(f"directory made by another job or attempt (its job tag {tag!r}; this one's {rules.job!r})")

@@ -33,7 +33,7 @@ import stat
 
 from ..calls import Call, ends_in_separator
 from ..evidence import Look
-from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, absorb, conflict, reraise
+from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, absorb, conflict, journal_since, reraise
 
 # A destination whose ctime is within this many seconds of this process's own move of the same source is
 # taken as that move's result (covers coarse file timestamps and small clock offsets to a file server).
@@ -171,7 +171,9 @@ def _not_a_peers(
 ) -> Verdict | None:
     """The re-raise where the destination is not a peer's move; None: a peer's. Not a peer's: another job's, older than
     the job, or this process's own move onto it."""
-    tag = world.job_tag(dst) if stat.S_ISDIR(st.st_mode) else None  # files carry no job tag
+    tag = (
+        world.job_tag(dst, journal_since(world, dst, st, rules)) if stat.S_ISDIR(st.st_mode) else None
+    )  # no tag: a file
     if rules.whose(tag) == "another job":
         return reraise(f"source gone; the destination is another job's or attempt's (its job tag {tag!r})", waited)
     if not rules.is_fresh(st.st_ctime):

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from .._values import Value
 from ..launcher import is_single_node
-from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, own_event
+from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, journal_since, own_event
 
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
 
@@ -118,7 +118,7 @@ def plan(
         return "check"
     if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):
         return "check"
-    if rules.whose(world.job_tag(path)) in ("untagged", "another job"):
+    if rules.whose(world.job_tag(path, journal_since(world, path, top, rules))) in ("untagged", "another job"):
         return "check"  # not made by a guarded call of a peer of this attempt: a tool's tree (tar), another job's
     if own != "made-shared" and world.made_by_this_rank(path):  # the journal: before the parent's listing below
         return "check"  # another process of this rank made it (its Pool's child): no peer's commit

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fsguard.guards import BIRTH_SLACK_S
 from fsguard.guards import makedirs as rule
 
 from .fake import BEFORE_THE_JOB, DEFAULTS, EEXIST, FakeWorld, assert_raised, decide, rules
@@ -61,7 +62,7 @@ def test_the_journal_is_read_from_the_directory_birth_less_the_skew_allowance(tm
     world.births[str(path)] = born
     verdict = decide(rule, "makedirs", (str(path),), EEXIST, world, rules(fresh_s=DEFAULTS.fresh_s))
     assert verdict.absorb, verdict
-    assert world.since == [born - max(DEFAULTS.fresh_s, rule.BIRTH_SLACK_S)], world.since
+    assert world.since == [born - max(DEFAULTS.fresh_s, BIRTH_SLACK_S)], world.since
 
 
 def test_a_birth_after_our_now_reads_the_journal_from_now(tmp_path: Path) -> None:
@@ -75,7 +76,7 @@ def test_a_birth_after_our_now_reads_the_journal_from_now(tmp_path: Path) -> Non
     verdict = decide(rule, "makedirs", (str(path),), EEXIST, world, rules(fresh_s=DEFAULTS.fresh_s))
     assert verdict.absorb, verdict
     [since] = world.since
-    allowance = max(DEFAULTS.fresh_s, rule.BIRTH_SLACK_S)
+    allowance = max(DEFAULTS.fresh_s, BIRTH_SLACK_S)
     assert since is not None and before - allowance <= since <= time.time() - allowance, (since, before)
 
 

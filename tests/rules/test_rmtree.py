@@ -82,6 +82,22 @@ def test_this_processs_own_scratch_path_is_removed_at_once_with_checks(tmp_path:
     assert rule.plan(str(top), os.lstat(top), "made-shared", FakeWorld(), rules(), YIELD_S, False) == "wait"
 
 
+def test_the_journal_is_asked_from_the_trees_birth_where_the_filesystem_keeps_one(tmp_path: Path) -> None:
+    """A fresh tree at a path an earlier job of this node made and removed: the journal's entries older than the tree's
+    birth (less the skew allowance) named that earlier directory. Only the newer ones are asked for: where none names
+    the path, not every journal of the node is read, whole."""
+    top = tmp_path / "tmp-checkpoint-5"
+    top.mkdir()
+    world = FakeWorld()
+    born = time.time() - 3
+    world.births[str(top)] = born
+    assert rule.plan(str(top), os.lstat(top), None, world, rules(fresh_s=5.0), YIELD_S) == "wait"
+    assert world.since == [born - 5.0], world.since
+    unborn = FakeWorld()  # no birth time (NFS, most FUSE filesystems): every entry counts, as before
+    assert rule.plan(str(top), os.lstat(top), None, unborn, rules(fresh_s=5.0), YIELD_S) == "wait"
+    assert unborn.since == [None], unborn.since
+
+
 def test_a_tree_this_process_claimed_alone_is_removed_at_once_without_checks(tmp_path: Path) -> None:
     assert _plan(tmp_path, own="made") == "plain"  # mkdir, makedirs without exist_ok, mkdtemp
 

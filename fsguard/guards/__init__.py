@@ -213,10 +213,10 @@ BIRTH_SLACK_S = 2.0  # the least allowance between a birth time (the file server
 def since_birth(made: float, what: str, now: float, rules: Rules) -> float | None:
     """The oldest journal entry that can name the directory born at ``made``.
 
-    ``made`` is ``World.created``'s time, a birth where ``what`` is ``"created"``. An entry older than the birth named an
-    earlier directory at its path, removed since. Less ``fresh_s`` (at least ``BIRTH_SLACK_S``) for the file server's
-    clock against ours; a birth after ``now`` (a server clock ahead) counts as now. None where the time is a change
-    time, not a birth: every entry counts."""
+    ``made`` is ``World.created``'s time, a birth where ``what`` is ``"created"``. An entry older than the birth named
+    an earlier directory at its path, removed since. Less ``fresh_s`` (at least ``BIRTH_SLACK_S``) for the file
+    server's clock against ours; a birth after ``now`` (a server clock ahead) counts as now. None where the time is a
+    change time, not a birth: every entry counts."""
     if what != "created":
         return None
     return min(made, now) - max(rules.fresh_s, BIRTH_SLACK_S)

@@ -73,7 +73,9 @@ def test_du_of_a_ranks_directories_is_a_tools(fsguard_python: Path, tmp_path: Pa
     with 256-byte inodes, e3a2108's job tag took one more 4 KiB block each: twice the space)."""
     rank_makes(fsguard_python, tmp_path / "rank", 1000)
     tool_makes(tmp_path / "tool", 1000)
-    assert du_k(tmp_path / "rank") == du_k(tmp_path / "tool")
+    # A directory of 1,000 entries spans several blocks; where they are not contiguous ext4 gives it one more for its
+    # extent tree (two trees both made by mkdir -p differ so, 8,052 against 8,048 KiB). A job tag took 8,000 more.
+    assert abs(du_k(tmp_path / "rank") - du_k(tmp_path / "tool")) <= 16
     assert sorted(p.relative_to(tmp_path / "rank") for p in (tmp_path / "rank").rglob("*")) == sorted(
         p.relative_to(tmp_path / "tool") for p in (tmp_path / "tool").rglob("*")
     )

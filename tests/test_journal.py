@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -317,3 +318,70 @@ def test_a_journal_past_its_bound_is_set_aside_and_still_read(fsguard_python: Pa
                 os.unlink(os.path.join(where, journal.file_name(tag, prefix)))
             except FileNotFoundError:
                 pass
+
+
+GATED_REMOVE = """
+import os, shutil, sys, time
+target, go, started = sys.argv[1], sys.argv[2], sys.argv[3]
+if sys.argv[4] == "make":
+    os.makedirs(target, exist_ok=True)  # the first job's staging directory (its journal notes it)
+    print("made")
+    raise SystemExit
+os.mkdir(started + ".warm")
+shutil.rmtree(started + ".warm")  # fsguard's first rmtree imports its walk: not in the race below
+while not os.path.exists(go):
+    time.sleep(0.01)
+open(started, "w").close()
+shutil.rmtree(target)  # a stale staging directory, as this rank believes
+print("removed")
+"""
+
+
+def test_a_rerun_on_two_nodes_leaves_a_peers_fresh_tree_to_its_rename(fsguard_python: Path, tmp_path: Path) -> None:
+    """A two-node job's rank made ``tmp-checkpoint-5`` and the job ended. A rerun the same day: the rank on the other
+    node makes ``tmp-checkpoint-5`` afresh, writes its shard and renames it to ``checkpoint-5`` just after this node's
+    rank began to ``rmtree`` it. The first job's journal entry named the removed directory, not this one: the tree is
+    a peer's, fresh, and the rmtree waits for its rename (``yielded``). Read as the first job's, it was removed at
+    once, and the checkpoint was lost, as without fsguard."""
+    staging, final, logs = tmp_path / "tmp-checkpoint-5", tmp_path / "checkpoint-5", tmp_path / "logs"
+
+    def rank1(run_id: str, guarded: bool, step: str) -> subprocess.Popen[str]:
+        env = rank_env(1, 2, run_id, LOCAL_WORLD_SIZE="1", FSGUARD="1" if guarded else "0", FSGUARD_LOG=str(logs))
+        started = tmp_path / f"started-{run_id}"
+        return subprocess.Popen(
+            [str(fsguard_python), "-c", GATED_REMOVE, str(staging), str(tmp_path / f"go-{run_id}"), str(started), step],
+            env=clean_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    first = rank1("first", True, "make")
+    assert first.communicate(timeout=60)[0] == "made\n"
+    os.rmdir(staging)  # the job's end: its staging directory removed
+    time.sleep(5.5)  # the rerun comes later than FSGUARD_FRESH_S (the default, 5 s)
+    results = {}
+    for guarded in (False, True):
+        run_id = f"rerun-{guarded}"
+        rerun = rank1(run_id, guarded, "remove")
+        time.sleep(0.5)  # started: this job began before its peer made the directory
+        staging.mkdir()  # the other node's rank: its staging directory and its shard
+        (staging / "shard-0").write_text("w")
+        (tmp_path / f"go-{run_id}").touch()
+        deadline = time.monotonic() + 60
+        while not (tmp_path / f"started-{run_id}").exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)  # the rmtree is under way
+        try:
+            os.rename(staging, final)  # the peer's commit
+            committed = sorted(os.listdir(final))
+        except FileNotFoundError:
+            committed = None  # the rmtree removed it first: the checkpoint is lost
+        out, err = rerun.communicate(timeout=60)
+        results[guarded] = (rerun.returncode, out, committed)
+        assert "Traceback" not in err, err
+        shutil.rmtree(final, ignore_errors=True)
+    assert results[False] == (0, "removed\n", None), results[False]  # without fsguard: the race is real
+    assert results[True] == (0, "removed\n", ["shard-0"]), results[True]
+    found = [r for r in json_records(logs) if r["op"] == "rmtree"]
+    assert [r["decision"] for r in found] == ["yielded"], found

@@ -250,3 +250,17 @@ def test_a_trailing_separator_names_a_directory_and_a_file_there_is_raised(op: s
     os.mkdir(dst)
     verdict = decide(rule, op, (src + os.sep, dst + os.sep), ENOENT, FakeWorld(), rules())
     assert verdict.absorb, verdict
+
+
+@OPS
+def test_the_journal_is_asked_from_the_destinations_birth(op: str, tmp_path: Path) -> None:
+    """Source gone, a directory at the destination: whose it is, by the journal's entries since its birth (less the
+    skew allowance). An older entry named an earlier directory at that path, removed since."""
+    src, dst = _paths(tmp_path)
+    os.mkdir(dst)
+    world = FakeWorld()
+    born = time.time() - 1
+    world.births[dst] = born
+    verdict = decide(rule, op, (src, dst), ENOENT, world, rules(fresh_s=5.0))
+    assert verdict.absorb, verdict
+    assert world.since == [born - 5.0], world.since

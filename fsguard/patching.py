@@ -306,17 +306,14 @@ def _note(path: Any, job: str, found: bool = False) -> None:
     """Note a directory ``makedirs(exist_ok=True)`` made, or ``found`` there, in the job's journal. The journal is
     node-local (``fsguard.journal``, imported at the first one, not at start-up)."""
     if found:
-        if not _TRIED:
+        if f"{__package__}.journal" not in sys.modules:  # imported: no section needed (most calls)
             with Unforkable():
-                from .journal import tried
+                from . import journal  # noqa: F401 - its first import, inside the section
+        from .journal import tried
 
-            _TRIED.append(tried)
-        _TRIED[0](path, job)
+        tried(path, job)
     else:
         _journal_made()(path, job)
-
-
-_TRIED: list[Callable[[Any, str], None]] = []  # ``fsguard.journal.tried``, once imported (``_note``)
 
 
 def _journal_made() -> Callable[[Any, str], None]:

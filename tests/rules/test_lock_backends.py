@@ -185,7 +185,7 @@ class _Counted:
 def test_a_hand_off_wakes_the_next_ticket_only_and_passes_over_one_that_gave_up(store_port: int) -> None:
     """Issue 24, the lock convoy: a release wakes the waiter of the next ticket and no other (the waiters behind
     it send no request at all), and a waiter that gave up does not stall the queue: its turn is passed on at once,
-    not a lease later (the lease here is 10 s, the next waiter's bound 5 s)."""
+    not a lease later (the lease here is 10 s: the waiter served says how it was served)."""
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port), "TORCHELASTIC_RESTART_COUNT": f"q{os.getpid()}"}
     holder, quitter, *waiters = [StoreBackend(30.0, env) for _ in range(4)]
     first = holder.acquire("q", 1.0, "holder")
@@ -193,9 +193,12 @@ def test_a_hand_off_wakes_the_next_ticket_only_and_passes_over_one_that_gave_up(
         quitter.acquire("q", 0.2, "quitter")  # ticket 2, gives up
     got: dict[int, Any] = {}
     events = [threading.Event() for _ in waiters]
+    for waiter in waiters:  # connected first: a loaded machine once took 5 s to connect the second (CI, 2026-12-06)
+        waiter.requests.connect()
 
     def wait(i: int) -> None:
-        got[i] = waiters[i].acquire("q", 5.0, f"waiter {i}")
+        # A bound past the lease: a turn passed on a lease later shows in the note (asserted below), not as a timeout.
+        got[i] = waiters[i].acquire("q", 25.0, f"waiter {i}")
         events[i].set()
 
     threads = []
@@ -205,6 +208,7 @@ def test_a_hand_off_wakes_the_next_ticket_only_and_passes_over_one_that_gave_up(
         deadline = time.monotonic() + 10
         while holder.requests.add(holder.prefix + "q/n", 0) < 3 + i:
             assert time.monotonic() < deadline, "no ticket taken"
+            time.sleep(0.005)
     counted = [_Counted(w.requests.store) for w in waiters]
     for backend, client in zip(waiters, counted, strict=True):
         backend.requests.store = client
@@ -216,12 +220,12 @@ def test_a_hand_off_wakes_the_next_ticket_only_and_passes_over_one_that_gave_up(
             before, quiet_since = counted[1].requests, time.monotonic()
         time.sleep(0.05)
     holder.release(first)
-    assert events[0].wait(10), "the next live ticket was not served"
+    assert events[0].wait(30), "the next live ticket was not served"
     assert got[0].note == "" and not got[0].took_over, got[0].note  # served by the hand-off, not passed over
     assert counted[1].requests == before, "a waiter behind the next ticket was woken by the hand-off"
     assert not events[1].is_set()
     waiters[0].release(got[0])
-    assert events[1].wait(10), "the last ticket was not served"
+    assert events[1].wait(30), "the last ticket was not served"
     waiters[1].release(got[1])
     for thread in threads:
         thread.join(10)

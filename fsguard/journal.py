@@ -50,15 +50,20 @@ NOTE_AGAIN_S = 3600.0  # a name this process noted as tried is noted again after
 
 
 class _Opened:
-    """This process's journal, opened once per install (a cache registered with ``state.STATE.caches``)."""
+    """This process's journal and where its last note ended. Opened once per install (a cache registered with
+    ``state.STATE.caches``)."""
 
-    __slots__ = ("journal",)
+    __slots__ = ("journal", "last")
 
     def __init__(self) -> None:
         self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1)
+        # (descriptor, the journal's size just after this process's last note, that note's " <path>\0" and rank),
+        # where nothing else was appended between the size read before the note and the note itself.
+        self.last: tuple[int, int, bytes, bytes] | None = None
 
     def clear(self) -> None:
         self.journal = None
+        self.last = None
 
 
 OPENED = STATE.caches.register(_Opened())
@@ -180,6 +185,7 @@ def _open(tag: str) -> int:
         except OSError:
             fd = -1
     OPENED.journal = (tag, fd)
+    OPENED.last = None  # a note of another descriptor (one set aside) never tells this one's end
     return fd
 
 
@@ -208,35 +214,40 @@ def made(path: Any, tag: str) -> None:
     happy path of a guarded mkdir: one ``write`` to a node-local file; never raises."""
     try:
         journal = OPENED.journal
-        fd = _current(tag, journal[1] if journal is not None and journal[0] == tag else _open(tag))
+        fd, size = _current(tag, journal[1] if journal is not None and journal[0] == tag else _open(tag))
         if fd >= 0:
-            os.write(fd, _entry(path))
+            entry = _entry(path)
+            written = os.write(fd, entry)
+            # Where the journal then ends, if this note was all that came after the size read (see made_alone).
+            at = entry.index(b" ")
+            rank = entry[:at].partition(b"@")[2]
+            OPENED.last = (fd, size + written, entry[at:], rank) if size >= 0 and written == len(entry) else None
     except (OSError, TypeError, ValueError):
         pass
 
 
-def _current(tag: str, fd: int) -> int:
-    """This process's descriptor of job ``tag``'s journal, kept current.
+def _current(tag: str, fd: int) -> tuple[int, int]:
+    """This process's descriptor of job ``tag``'s journal, kept current, and its size (-1: not read).
 
     The journal is set aside once it passed ``JOURNAL_MAX_BYTES`` (``ASIDE``, replacing the one set aside before: a
     job's journals keep at most twice that), and reopened where another process set it aside. One ``fstat``: only a
     full journal is ever set aside, so one under the bound is current (a job that made millions of directories filled
     ``/dev/shm``)."""
     if fd < 0:
-        return fd
+        return fd, -1
     st = os.fstat(fd)
     if st.st_size < JOURNAL_MAX_BYTES:
-        return fd
+        return fd, st.st_size
     where = directory()
     if where is None:
-        return fd
+        return fd, -1
     path = os.path.join(where, file_name(tag))
     import fcntl  # only here: a full journal, once per process and generation
 
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # one process sets it aside; the others reopen after
     except OSError:
-        return fd  # another process is setting it aside: the next note looks again
+        return fd, -1  # another process is setting it aside: the next note looks again
     try:
         if _names(path, st):  # not set aside by another process already
             os.replace(path, os.path.join(where, file_name(tag, ASIDE)))
@@ -245,10 +256,10 @@ def _current(tag: str, fd: int) -> int:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
     if _names(path, st):
-        return fd  # it could not be set aside: notes go on into it
+        return fd, -1  # it could not be set aside: notes go on into it
     os.close(fd)
     OPENED.journal = None
-    return _open(tag)
+    return _open(tag), -1
 
 
 def _names(path: str, st: os.stat_result) -> bool:
@@ -394,12 +405,13 @@ def made_alone(path: str, own: str, rank: int) -> bool:
     (this one, or its children: a ``multiprocessing.Pool``'s) made ``path`` (absolute, normalised) last in job ``own``
     on this node. No process of another rank of the job tried to make it and found it there. Reads node-local files
     only: the job's ``tried`` notes (most often there are none), and the end of its journal back to the path's newest
-    making (at most about 1 MiB back: beyond that, no telling: False)."""
+    making (at most about 1 MiB back: beyond that, no telling: False). Where this process's own note of ``path`` is
+    still the journal's last (its size is where that note ended: ``_Opened.last``), nothing is read (issue 47)."""
     needle = b" " + os.fsencode(path) + b"\0"
     mine = b"%d" % rank
     journal = OPENED.journal
     try:
-        fd = _current(own, journal[1] if journal is not None and journal[0] == own else _open(own))  # this process's
+        fd, size = _current(own, journal[1] if journal is not None and journal[0] == own else _open(own))
     except OSError:
         return False
     if fd < 0:
@@ -407,7 +419,9 @@ def made_alone(path: str, own: str, rank: int) -> bool:
     try:
         if TRIED_READ.others(own, needle[1:-1], mine):
             return False  # another rank of the job found it there: it shares the name
-        return _newest_rank(fd, needle) == mine
+        if OPENED.last == (fd, size, needle, mine):
+            return True  # this process's note of path is the journal's last: nothing was appended since
+        return _newest_rank(fd, needle, size) == mine
     except OSError:
         return False
 
@@ -434,17 +448,18 @@ def _open_tried(own: str, create: bool = False) -> int:
     return -1
 
 
-def _newest_rank(fd: int, needle: bytes) -> bytes | None:
-    """The rank of the newest note naming ``needle``'s path in journal ``fd``, or None. An empty rank is a note without
-    one; None, no note within ``_CHUNKS`` chunks of its end."""
-    note = _newest_note(fd, needle, _CHUNKS)
+def _newest_rank(fd: int, needle: bytes, size: int = -1) -> bytes | None:
+    """The rank of the newest note naming ``needle``'s path in journal ``fd``, or None. ``size``: the journal's, -1
+    where not read yet. An empty rank is a note without one; None, no note within ``_CHUNKS`` chunks of its end."""
+    note = _newest_note(fd, needle, _CHUNKS, size)
     return None if note is None else note[1]
 
 
-def _newest_note(fd: int, needle: bytes, chunks: int | None) -> tuple[bytes, bytes] | None:
+def _newest_note(fd: int, needle: bytes, chunks: int | None, size: int = -1) -> tuple[bytes, bytes] | None:
     """The newest note naming ``needle``'s path in journal ``fd``: (time, rank), as written. None where no note does
-    within ``chunks`` chunks of its end (``chunks`` None: the whole journal). Read backwards in growing chunks."""
-    end = os.fstat(fd).st_size
+    within ``chunks`` chunks of its end (``chunks`` None: the whole journal; ``size``: its size, -1: read it here).
+    Read backwards in growing chunks."""
+    end = os.fstat(fd).st_size if size < 0 else size
     chunk = _FIRST_CHUNK  # then growing: the newest making is most often among the last few notes
     tail = b""  # the start of a chunk, up to its first note's end: that note began in the chunk before
     read = 0

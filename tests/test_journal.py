@@ -73,6 +73,38 @@ def test_a_note_another_rank_appends_later_is_read(tag: str, tmp_path: Path) -> 
     assert not journal.made_alone(str(tmp_path / "other"), tag, 1)  # rank 2 tried it; rank 1 never made it
 
 
+def test_this_process_s_last_note_answers_without_a_read_until_anything_is_appended(
+    tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: where this process's note of the path is the journal's last (its size is where that note ended), the
+    answer needs no read of the journal. Any note appended since, a peer's or its own of another path, makes it read
+    the journal again, so a peer that made the path since is seen."""
+    from fsguard.launcher import detect
+    from fsguard.state import STATE
+
+    monkeypatch.setattr(STATE, "launch", detect({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}))
+    reads: list[bytes] = []
+    newest_rank = journal._newest_rank
+
+    def counted(fd: int, needle: bytes, size: int = -1) -> bytes | None:
+        reads.append(needle)
+        return newest_rank(fd, needle, size)
+
+    monkeypatch.setattr(journal, "_newest_rank", counted)  # counted, not replaced: every answer is the real one
+    top, other = str(tmp_path / "eval_tmp"), str(tmp_path / "other")
+    journal.made(top, tag)
+    assert journal.made_alone(top, tag, 1) and reads == []  # its own note is the last: no read
+    assert not journal.made_alone(top, tag, 2) and len(reads) == 1  # another rank asks: read
+    journal.made(other, tag)
+    assert journal.made_alone(top, tag, 1) and len(reads) == 2  # its own note of another path came since: read
+    journal.made(top, tag)
+    _note(tag, journal.PREFIX, top, 2)  # a peer of rank 2 made it since (a note just as long)
+    assert not journal.made_alone(top, tag, 1) and len(reads) == 3
+    _note(tag, journal.PREFIX, other, 2)
+    journal.made(top, tag)
+    assert journal.made_alone(top, tag, 1) and len(reads) == 3  # its own again, the last
+
+
 def test_a_note_still_being_written_counts_once_whole(tag: str, tmp_path: Path) -> None:
     top = str(tmp_path / "eval_tmp")
     _note(tag, journal.PREFIX, top, 1)

@@ -108,6 +108,37 @@ def _standard_library() -> None:
     import pathlib  # noqa: F401
 
 
+def _ready(name: str) -> ModuleType | None:
+    """fsguard's module ``name`` where it is imported whole, else None. None: not yet, or another thread still imports
+    it. One dictionary lookup: a relative import inside a function costs 2-4 us at every call (``__spec__.parent`` is a
+    Python property), issue 47."""
+    module = sys.modules.get(f"{__package__}.{name}")
+    if module is None or getattr(module.__spec__, "_initializing", False):
+        return None
+    return module
+
+
+def _live_world() -> World:
+    """``fsguard.world.LIVE``, imported if need be (``_ready``)."""
+    world = _ready("world")
+    if world is None:
+        from .world import LIVE
+
+        return LIVE
+    live: World = world.LIVE
+    return live
+
+
+def _rmwalk() -> ModuleType:
+    """``fsguard.rmwalk``, imported if need be (``_ready``)."""
+    found = _ready("rmwalk")
+    if found is None:
+        from . import rmwalk
+
+        return rmwalk
+    return found
+
+
 def rules() -> Rules:
     """The rules' numbers, made once per settings object (every guarded rmtree asks, not only failures)."""
     settings = STATE.settings
@@ -156,9 +187,7 @@ def absorbs(call: Call, error: OSError) -> bool:
                 context, asked = _caller_handler(error), True
                 if context is not None:
                     numbers = numbers.without_waits()
-            from .world import LIVE
-
-            verdict = DECIDE[op](call, error, LIVE, numbers)
+            verdict = DECIDE[op](call, error, _live_world(), numbers)
             if verdict.absorb and settles and not asked:
                 # The context costs only a failure the evidence would absorb (handler analysis reads code).
                 context = _caller_handler(error)
@@ -184,15 +213,13 @@ def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: floa
     rmtree rule at each step). Its verdict is deferred and recorded as a failure's. Returns the error the caller gets
     (None: removed, or absorbed); the walk raises what it does not decide."""
     try:
-        from . import rmwalk
-        from .world import LIVE
-
-        numbers = rules()
+        numbers = rules()  # the first imports the failure path, the walk with it
+        rmwalk, world = _rmwalk(), _live_world()
     except Exception as broken:  # noqa: BLE001 - no policy to be had: the standard rmtree, unguarded
         rule_failed("rmtree", broken)
         wrapped(*call.args, **call.kwargs)
         return None
-    verdict = rmwalk.run(wrapped, call, LIVE, numbers, use_onexc, yield_s, serializer)
+    verdict = rmwalk.run(wrapped, call, world, numbers, use_onexc, yield_s, serializer)
     if verdict is None or walked(verdict, call) or verdict.handled_by is not None:
         return None  # removed, absorbed, or the caller's own handler got the error (as from the standard rmtree)
     return verdict.error if isinstance(verdict.error, OSError) else None

@@ -44,8 +44,15 @@ class _Listing:
     def __exit__(self, *exc: object) -> None:
         self._listing.close()
 
-    def __iter__(self) -> _Listing:
-        return self
+    def __iter__(self) -> Any:
+        """The whole listing at once, its names noted. Every version's walk lists a directory whole (``list(...)``);
+        issue 47: a Python ``__next__`` per entry was a tenth of a checked walk's instructions."""
+        entries = list(self._listing)
+        names = self._names
+        if names is not None:
+            found = [entry.name for entry in entries]
+            names.update(found if not found or isinstance(found[0], str) else map(os.fsdecode, found))  # bytes: text
+        return iter(entries)
 
     def __next__(self) -> Any:
         entry = next(self._listing)
@@ -59,13 +66,23 @@ class _Listing:
 
 class _Removed:
     """What a walk removed from the tree: how many entries, and the first ``_REMOVED_KEPT`` names. A hazard record names
-    them."""
+    them. Each is kept as (the directory the walk had open there, the name as given), joined only when a record asks
+    (issue 47: joining at each removal was a tenth of a checked walk's instructions)."""
 
-    __slots__ = ("count", "names")
+    __slots__ = ("count", "kept")
 
     def __init__(self) -> None:
         self.count = 0
-        self.names: list[str] = []
+        self.kept: list[tuple[str | None, Any]] = []
+
+    @property
+    def names(self) -> list[str]:
+        """The names kept, as paths. Each is below the directory the walk had open there, else as given."""
+        shown = []
+        for parent, path in self.kept:
+            name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
+            shown.append(name if parent is None else os.path.join(parent, name))
+        return shown
 
 
 class _FreshListing:
@@ -122,6 +139,7 @@ class Position:
         self.fresh = _FreshListing(top) if stale else None
         self.checking = True  # False for a tree no peer can move meanwhile (fsguard.guards.rmtree.plan)
         self.held = held  # the top's descriptor, held while the call runs (see find_renamed)
+        self.removers: dict[str, Any] = {}  # the unguarded os.unlink and os.rmdir, each read at its first use
 
     def identity(self) -> os.stat_result | None:
         """The top's identity, from the walk's open of it or the earlier lstat."""
@@ -167,12 +185,18 @@ class Position:
 
     def unlink(self, path: Any, *, dir_fd: int | None = None) -> None:
         self.check(boundary=False)
-        unguarded("unlink")(path, dir_fd=dir_fd)
+        unlink = self.removers.get("unlink")
+        if unlink is None:  # read at the walk's first removal (a program's own replacement included), then kept
+            unlink = self.removers["unlink"] = unguarded("unlink")
+        unlink(path, dir_fd=dir_fd)
         self.note_removed(path, dir_fd)
 
     def rmdir(self, path: Any, *, dir_fd: int | None = None) -> None:
         self.check(boundary=dir_fd is None)  # the top itself: confirm with a fresh listing where lookups cache
-        unguarded("rmdir")(path, dir_fd=dir_fd)
+        rmdir = self.removers.get("rmdir")
+        if rmdir is None:
+            rmdir = self.removers["rmdir"] = unguarded("rmdir")
+        rmdir(path, dir_fd=dir_fd)
         self.note_removed(path, dir_fd)
 
     def close(self, fd: int) -> None:
@@ -226,9 +250,8 @@ class Position:
             return  # a tree nobody can move: no hazard can name what was removed from it
         removed = self.removed
         removed.count += 1
-        if len(removed.names) < _REMOVED_KEPT:
-            name = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
-            removed.names.append(os.path.join(self.dirs[dir_fd], name) if dir_fd in self.dirs else name)
+        if len(removed.kept) < _REMOVED_KEPT:
+            removed.kept.append((self.dirs.get(dir_fd) if dir_fd is not None else None, path))
 
     def check(self, boundary: bool) -> None:
         """Raise ``Moved`` when the tree is no longer at its path. Where that cannot be told, the call goes on: it then
@@ -246,7 +269,8 @@ class Position:
             return
         missing = False
         try:
-            here = os.path.samestat(os.lstat(self.top), start)
+            now = os.lstat(self.top)
+            here = now.st_ino == start.st_ino and now.st_dev == start.st_dev  # os.path.samestat, without its call
         except FileNotFoundError:
             here, missing = False, True
         except OSError:

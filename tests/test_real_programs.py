@@ -227,6 +227,7 @@ def test_accelerate_total_limit_every_process_removes(fsguard_python: Path, tmp_
 
 
 TENSORBOARD_STEPS = 2
+TENSORBOARD_TRIES = 6  # runs without fsguard until the writers' race shows (TRIES for the other rows)
 
 
 TENSORBOARD = {
@@ -257,7 +258,8 @@ def test_tensorboard_every_rank_makes_the_log_directory(fsguard_python: Path, tm
         args = [library, str(where / "runs"), str(TENSORBOARD_STEPS)]
         return torchrun(fsguard_python, worker, args, where, guarded=guarded, site=site)
 
-    without = until_it_races(run, tmp_path, lambda job: job.returncode != 0)
+    # The writers' race needs the ranks released together: it did not show in 3 runs once, under load (2026-12-07).
+    without = until_it_races(run, tmp_path, lambda job: job.returncode != 0, TENSORBOARD_TRIES)
     assert "FileExistsError" in without.stderr and crash in without.stderr, without.stderr[-3000:]
 
     on = run(tmp_path / "with", guarded=True)

@@ -198,12 +198,19 @@ class State:
 
 STATE = State()
 
-_local = local()
+
+class _ThreadFlags(local):
+    """This thread's flags. A class default, so a thread that never set one reads it without an exception."""
+
+    busy = False
+
+
+_local = _ThreadFlags()
 
 
 def busy() -> bool:
     """True while this thread is inside fsguard's own decision or logging. Guarded calls then pass through."""
-    return getattr(_local, "busy", False)
+    return _local.busy
 
 
 def shutting_down() -> bool:
@@ -223,7 +230,7 @@ class Busy:
     __slots__ = ("_before",)
 
     def __enter__(self) -> None:
-        self._before = getattr(_local, "busy", False)
+        self._before = _local.busy
         _local.busy = True
 
     def __exit__(self, *exc: object) -> None:

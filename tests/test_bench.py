@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench import yield_window
+from bench import suite_cpu, yield_window
 from tests.cluster import backends
 from tests.cluster.fixtures import fuse_unavailable_reason
 from tests.conftest import ROOT, clean_env
@@ -308,3 +308,39 @@ def test_the_committed_storm_meets_the_operations_targets(ranks: int) -> None:
         f"storm {ranks}x2, storm p50 (s): { {arm: round(row['storm_s'], 2) for arm, row in rows.items()} }; "
         f"operations / none's: { {arm: round(row['meta_ratio'], 3) for arm, row in rows.items()} }"
     )
+
+
+# Two records as ``dump-acct`` prints them (a torchrun agent, a rank that imported torch), and one too short to be one.
+DUMP_ACCT = """\
+pt_elastic      |v3|   327.00|    14.00|  2215.00|     0|     0|1.0e+06|     0.00|   40001|   40000| F   |       0|__      |Mon Dec  7 01:20:01 2026
+python          |v3|   251.00|    23.00|  1062.00|     0|     0|783872.00|     0.00|   40002|   40001|S    |       1|__      |Mon Dec  7 01:20:02 2026
+python          |v3|    12.00|     3.00|    40.00|     0|     0|  4612.00|     0.00|   40003|   40001|     |       0|__      |Mon Dec  7 01:20:03 2026
+truncated|v3|1.00
+"""
+
+
+def test_suite_cpu_reads_the_accounting_records_and_bands_the_interpreters(tmp_path: Path) -> None:
+    """bench/suite_cpu.py (issue 48): each record's CPU is user + system ticks; interpreters of 2 s and more (an
+    ``import torch``) apart from the others; test modules' seconds from pytest's junit file."""
+    processes = suite_cpu.parse(DUMP_ACCT)
+    assert [(p.command, p.cpu_s, p.pid, p.ppid) for p in processes] == [
+        ("pt_elastic", 3.41, 40001, 40000),
+        ("python", 2.74, 40002, 40001),
+        ("python", 0.15, 40003, 40001),
+    ]
+    summary = suite_cpu.summarize(processes)
+    assert summary["cpu_s"] == 6.3 and summary["by_command"]["pt_elastic"]["processes"] == 1
+    assert summary["python_by_cpu"]["2 s and more"] == {"processes": 1, "cpu_s": 2.7, "share": 0.435}
+    assert summary["python_by_cpu"]["0-0.3 s"]["processes"] == 1
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_a" name="x" time="3.0"/>'
+        '<testcase classname="tests.test_a" name="y" time="1.0"/>'
+        '<testcase classname="tests.rules.test_b" name="z" time="4.0"/></testsuite></testsuites>'
+    )
+    tests = suite_cpu.modules(str(junit))
+    assert tests["test_s"] == 8.0
+    assert tests["modules"] == {
+        "tests.test_a": {"tests": 2, "s": 4.0, "share": 0.5},
+        "tests.rules.test_b": {"tests": 1, "s": 4.0, "share": 0.5},
+    }

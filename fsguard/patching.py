@@ -115,11 +115,11 @@ def _wrapper(
                     notes[0](args[0], tag)
             remember((op, args, kwargs) if now is None else (op, args, kwargs, now()))
             return result
+        if passes_fds and (kwargs.get("dir_fd") is not None or fds_given(kwargs)):
+            return wrapped(*args, **kwargs)  # relative to a descriptor: passed (dir_fd: each step of rmtree's walk)
         if makes and instance is not _LEVEL and getframe(1).f_code is parent_of and parent_of is not None:
             return _parents_in_turn(wrapper, wrapped, args, kwargs)  # (only a missing parent's call has kwargs)
         fds = not makes and fds_given(kwargs)  # makedirs takes no directory descriptors
-        if fds and passes_fds:
-            return wrapped(*args, **kwargs)
         serializer = state.serializer
         if serializer is not None and instance is not _SERIALIZED and _serializes(passes_fds, std_makedirs):
             return serializer.run(op, wrapped, args, kwargs, serialized_call)

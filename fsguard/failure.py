@@ -34,12 +34,14 @@ if TYPE_CHECKING:
 
 
 class _Made:
-    """The rules' numbers and the settings they were made from. Made once per install (a ``STATE.caches`` cache)."""
+    """The rules' numbers and the settings they were made from. Made once per install (a ``STATE.caches`` cache).
+    ``failure_path``: whether what a failure needs is imported (``failure_path_ready``)."""
 
-    __slots__ = ("rules",)
+    __slots__ = ("failure_path", "rules")
 
     def __init__(self) -> None:
         self.rules: tuple[Settings, Rules] | None = None
+        self.failure_path = False
 
     def clear(self) -> None:
         self.rules = None
@@ -82,30 +84,45 @@ def load_policy() -> None:
     """Import the rules and the evidence now rather than at the first failure. For a process about to lose access to its
     own site-packages: dropping privileges to a user that cannot read them, or ``chroot``. Without it such a process
     still runs: a rule that cannot be imported re-raises the original error."""
-    _import_failure_path()
     rules()
+    failure_path_ready()
+
+
+# Imports hold a per-module lock that a child forked meanwhile by another thread would wait on forever (a DataLoader's
+# fork during a first failure): each set below is imported whole inside ``state.Unforkable``, so that no fork splits
+# one, and no module of it is first imported outside the section (a child forked while another thread imported one
+# there waited forever for that module's lock at its own first failure).
+
+
+def _import_walk_path() -> None:
+    """The modules every guarded ``rmtree`` needs: its rules, walk and evidence. Imported at the first one."""
+    import ctypes  # noqa: F401 - evidence's statx
+
+    from . import evidence, rmwalk, world  # noqa: F401 - loaded now, used by the walk
 
 
 def _import_failure_path() -> None:
-    """The modules a failure needs, imported together at the first failure (or by ``load_policy``)."""
+    """The other modules a failure needs, imported at the first failure. The rules of every operation, the caller's
+    context (the oracle, and the standard library's bytecode and source readers it uses), the records. A first
+    ``rmtree`` that meets no failure imports none of them (issue 47: 40 ms of a first call's 70)."""
     _rule_modules()
-    _standard_library()
-    from . import oracle, records, rmwalk, runtime, world  # noqa: F401 - loaded now, used at the first failure
-
-    runtime.site_dirs()  # a record's call site: ``sysconfig``, and the data module it imports at its first use
-
-
-def _standard_library() -> None:
-    """Import the standard library's modules that the failure path needs. They are evidence's statx, the oracle's
-    pass-through wrappers and its bytecode and source readers, imported with the rest."""
-    # So that each first import runs inside the section too: a child forked while another thread was outside it,
-    # importing one of them, waited forever for that module's lock at its own first failure.
     import ast  # noqa: F401
-    import ctypes  # noqa: F401
     import dis  # noqa: F401
     import inspect  # noqa: F401
     import linecache  # noqa: F401
     import pathlib  # noqa: F401
+
+    from . import oracle, records, runtime  # noqa: F401 - loaded now, used at the first failure
+
+    runtime.site_dirs()  # a record's call site: ``sysconfig``, and the data module it imports at its first use
+
+
+def failure_path_ready() -> None:
+    """Import what a failure needs (``_import_failure_path``), once, no fork splitting it."""
+    if not MADE.failure_path:
+        with Unforkable():
+            _import_failure_path()
+        MADE.failure_path = True
 
 
 def _ready(name: str) -> ModuleType | None:
@@ -145,10 +162,8 @@ def rules() -> Rules:
     made = MADE.rules
     if made is None or made[0] is not settings:
         if made is None:
-            # Imports hold a per-module lock that a child forked meanwhile by another thread would wait on
-            # forever (a DataLoader's fork during a first failure): no fork splits them (``state.Unforkable``).
-            with Unforkable():
-                _import_failure_path()
+            with Unforkable():  # see _import_walk_path
+                _import_walk_path()
         from . import evidence
         from .guards import Rules
 
@@ -181,6 +196,7 @@ def absorbs(call: Call, error: OSError) -> bool:
     try:
         with Busy():
             numbers = rules()
+            failure_path_ready()
             if settles and numbers.settle_s and _may_wait(op, error, numbers.job):
                 # The rule may wait for evidence: where the caller gets the error anyway, decide from what the
                 # listings show now, no waiting (the context is asked first, and only here).
@@ -231,6 +247,13 @@ def walked(verdict: RmtreeVerdict, call: Call) -> bool:
     decided, not the context around the call."""
     error = verdict.error
     settled: Verdict = verdict
+    if verdict.decision is not None or verdict.absorb:
+        try:
+            with Busy():
+                failure_path_ready()
+        except Exception as broken:  # noqa: BLE001 - nothing to decide or record with: the walk's error stands
+            rule_failed("rmtree", broken)
+            return False
     if verdict.absorb and verdict.top_gone and isinstance(error, OSError) and verdict.handled_by is None:
         with Busy():
             context = _caller_handler(error)  # the error the standard rmtree lets escape

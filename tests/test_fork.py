@@ -340,7 +340,17 @@ def rmtree(name):
     shutil.rmtree(os.path.join(base, name))  # a peer removed it first
 
 
-for job in (lambda: makedirs("a", False), lambda: makedirs("b", True), lambda: replace("c"), lambda: rmtree("d")):
+def scratch(name):  # a first rmtree that meets no failure: the walk's imports in one section, the failure's later
+    import shutil
+
+    os.makedirs(os.path.join(base, name, "sub"))
+    open(os.path.join(base, name, "sub", "f"), "w").close()
+    shutil.rmtree(os.path.join(base, name))
+    print(sorted(m for m in sys.modules if m in ("fsguard.oracle", "fsguard.records", "fsguard.rmwalk")))
+
+
+jobs = (lambda: makedirs("a", False), lambda: makedirs("b", True), lambda: replace("c"), lambda: rmtree("d"))
+for job in (lambda: scratch("s"), *jobs):
     thread = threading.Thread(target=job)  # a thread's would-be crash is absorbed, not the whole program's end
     thread.start()
     thread.join()
@@ -354,14 +364,15 @@ def test_a_first_failure_imports_nothing_outside_its_section(fsguard_python: Pat
     needs them) is imported inside the first failure's section, so that no fork from another thread splits an
     import: a child waits forever for the lock of a module it inherited half-imported. Under load, 3 of 12
     ``test_forks_while_a_thread_decides_and_records`` runs had a child stuck in its first decision's
-    ``import ctypes`` (``evidence.birth_time``) or ``import pathlib`` (``handlers``) outside the section."""
+    ``import ctypes`` (``evidence.birth_time``) or ``import pathlib`` (``handlers``) outside the section. A first
+    ``rmtree`` that meets no failure imports the walk's modules (in their own section), not the failure's."""
     env = {"FSGUARD": "force", "FSGUARD_LOG": str(tmp_path / "logs"), "WHERE": str(tmp_path)}
     if mode == "serialized":
         env.update(TORCHRUN_ENV, FSGUARD="1", FSGUARD_SERIALIZE="1", FSGUARD_LOCK="file")
     result = run_python(fsguard_python, FIRST_FAILURES, env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "absorbed makedirs" in result.stderr and "deferred makedirs" in result.stderr, result.stderr[-2000:]
-    assert result.stdout.strip() == "[]", result.stdout
+    assert result.stdout.split("\n")[:2] == ["['fsguard.rmwalk']", "[]"], result.stdout
 
 
 GATE_BEING_MADE = """

@@ -79,6 +79,65 @@ PROGRAMS = {
                 shutil.rmtree(where)
             print(json.dumps(sorted(os.listdir(work))))
     """,
+    "own-functions": """
+        import json, os, shutil, subprocess, sys
+        work = sys.argv[1]
+        real = {name: getattr(os, name) for name in ("unlink", "rmdir")}
+        shown = []
+
+        def scratch(step):
+            where = os.path.join(work, "eval_tmp")
+            os.makedirs(os.path.join(where, "sub"), exist_ok=True)
+            for name in ("a", "b", os.path.join("sub", "c")):
+                with open(os.path.join(where, name), "w") as f:
+                    f.write(str(step))
+            return where
+
+        def failing(path, *args, **kwargs):  # the program's own os.unlink (as CPython's test_shutil swaps one)
+            shown.append(["unlink", os.path.relpath(path, work) if os.path.isabs(path) else os.fsdecode(path)])
+            if os.path.basename(os.fsdecode(path)) == "b":
+                raise PermissionError(13, "Permission denied (program)", path)
+            return real["unlink"](path, *args, **kwargs)
+
+        def onerror(func, path, exc_info):
+            shown.append(["onerror", func is os.unlink, func is real["unlink"], os.path.relpath(path, work),
+                          exc_info[0].__name__])
+
+        def wrappers_in(where, **kwargs):  # how many guarded wrappers of fsguard its rmtree ran (calls, not time)
+            count = [0]
+
+            def hook(frame, event, arg):
+                code = frame.f_code
+                if event == "call" and code.co_name == "wrapper" and code.co_filename.endswith("patching.py"):
+                    count[0] += 1
+            sys.setprofile(hook)
+            try:
+                shutil.rmtree(where, **kwargs)
+            finally:
+                sys.setprofile(None)
+            return count[0]
+
+        counts = [wrappers_in(scratch(0))]  # the plain walk, os as it is
+        os.unlink = failing
+        counts.append(wrappers_in(scratch(1), onerror=onerror))  # the program's own unlink
+        os.unlink = real["unlink"]
+        shutil.rmtree(os.path.join(work, "eval_tmp"))
+        shutil._use_fd_functions = False  # the walk by path, as on a platform without the fd functions
+        os.unlink = failing
+        shutil.rmtree(scratch(2), onerror=onerror)
+        os.unlink = real["unlink"]
+        shutil._use_fd_functions = True
+        shutil.rmtree(os.path.join(work, "eval_tmp"))
+        counts.append(wrappers_in(scratch(3)))  # back to os's own functions
+        where = scratch(4)  # os's own unlink fails (an immutable file: EPERM even as root)
+        subprocess.run(["chattr", "+i", os.path.join(where, "b")], check=True)
+        try:
+            shutil.rmtree(where, onerror=onerror)
+        finally:
+            subprocess.run(["chattr", "-i", os.path.join(where, "b")], check=True)
+        shutil.rmtree(where)
+        print(json.dumps({"shown": shown, "left": sorted(os.listdir(work)), "wrappers": counts}))
+    """,
     "shared": """
         import json, os, shutil, subprocess, sys
         work, how = sys.argv[1], sys.argv[2]
@@ -160,3 +219,29 @@ def test_a_name_a_peer_tried_to_make_keeps_its_window(fsguard_python: Path, tmp_
     left, records = run(fsguard_python, tmp_path, "shared", "1", how)
     assert left == without == []
     assert len(windows(records)) == 1, records
+
+
+def test_the_plain_walk_skips_the_wrappers_and_obeys_the_programs_own_functions(
+    fsguard_python: Path, tmp_path: Path
+) -> None:
+    """A tree the rank made alone is removed by the standard walk calling ``os``'s own ``unlink`` and ``rmdir``: its
+    steps pass no wrapper of fsguard's (only ``rmtree``'s own runs; on 02e2ee3 each entry's step passed one too:
+    issue 47, 3,800 instructions each). A program's own ``os.unlink`` is still what the walk calls, and its handler
+    is told ``os.unlink``, as it is when os's own ``unlink`` fails: the same calls, handler calls and tree as without
+    fsguard, by descriptor and by path (``shutil._use_fd_functions`` false), and os's own functions again once the
+    program puts them back. (``tests/test_versions.py`` runs it on the other versions' walks.)"""
+    check_plain_walk(fsguard_python, tmp_path)
+
+
+def check_plain_walk(python: Path, where: Path) -> None:
+    """The plain walk's program under ``python``, without fsguard and with it, in ``where``."""
+    without, _ = run(python, where, "own-functions", "0")
+    got, records = run(python, where, "own-functions", "1")
+    assert isinstance(without, dict) and isinstance(got, dict)
+    assert got["shown"] == without["shown"] and got["left"] == without["left"] == [], (got, without)
+    program = ["onerror", True, False, "eval_tmp/b", "PermissionError"]
+    own = ["onerror", True, True, "eval_tmp/b", "PermissionError"]
+    assert got["shown"].count(program) == 2 and got["shown"].count(own) == 1, got["shown"]  # told os.unlink
+    # rmtree's own wrapper; with the program's unlink also the two calls it makes through the os.unlink it kept
+    assert without["wrappers"] == [0, 0, 0] and got["wrappers"] == [1, 3, 1], got
+    assert not [r for r in records if r["op"] == "rmtree"], records

@@ -53,6 +53,7 @@ from tests import test_handlers as handlers
 from tests import test_races as races
 from tests import test_rmwalk_contract as contract
 from tests import test_rmwalk_parity as rmwalk_parity
+from tests import test_rmwalk_scratch as scratch
 from tests.conftest import TORCHRUN_ENV, run_python
 from tests.support import venvs
 from tests.workers import parity_family as family
@@ -313,6 +314,12 @@ def test_rmtree_retry_of_a_directory_that_gained_entries(
 def test_rmwalk_parity(venv: Venv, kind: str, handler: str) -> None:
     """``tests/test_rmwalk_parity.py`` under this version: on 3.12+ its ``onexc`` rows really run."""
     rmwalk_parity.check(venv.python, kind, handler)
+
+
+def test_plain_walk(venv: Venv, tmp_path: Path) -> None:
+    """``tests/test_rmwalk_scratch.py``'s plain walk under this version's own walk (3.13+: a stack; 3.15: through
+    ``_rmtree_impl``): no wrapper per step, the program's own functions obeyed, handlers told ``os.unlink``."""
+    scratch.check_plain_walk(venv.python, tmp_path)
 
 
 @pytest.mark.parametrize("handler", contract.HANDLERS)

@@ -127,7 +127,7 @@ class _Course:
             # without a held descriptor a directory made since could carry its inode number (a false rename record).
             position.held.take(top, position.top_st)
         # "plain": nobody can move it meanwhile: the standard walk itself, with fsguard's error handler
-        walk.set_checking(plan != "plain")
+        walk.set_checking(plan != "plain", serialized=serializer is not None)
         if plan == "wait" or self._announced():
             yielded = self._yield(yield_s)
             if yielded is not None:

@@ -23,7 +23,7 @@ from ..guards import rmtree as rule
 from ..guards.rmtree import RmtreeVerdict
 from ..waiting import Backoff, wait_for
 from .position import Position
-from .standard import checked, real
+from .standard import checked, plain, real
 from .tree import removal_residue, unguarded
 
 RETRIES = 4
@@ -127,14 +127,17 @@ class Walk:
         self.found = Found()
         self.wait_on_vanish = False  # stop at the first vanished entry and wait for the peer (``remove``)
 
-    def set_checking(self, checking: bool) -> None:
+    def set_checking(self, checking: bool, serialized: bool = False) -> None:
         """Remove the tree with the position checked, or plainly where no peer can move it. Checked: the standard walk's
         copy for this walk, where the caller's ``rmtree`` is the standard one. Plain, for a tree no peer can move
-        meanwhile: the caller's ``rmtree`` as it is, no checks, no copy made."""
+        meanwhile: no checks; not serialized, the standard walk's kept copy whose steps skip fsguard's wrappers
+        (``plain``), else the caller's ``rmtree`` as it is."""
         position = self.position
         position.checking = checking
         if checking:
             self.remover = checked(self.remover, position) or self.remover
+        elif not serialized:
+            self.remover = plain(self.remover) or self.remover
 
     def remove(self, positional: list[Any], named: dict[str, Any], wait_on_vanish: bool = False) -> None:
         """Run the remover on the caller's arguments, with this walk's position checked. ``wait_on_vanish``:

@@ -1,4 +1,5 @@
-"""The standard library's own ``rmtree`` code, copied for one walk. Its ``os`` is the walk's ``Position``.
+"""The standard library's own ``rmtree`` code, copied for one walk. Its ``os`` is the walk's ``Position`` (``checked``),
+or ``os`` with fsguard's wrappers taken off (``plain``).
 
 The walk is the running interpreter's own code (3.10's recursive ``_rmtree_safe_fd`` to 3.13's stack), run with
 fsguard's ``os.open``, ``os.unlink`` and ``os.rmdir`` in place of the real ones: so the symlink-attack protection,
@@ -9,15 +10,32 @@ version. Each call's walk is its own copy: no state is kept between calls or per
 
 from __future__ import annotations
 
+import operator
 import os
 import shutil
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
+from ..state import STATE
 from .position import Position
+from .tree import unguarded
 
 _WALKERS = ("_rmtree_safe_fd", "_rmtree_unsafe", "_rmtree_safe_fd_step")  # shutil's functions rmtree calls
+# The names of ``os`` every version's walk reads (``_Os``'s; ``_unguarded_os``'s, made again when one changes)
+_OS_NAMES = (
+    "O_NONBLOCK",
+    "O_RDONLY",
+    "fsdecode",
+    "fstat",
+    "path",
+    "close",
+    "lstat",
+    "open",
+    "rmdir",
+    "scandir",
+    "unlink",
+)
 
 
 class _Os:
@@ -51,8 +69,14 @@ class _Os:
 
 
 def real(func: Any) -> Any:
-    """The function a handler is told about: ``os.open`` for the walk's ``Position.open``, and so on."""
-    return getattr(os, func.__name__) if isinstance(getattr(func, "__self__", None), Position) else func
+    """The function a handler is told about, as the program sees it. ``os.open`` for the walk's ``Position.open``,
+    ``os.unlink`` (fsguard's wrapper) for the unwrapped ``unlink`` of a plain walk, and so on."""
+    if isinstance(getattr(func, "__self__", None), Position):
+        return getattr(os, func.__name__)
+    name = getattr(func, "__name__", None)
+    if name is not None and func is STATE.originals.get(name):
+        return getattr(os, name, func)
+    return func
 
 
 class _Globals(dict[str, Any]):
@@ -101,3 +125,106 @@ def _clone(function: types.FunctionType, namespace: dict[str, Any]) -> types.Fun
     copy.__kwdefaults__ = function.__kwdefaults__
     copy.__qualname__ = function.__qualname__
     return copy
+
+
+def _unguarded_os() -> types.ModuleType:
+    """``os`` for a plain walk, with fsguard's wrappers taken off. A module (its attributes are read as fast as
+    ``os``'s own) with ``os``'s names as they are now. The walk's functions (``_OS_NAMES``) are unwrapped
+    (``unguarded``: a program's or a test's own replacement stays)."""
+    proxy = types.ModuleType(os.__name__, os.__doc__)
+    proxy.__dict__.update((name, value) for name, value in vars(os).items() if not name.startswith("__"))
+    for name in _OS_NAMES:
+        if hasattr(os, name):
+            setattr(proxy, name, unguarded(name))
+    return proxy
+
+
+class _Plain(NamedTuple):
+    """One copy of the plain walk, and what it was made from. ``key``: the original, then the ``shutil`` and ``os``
+    names its walk reads, as ``read_shutil`` and ``read_os`` read them."""
+
+    key: tuple[Any, ...]
+    remover: Callable[..., Any]
+    read_shutil: Callable[[Any], Any]
+    read_os: Callable[[Any], Any]
+
+    def current(self, original: Any) -> tuple[Any, ...] | None:
+        """What the copy would be made from now. None where a name it read is gone."""
+        try:
+            return (original, self.read_shutil(vars(shutil)), self.read_os(vars(os)))
+        except KeyError:
+            return None
+
+
+class _PlainWalk:
+    """The plain walk's copy of the standard ``rmtree``, kept while fsguard is installed. One record, replaced whole:
+    threads that make it at once each keep a consistent one."""
+
+    __slots__ = ("made",)
+
+    def __init__(self) -> None:
+        self.made: _Plain | None = None
+
+    def clear(self) -> None:
+        self.made = None
+
+
+PLAIN = STATE.caches.register(_PlainWalk())
+
+
+def plain(original: Any) -> Callable[..., Any] | None:
+    """The standard ``rmtree`` whose walk calls ``os``'s own functions, not fsguard's wrappers, or None. For a tree no
+    peer can move meanwhile (a plain walk, not serialized): each step through a wrapper that only passes it on cost
+    3,800 instructions (issue 47). The code is the running interpreter's, so the walk, its calls and the
+    ``(func, path, exc)`` every handler gets (mapped back by ``real``) are the standard library's. The copy is kept,
+    and made again when the original, a ``shutil`` name its walk reads or one of ``_OS_NAMES`` changed: a test or
+    program that swaps one is obeyed. None where ``original`` is not the standard Python ``rmtree``, where ``shutil``
+    walks by path (``_use_fd_functions`` false: each step of that walk is a call fsguard remembers), and where a
+    program gave ``shutil`` another ``os``."""
+    module = getattr(original, "__globals__", None)
+    if not (isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree"):
+        return None
+    if module.get("_use_fd_functions") is not True or module.get("os") is not os:
+        return None
+    made = PLAIN.made
+    if made is None or made.current(original) != made.key:
+        made = _make_plain(original, module)
+        if made is None:
+            return None
+        PLAIN.made = made
+    return made.remover
+
+
+def _make_plain(original: types.FunctionType, module: dict[str, Any]) -> _Plain | None:
+    """Copy ``original`` and its walkers into one namespace. It is ``shutil``'s as it is now, ``os`` unguarded."""
+    namespace = dict(module)
+    namespace["os"] = _unguarded_os()
+    for name, value in module.items():
+        if isinstance(value, types.FunctionType) and value.__name__ in _WALKERS and value.__globals__ is module:
+            namespace[name] = _clone(value, namespace)
+    read_shutil = _reader(sorted(_global_names(original, module)))
+    read_os = _reader([name for name in _OS_NAMES if hasattr(os, name)])
+    made = _Plain((), _clone(original, namespace), read_shutil, read_os)
+    key = made.current(original)
+    return None if key is None else made._replace(key=key)
+
+
+def _global_names(original: types.FunctionType, module: dict[str, Any]) -> set[str]:
+    """The names of ``module`` that ``original`` and the walkers (with their nested code) may read."""
+    codes = [original.__code__] + [
+        value.__code__
+        for value in module.values()
+        if isinstance(value, types.FunctionType) and value.__name__ in _WALKERS
+    ]
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(name for name in code.co_names if name in module)
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return names
+
+
+def _reader(names: list[str]) -> Callable[[Any], Any]:
+    """A function that reads ``names`` from a dictionary in one C call. It returns a tuple (``KeyError``: one is
+    gone)."""
+    return operator.itemgetter(*names, *names[:1])  # two names at least: always a tuple

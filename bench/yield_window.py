@@ -233,9 +233,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--arms", help="a comma-separated subset of the arms (default: all)")
+    parser.add_argument("--chunks", type=int, help="alternating chunks per arm (default: 3; 1 with --quick)")
     args = parser.parse_args()
     rounds = 3 if args.quick else 30
-    chunks = 1 if args.quick else 3
+    chunks = args.chunks or (1 if args.quick else 3)
     # Each arm against its own unpatched removal, built the same way (a tree removed at once after it was
     # written is faster to remove than one written seconds earlier), in alternating chunks: on a shared machine
     # the load changes from second to second, and both sides of one ratio must see the same load.
@@ -245,7 +246,7 @@ def main() -> None:
     )
     print(
         f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}{'median ratio':>14}"
-        f"{'total ratio':>13}{'cpu ratio':>12}{'windows':>9}"
+        f"{'total ratio':>13}{'cpu ratio':>12}{'paired':>9}{'windows':>9}"
     )
     for arm in args.arms.split(",") if args.arms else ARMS:
         # the same tree removed unpatched (a rename racing an unpatched rmtree fails: the rename's arm is timed
@@ -257,12 +258,14 @@ def main() -> None:
         off_cpu: list[float] = []
         on_cpu: list[float] = []
         waits = 0
+        paired: list[float] = []  # each chunk's CPU ratio: both of its sides ran within a second of each other
         per_chunk = rounds // chunks * (SMALL_TREE_ROUNDS if arm in ISSUE_47_ARMS and not args.quick else 1)
         for _ in range(chunks):
             wall, cpu, _ = run_arm(unpatched_arm, per_chunk, guarded=False)
-            off, off_cpu = off + wall, off_cpu + cpu
+            off, off_cpu, baseline_cpu = off + wall, off_cpu + cpu, statistics.median(cpu)
             wall, cpu, waited = run_arm(arm, per_chunk, guarded=True)
             on, on_cpu, waits = on + wall, on_cpu + cpu, waits + waited
+            paired.append(statistics.median(cpu) / max(baseline_cpu, 1e-9))
         baseline = base[arm] = statistics.median(off)
         results[arm] = {
             "median_added_ms": (statistics.median(on) - baseline) * 1000,
@@ -271,13 +274,15 @@ def main() -> None:
             "total_ratio": sum(on) / sum(off),
             "cpu_median_ratio": statistics.median(on_cpu) / max(statistics.median(off_cpu), 1e-9),
             "cpu_total_ratio": sum(on_cpu) / max(sum(off_cpu), 1e-9),
+            "cpu_paired_ratio": statistics.median(paired),
             "windows": waits,
             "calls": len(on),
         }
         print(
             f"{arm:<24}{baseline * 1000:>14.2f}{results[arm]['median_added_ms']:>16.2f}"
             f"{results[arm]['worst_added_ms']:>16.2f}{results[arm]['median_ratio']:>14.2f}"
-            f"{results[arm]['total_ratio']:>13.2f}{results[arm]['cpu_median_ratio']:>12.2f}{waits:>9}"
+            f"{results[arm]['total_ratio']:>13.2f}{results[arm]['cpu_median_ratio']:>12.2f}"
+            f"{results[arm]['cpu_paired_ratio']:>9.2f}{waits:>9}"
         )
     if args.json:
         with open(args.json, "w") as f:

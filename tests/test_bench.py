@@ -158,10 +158,11 @@ def test_yield_window_alone(tmp_path: Path) -> None:
 
 
 # The committed full run of bench/yield_window.py (issue 47), and its no-tax arms' CPU target.
-YIELD_WINDOW_RESULTS = ROOT / "bench" / "results" / "2026-12-06-yield-window-e596ce2.json"
+YIELD_WINDOW_RESULTS = ROOT / "bench" / "results" / "2026-12-07-yield-window-71659a6.json"
 CPU_MISSED = pytest.mark.xfail(
-    reason="issue 47: 1.42-1.61x the unpatched CPU time in the committed run (about 60 us a call: the call planned, "
-    "the descriptor held on the top, the walk's handler and the guarded unlink of each entry); the wait is gone",
+    reason="issue 47: 1.46-1.61x the unpatched CPU time in the committed run (about 80-100 us a call of fsguard's "
+    "Python: the call decoded and planned, the descriptor held on the top, the walk's handler objects); the wait and "
+    "the wrapper per entry are gone",
     strict=True,
 )
 

@@ -224,7 +224,9 @@ def _may_wait(op: str, error: OSError, job: str | None) -> bool:
     return not operation.waits_alone or is_single_node(job)
 
 
-def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: float, serializer: Any) -> OSError | None:
+def walk(
+    wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: float, serializer: Any, read: Any = None
+) -> OSError | None:
     """One guarded ``rmtree``, down the pipeline once. The rules, then the walk (``fsguard.rmwalk``, which asks the
     rmtree rule at each step). Its verdict is deferred and recorded as a failure's. Returns the error the caller gets
     (None: removed, or absorbed); the walk raises what it does not decide."""
@@ -235,10 +237,29 @@ def walk(wrapped: Callable[..., Any], call: Call, use_onexc: bool, yield_s: floa
         rule_failed("rmtree", broken)
         wrapped(*call.args, **call.kwargs)
         return None
-    verdict = rmwalk.run(wrapped, call, world, numbers, use_onexc, yield_s, serializer)
+    verdict = rmwalk.run(wrapped, call, world, numbers, use_onexc, yield_s, serializer, read)
     if verdict is None or walked(verdict, call) or verdict.handled_by is not None:
         return None  # removed, absorbed, or the caller's own handler got the error (as from the standard rmtree)
     return verdict.error if isinstance(verdict.error, OSError) else None
+
+
+def short_walk(wrapped: Callable[..., Any], args: tuple[Any, ...], use_onexc: bool) -> tuple[bool, Any]:
+    """``rmtree(path)`` down the short course of a plain removal (``fsguard.rmwalk.lane``). Returns (True, the error
+    the caller gets: None where removed or absorbed), or (False, what the short course read for ``walk``:
+    ``rmwalk.NotTaken``, or None). Its verdict goes down the pipeline as ``walk``'s does."""
+    try:
+        numbers = rules()  # the first imports the walk's modules
+    except Exception:  # noqa: BLE001 - ``walk`` meets it again, and says so
+        return False, None
+    rmwalk = _ready("rmwalk")
+    if rmwalk is None:  # another thread still imports it
+        return False, None
+    verdict = rmwalk.lane(wrapped, args[0], _live_world(), numbers, use_onexc)
+    if isinstance(verdict, rmwalk.NotTaken):
+        return False, verdict
+    if verdict is None or walked(verdict, Call("rmtree", args, {})) or verdict.handled_by is not None:
+        return True, None
+    return True, verdict.error if isinstance(verdict.error, OSError) else None
 
 
 def walked(verdict: RmtreeVerdict, call: Call) -> bool:

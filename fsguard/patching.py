@@ -348,6 +348,15 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if busy() or sys.meta_path is None:  # (shutting down: unguarded)
             return wrapped(*args, **kwargs)
+        read = None  # what the short course read of the top, where it left the call to the full one
+        if not kwargs and len(args) == 1 and state.serializer is None:  # rmtree(path): perhaps a plain removal
+            taken, found = failure.short_walk(wrapped, args, use_onexc)
+            if taken:
+                remember(("rmtree", args, kwargs))
+                if found is not None:
+                    raise found
+                return None
+            read = found
         call = Call("rmtree", args, kwargs)
         if not call.bound or call.given[0] is None:  # the standard rmtree says what is wrong
             return wrapped(*args, **kwargs)
@@ -361,7 +370,7 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
         serializer = state.serializer
 
         def perform() -> None:
-            error = failure.walk(wrapped, call, use_onexc, yield_s, serializer)
+            error = failure.walk(wrapped, call, use_onexc, yield_s, serializer, read)
             remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
             if error is not None:
                 raise error

@@ -103,19 +103,21 @@ PROGRAMS = {
             shown.append(["onerror", func is os.unlink, func is real["unlink"], os.path.relpath(path, work),
                           exc_info[0].__name__])
 
-        def wrappers_in(where, **kwargs):  # how many guarded wrappers of fsguard its rmtree ran (calls, not time)
-            count = [0]
+        def wrappers_in(where, **kwargs):  # fsguard's guarded wrappers its rmtree ran, and its full courses
+            count = [0, 0]
 
             def hook(frame, event, arg):
                 code = frame.f_code
                 if event == "call" and code.co_name == "wrapper" and code.co_filename.endswith("patching.py"):
                     count[0] += 1
+                if event == "call" and code.co_name == "run" and code.co_filename.endswith("rmwalk/__init__.py"):
+                    count[1] += 1
             sys.setprofile(hook)
             try:
                 shutil.rmtree(where, **kwargs)
             finally:
                 sys.setprofile(None)
-            return count[0]
+            return count
 
         counts = [wrappers_in(scratch(0))]  # the plain walk, os as it is
         os.unlink = failing
@@ -226,7 +228,7 @@ def test_the_plain_walk_skips_the_wrappers_and_obeys_the_programs_own_functions(
 ) -> None:
     """A tree the rank made alone is removed by the standard walk calling ``os``'s own ``unlink`` and ``rmdir``: its
     steps pass no wrapper of fsguard's (only ``rmtree``'s own runs; on 02e2ee3 each entry's step passed one too:
-    issue 47, 3,800 instructions each). A program's own ``os.unlink`` is still what the walk calls, and its handler
+    issue 47, 3,800 instructions each), and ``rmtree(path)`` takes the short course (``fsguard.rmwalk.lane``). A program's own ``os.unlink`` is still what the walk calls, and its handler
     is told ``os.unlink``, as it is when os's own ``unlink`` fails: the same calls, handler calls and tree as without
     fsguard, by descriptor and by path (``shutil._use_fd_functions`` false), and os's own functions again once the
     program puts them back. (``tests/test_versions.py`` runs it on the other versions' walks.)"""
@@ -242,6 +244,8 @@ def check_plain_walk(python: Path, where: Path) -> None:
     program = ["onerror", True, False, "eval_tmp/b", "PermissionError"]
     own = ["onerror", True, True, "eval_tmp/b", "PermissionError"]
     assert got["shown"].count(program) == 2 and got["shown"].count(own) == 1, got["shown"]  # told os.unlink
-    # rmtree's own wrapper; with the program's unlink also the two calls it makes through the os.unlink it kept
-    assert without["wrappers"] == [0, 0, 0] and got["wrappers"] == [1, 3, 1], got
+    # rmtree's own wrapper; with the program's unlink also the two calls it makes through the os.unlink it kept. The
+    # plain rmtree(path) goes down the short course; one with the program's handler, the full one (rmwalk.run and its
+    # course's run), the first of the process too
+    assert without["wrappers"] == [[0, 0]] * 3 and got["wrappers"] == [[1, 0], [3, 2], [1, 0]], got
     assert not [r for r in records if r["op"] == "rmtree"], records

@@ -84,6 +84,7 @@ def plan(
     yield_s: float,
     scratch: bool = False,
     serialized: bool = False,
+    at_once: bool | None = None,
 ) -> Plan:
     """How to remove the tree at ``path``: ``"wait"``, ``"check"`` or ``"plain"``. ``"wait"``: first wait up to
     ``yield_s`` for a peer's rename, then the checked walk. ``"check"``: the checked walk at once; the tree must stay at
@@ -104,13 +105,12 @@ def plan(
     at a path where it already removed such a tree of its own after a window no peer used (``scratch``: a per-step
     scratch directory; peers do not commit trees at that path). Plain, before all these: a tree this rank made that
     no process of another rank made or tried to make, where this node's journal sees every peer (``rank_alone``);
-    not ``serialized``: there one rank makes a name for all (singleflight), and the others leave no note."""
+    not ``serialized``: there one rank makes a name for all (singleflight), and the others leave no note. ``at_once``:
+    ``plain_at_once``'s answer, where the caller asked it already."""
     if top is None or not stat.S_ISDIR(top.st_mode):
         return "check"
-    if not rules.peers or own == "made":
+    if own == "made" or (plain_at_once(path, top, world, rules, serialized) if at_once is None else at_once):
         return "plain"
-    if not serialized and rank_alone(path, top, world, rules):
-        return "plain"  # no peer of this attempt made it or tried to: nobody here could commit it (issue 47)
     own = own() if callable(own) else own  # this process's memory: asked only now (issue 47: its cost)
     if own == "made":
         return "plain"
@@ -125,6 +125,14 @@ def plan(
     if world.generation_beside(path) is not None or world.is_mount_point(path, top):
         return "plain"
     return "wait"
+
+
+def plain_at_once(path: str, top: os.stat_result, world: World, rules: Rules, serialized: bool = False) -> bool:
+    """Whether the directory ``top`` at ``path`` is removed plainly before anything else is asked. In a job without
+    peers; and, not ``serialized``, a tree this rank made alone (``rank_alone``: no peer of this attempt made it or
+    tried to, so nobody here could commit it; issue 47). ``plan``'s first answer, and the short course's test
+    (``fsguard.rmwalk.lane``)."""
+    return not rules.peers or (not serialized and rank_alone(path, top, world, rules))
 
 
 def rank_alone(path: str, top: os.stat_result, world: World, rules: Rules) -> bool:

@@ -124,11 +124,14 @@ class Position:
     directories the walk holds open. The walk's filesystem functions are its methods (``_Os``): they report each step to
     it and ask it, through ``check``, whether the tree is still at its path."""
 
-    def __init__(self, top: str, world: World, held: Held) -> None:
+    def __init__(
+        self, top: str, world: World, held: Held, before: tuple[os.stat_result | None, bool] | None = None
+    ) -> None:
         self.top = top  # normalised
         # The top as it is before the walk (one lstat per guarded call; None if it cannot be read: rmtree
-        # will say why): whether to wait for a peer, and which directory "the tree" is for a retry.
-        self.top_st, self.top_missing = lstat_top(top)
+        # will say why): whether to wait for a peer, and which directory "the tree" is for a retry. ``before``:
+        # ``lstat_top``'s answer, asked already (the short course's, fsguard.rmwalk.lane).
+        self.top_st, self.top_missing = lstat_top(top) if before is None else before
         self.ident: os.stat_result | None = None  # the walk's own open of the top (fstat)
         self.top_fd: int | None = None
         self.dirs: dict[int, str] = {}  # descriptor -> the directory the walk opened there

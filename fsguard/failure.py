@@ -37,14 +37,16 @@ class _Made:
     """The rules' numbers and the settings they were made from. Made once per install (a ``STATE.caches`` cache).
     ``failure_path``: whether what a failure needs is imported (``failure_path_ready``)."""
 
-    __slots__ = ("failure_path", "rules")
+    __slots__ = ("failure_path", "lane", "rules")
 
     def __init__(self) -> None:
         self.rules: tuple[Settings, Rules] | None = None
         self.failure_path = False
+        self.lane: tuple[Any, Any, World] | None = None  # fsguard.rmwalk's lane and NotTaken, and the live world
 
     def clear(self) -> None:
         self.rules = None
+        self.lane = None
 
 
 MADE = STATE.caches.register(_Made())
@@ -251,11 +253,15 @@ def short_walk(wrapped: Callable[..., Any], args: tuple[Any, ...], use_onexc: bo
         numbers = rules()  # the first imports the walk's modules
     except Exception:  # noqa: BLE001 - ``walk`` meets it again, and says so
         return False, None
-    rmwalk = _ready("rmwalk")
-    if rmwalk is None:  # another thread still imports it
-        return False, None
-    verdict = rmwalk.lane(wrapped, args[0], _live_world(), numbers, use_onexc)
-    if isinstance(verdict, rmwalk.NotTaken):
+    found = MADE.lane
+    if found is None:
+        rmwalk = _ready("rmwalk")
+        if rmwalk is None:  # another thread still imports it
+            return False, None
+        found = MADE.lane = (rmwalk.lane, rmwalk.NotTaken, _live_world())
+    lane, not_taken, world = found
+    verdict = lane(wrapped, args[0], world, numbers, use_onexc)
+    if isinstance(verdict, not_taken):
         return False, verdict
     if verdict is None or walked(verdict, Call("rmtree", args, {})) or verdict.handled_by is not None:
         return True, None

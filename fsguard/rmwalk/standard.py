@@ -181,17 +181,18 @@ def plain(original: Any) -> Callable[..., Any] | None:
     program that swaps one is obeyed. None where ``original`` is not the standard Python ``rmtree``, where ``shutil``
     walks by path (``_use_fd_functions`` false: each step of that walk is a call fsguard remembers), and where a
     program gave ``shutil`` another ``os``."""
+    made = PLAIN.made
+    if made is not None and made.current(original) == made.key:  # (its key holds _use_fd_functions and os)
+        return made.remover
     module = getattr(original, "__globals__", None)
     if not (isinstance(original, types.FunctionType) and module is vars(shutil) and original.__name__ == "rmtree"):
         return None
     if module.get("_use_fd_functions") is not True or module.get("os") is not os:
         return None
-    made = PLAIN.made
-    if made is None or made.current(original) != made.key:
-        made = _make_plain(original, module)
-        if made is None:
-            return None
-        PLAIN.made = made
+    made = _make_plain(original, module)
+    if made is None:
+        return None
+    PLAIN.made = made
     return made.remover
 
 

@@ -184,6 +184,39 @@ def test_the_committed_yield_window_run_meets_the_cpu_target(arm: str) -> None:
     assert ratio <= yield_window.NO_TAX_CPU_RATIO, ratio
 
 
+# The committed runs of bench/first_call.py (issue 47): a process's first guarded rmtree before and after its imports
+# were split (389691d), measured as an installed package is (byte-compiled).
+FIRST_CALL_BEFORE = ROOT / "bench" / "results" / "2026-12-07-first-call-02e2ee3.json"
+FIRST_CALL_AFTER = ROOT / "bench" / "results" / "2026-12-07-first-call-f9abe8d.json"
+FAILURE_ONLY = ("fsguard.oracle", "fsguard.records", "fsguard.runtime", "inspect", "logging", "ast", "dis")
+
+
+def test_the_first_call_bench_runs_and_imports_no_failure_path(tmp_path: Path) -> None:
+    """``bench/first_call.py --quick``: both arms ran in fresh processes, from the copy it byte-compiled, and the first
+    guarded ``rmtree`` of a process imported the walk's modules, none of what only a failure needs."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "first_call.py"), "--quick", "--json", str(tmp_path / "r.json")],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["unpatched"]["first_cpu_ms"] > 0 and result["fsguard"]["first_cpu_ms"] > 0, result
+    imported = result["fsguard_first_imports"]
+    assert "fsguard.rmwalk" in imported and not set(FAILURE_ONLY) & set(imported), imported
+
+
+def test_the_committed_first_call_runs_show_the_failure_path_left_out() -> None:
+    """In the committed runs: before, the first ``rmtree`` imported the failure path too; after, none of it."""
+    before, after = (json.loads(f.read_text()) for f in (FIRST_CALL_BEFORE, FIRST_CALL_AFTER))
+    assert set(FAILURE_ONLY) <= set(before["fsguard_first_imports"]), before["fsguard_first_imports"]
+    assert not set(FAILURE_ONLY) & set(after["fsguard_first_imports"]), after["fsguard_first_imports"]
+    assert after["first_added_ms"] < before["first_added_ms"], (before["first_added_ms"], after["first_added_ms"])
+
+
 @pytest.mark.timeout(420)
 def test_decide_alone(alone: Alone) -> None:
     result, stdout = alone("decide")

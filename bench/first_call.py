@@ -54,7 +54,9 @@ print(json.dumps({"cpu": cpu, "imported": imported, "fsguard": getattr(sys.modul
 def run(where: str, guarded: bool, round_: int) -> dict[str, Any]:
     """One fresh process's two removals: their CPU seconds, and what the first imported."""
     work = tempfile.mkdtemp(dir=where)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FSGUARD") and k != "PYTHONDONTWRITEBYTECODE"}
+    # Unmeasured by coverage (a test run's ``COVERAGE_*``): it would time coverage, and name a copy that is gone.
+    drop = ("FSGUARD", "COVERAGE")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(JOB, PYTHONPATH=where, FSGUARD="1" if guarded else "0", FSGUARD_LOG=os.path.join(where, "log"))
     env["TORCHELASTIC_RUN_ID"] = f"first-call-{os.getpid()}-{round_}"
     # Through a shell that forks: the child's parent (its "launcher", which dates the job) starts now.

@@ -110,7 +110,8 @@ class _Tried:
             return self.others(own, path, mine)
         if st.st_size > self.end:
             self._read(st.st_size)
-        return any(rank != mine for rank in self.ranks.get(path, ()))
+        ranks = self.ranks.get(path)  # most often none: no generator made (issue 47)
+        return ranks is not None and any(rank != mine for rank in ranks)
 
     def _read(self, size: int) -> None:
         start = self.end or max(0, size - _CHUNKS * _CHUNK)

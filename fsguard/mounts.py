@@ -114,7 +114,7 @@ _UNKNOWN = Mount("", "", "", {}, stale=True, shared=False)
 def mount_of(path_or_dev: str | bytes | int | os.PathLike[Any]) -> Mount:
     """The mount of a device number, or of a path's nearest existing directory. Cached per device."""
     if isinstance(path_or_dev, int):
-        return _mount_of_dev(path_or_dev, None)
+        return MOUNTS.get(path_or_dev) or _mount_of_dev(path_or_dev, None)
     path = os.fsdecode(os.fspath(path_or_dev))
     dev, where = _device(path)
     if dev is None:
@@ -126,6 +126,10 @@ def lookups_may_be_stale(path_or_dev: str | bytes | int | os.PathLike[Any]) -> b
     """Whether this node's lookups of names there may lag a peer's change. FUSE includes JuiceFS. JuiceFS and bindfs,
     and anything unknown); False on a coherent local filesystem (ext4, xfs, btrfs, tmpfs, an overlay of local
     layers...), where a name's own lstat is the truth."""
+    if type(path_or_dev) is int:  # a device already known: asked by every plain rmtree (issue 47)
+        known = MOUNTS.get(path_or_dev)
+        if known is not None:
+            return known.stale
     return mount_of(path_or_dev).stale
 
 

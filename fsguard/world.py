@@ -72,7 +72,7 @@ class Live:
         launch, job = STATE.launch, STATE.job
         if launch is None or job is None:
             return False
-        return journal.made_alone(path if os.path.isabs(path) else os.path.abspath(path), job, launch.rank)
+        return journal.made_alone(path if path[:1] == "/" else os.path.abspath(path), job, launch.rank)
 
     def is_mount_point(self, path: str, st: os.stat_result) -> bool:
         return evidence.is_mount_point(path, st)

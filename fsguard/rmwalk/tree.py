@@ -44,6 +44,8 @@ def lstat_top(path: str) -> tuple[os.stat_result | None, bool]:
         return None, False
 
 
+# ``Held``'s open: an ``O_PATH`` descriptor where there is one (it reads nothing), of the directory itself
+_HOLD_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 UNSET: Any = object()
 UNREADABLE: Any = object()
 
@@ -123,7 +125,7 @@ class Held:
         if key in self.fds:
             return
         try:
-            fd = os.open(path, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, _HOLD_FLAGS)
         except OSError:
             return
         try:

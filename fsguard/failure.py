@@ -245,8 +245,11 @@ def walk(
     return verdict.error if isinstance(verdict.error, OSError) else None
 
 
-def short_walk(wrapped: Callable[..., Any], args: tuple[Any, ...], use_onexc: bool) -> tuple[bool, Any]:
-    """``rmtree(path)`` down the short course of a plain removal (``fsguard.rmwalk.lane``). Returns (True, the error
+def short_walk(
+    wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], use_onexc: bool
+) -> tuple[bool, Any]:
+    """``rmtree(path, **kwargs)`` down the short course of a plain removal (``fsguard.rmwalk.lane``; ``kwargs``: its
+    error keywords only, ``ignore_errors``, ``onerror``, ``onexc``). Returns (True, the error
     the caller gets: None where removed or absorbed), or (False, what the short course read for ``walk``:
     ``rmwalk.NotTaken``, or None). Its verdict goes down the pipeline as ``walk``'s does."""
     try:
@@ -260,10 +263,10 @@ def short_walk(wrapped: Callable[..., Any], args: tuple[Any, ...], use_onexc: bo
             return False, None
         found = MADE.lane = (rmwalk.lane, rmwalk.NotTaken, _live_world())
     lane, not_taken, world = found
-    verdict = lane(wrapped, args[0], world, numbers, use_onexc)
+    verdict = lane(wrapped, args[0], kwargs, world, numbers, use_onexc)
     if isinstance(verdict, not_taken):
         return False, verdict
-    if verdict is None or walked(verdict, Call("rmtree", args, {})) or verdict.handled_by is not None:
+    if verdict is None or walked(verdict, Call("rmtree", args, kwargs)) or verdict.handled_by is not None:
         return True, None
     return True, verdict.error if isinstance(verdict.error, OSError) else None
 

@@ -344,13 +344,15 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
     remember = STATE.memory.calls.append
     state = STATE
     use_onexc = _takes_onexc(rmtree)
+    # rmtree(path), or with its error keywords (a TemporaryDirectory's clean-up): perhaps the short course
+    lane_keywords = frozenset(("ignore_errors", "onerror", "onexc") if use_onexc else ("ignore_errors", "onerror"))
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if busy() or sys.meta_path is None:  # (shutting down: unguarded)
             return wrapped(*args, **kwargs)
         read = None  # what the short course read of the top, where it left the call to the full one
-        if not kwargs and len(args) == 1 and state.serializer is None:  # rmtree(path): perhaps a plain removal
-            taken, found = failure.short_walk(wrapped, args, use_onexc)
+        if len(args) == 1 and state.serializer is None and (not kwargs or kwargs.keys() <= lane_keywords):
+            taken, found = failure.short_walk(wrapped, args, kwargs, use_onexc)  # perhaps a plain removal
             if taken:
                 remember(("rmtree", args, kwargs))
                 if found is not None:

@@ -322,6 +322,12 @@ def test_plain_walk(venv: Venv, tmp_path: Path) -> None:
     scratch.check_plain_walk(venv.python, tmp_path)
 
 
+def test_error_keywords_take_the_short_course(venv: Venv, tmp_path: Path) -> None:
+    """``tests/test_rmwalk_scratch.py``'s error keywords under this version: a ``TemporaryDirectory``'s clean-up (3.12+:
+    with ``onexc``) and ``rmtree`` with ``onerror``/``ignore_errors`` take the short course, as without fsguard."""
+    scratch.check_error_keywords(venv.python, tmp_path)
+
+
 @pytest.mark.parametrize("handler", contract.HANDLERS)
 @pytest.mark.parametrize("case", contract.CASES)
 def test_rmtree_contract(venv: Venv, tmp_path: Path, case: str, handler: str) -> None:

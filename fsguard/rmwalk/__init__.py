@@ -99,14 +99,18 @@ class NotTaken(NamedTuple):
 NOT_TAKEN = NotTaken(None, None, None)
 
 
-def lane(original: Callable[..., Any], path: Any, world: World, rules: Rules, use_onexc: bool) -> Any:
-    """``rmtree(path)`` of a tree removed plainly, down a short course. ``NotTaken`` (with what it read) before anything
-    is removed, where the full course (``run``) must decide. Else what ``run`` returns for it: None, or the verdict of
-    what its walk met.
+def lane(
+    original: Callable[..., Any], path: Any, kwargs: dict[str, Any], world: World, rules: Rules, use_onexc: bool
+) -> Any:
+    """``rmtree(path, **kwargs)`` of a tree removed plainly, down a short course. ``NotTaken`` (with what it read)
+    before anything is removed, where the full course (``run``) must decide. Else what ``run`` returns for it: None, or
+    the verdict of what its walk met. ``kwargs``: the call's error keywords, or none (``ignore_errors``, ``onerror``,
+    ``onexc``: a ``TemporaryDirectory``'s clean-up passes one).
 
-    The course of a call with no handler, no ``ignore_errors``, not serialized, whose plan is ``"plain"`` at once
-    (``fsguard.guards.rmtree.plain_at_once``): the top's ``lstat``, the plan, the held top, the standard walk (its kept
-    copy, ``plain``). fsguard's error handler for the walk (``Walk``) and its position are made at the walk's first
+    The course of a call not serialized, whose plan is ``"plain"`` at once (``fsguard.guards.rmtree.plain_at_once``):
+    the top's ``lstat``, the plan, the held top, the standard walk (its kept copy, ``plain``) with the caller's
+    arguments as ``run`` passes them (``Caller.arguments``: fsguard's handler in place of the caller's; none with
+    ``ignore_errors``). fsguard's error handler for the walk (``Walk``) and its position are made at the walk's first
     error, with what the course read before it: from there the walk goes on as ``run``'s would (issue 47: ``run``'s
     objects cost a plain removal of 8 files about a third of its CPU time)."""
     try:
@@ -122,18 +126,23 @@ def lane(original: Callable[..., Any], path: Any, world: World, rules: Rules, us
     remover = plain(original)
     if remover is None:
         return NOT_TAKEN
+    on_error = kwargs.get("ignore_errors", False), kwargs.get("onerror"), kwargs.get("onexc")
     with Held() as held:
         held.take(top, st)  # see find_renamed, and _Course.run
-        handler = _LaneHandler((top, before, held, original, world, rules, use_onexc))
+        handler = _LaneHandler((top, before, held, original, world, rules, Caller(*on_error, use_onexc)))
         try:
-            if use_onexc:
-                remover(path, onexc=handler.onexc)
+            if not kwargs:
+                if use_onexc:
+                    remover(path, onexc=handler.onexc)
+                else:
+                    remover(path, onerror=handler.onerror)
             else:
-                remover(path, onerror=handler.onerror)
-        except Vanishing:
+                positional, named = handler.caller.arguments((path,), kwargs, handler)
+                remover(*positional, **named)
+        except Vanishing:  # (only without the caller's handler: see _LaneHandler.walk)
             walk = handler.walk()
             if not walk.wait_for_peer_removal():
-                positional, named = walk.caller.arguments((path,), {}, walk)
+                positional, named = walk.caller.arguments((path,), kwargs, walk)
                 walk.remove(positional, named)  # the peer stopped (or is slow): remove what is left
         except FileNotFoundError as exc:
             if not _escaped_absorbed(handler.walk(), exc):
@@ -147,20 +156,21 @@ class _LaneHandler:
     error. Its handler is called as ``Walk.onerror``/``onexc`` would be, one frame below the standard walk's
     (``Walk._retry`` reads that frame)."""
 
-    __slots__ = ("built", "made_of")
+    __slots__ = ("built", "caller", "made_of")
 
     def __init__(self, made_of: tuple[Any, ...]) -> None:
         self.made_of = made_of
+        self.caller: Caller = made_of[-1]
         self.built: Walk | None = None
 
     def walk(self) -> Walk:
         """The ``Walk`` that ``run`` would have made for this call, for a plain walk."""
         if self.built is None:
-            top, before, held, original, world, rules, use_onexc = self.made_of
-            caller = Caller(False, None, None, use_onexc)
+            top, before, held, original, world, rules, caller = self.made_of
             walk = Walk(Position(top, world, held, before), original, caller, world, rules)
             walk.set_checking(False)
-            walk.wait_on_vanish = rules.peers  # as run's walk: no handler of the caller's, peers to wait for
+            # as run's walk: peers to wait for where the caller's errors raise (no handler of its own)
+            walk.wait_on_vanish = rules.peers and not caller.ignore and caller.handler is None
             self.built = walk
         return self.built
 

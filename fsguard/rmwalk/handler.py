@@ -14,7 +14,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .. import mounts
 from ..calls import norm
@@ -31,6 +31,14 @@ RETRIES = 4
 
 class Vanishing(BaseException):
     """Entries vanish under the walk: a peer is removing the same tree. Stop walking (and wait for it)."""
+
+
+class Handlers(Protocol):
+    """What ``Caller.arguments`` passes in place of the caller's handler: a ``Walk``, or the short course's handler."""
+
+    def onerror(self, func: Callable[..., Any], path: Any, exc_info: Any) -> None: ...
+
+    def onexc(self, func: Callable[..., Any], path: Any, exc: BaseException) -> None: ...
 
 
 class Caller:
@@ -58,7 +66,9 @@ class Caller:
             return None
         return "onexc" if self.onexc is not None else "onerror" if self.onerror is not None else None
 
-    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], walk: Walk) -> tuple[list[Any], dict[str, Any]]:
+    def arguments(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], walk: Handlers
+    ) -> tuple[list[Any], dict[str, Any]]:
         """The caller's arguments with the walk's handler in place of the caller's. ``onexc`` where it exists, else
         ``onerror``, in the position the caller used; none with ``ignore_errors``."""
         positional, named = list(args), dict(kwargs)

@@ -26,7 +26,9 @@ Four arms, each an rmtree of a 300-file tree in a process that looks like rank 1
 * ``fresh-scratch`` (issue 47): the scratch idiom at a new path every round (``eval_tmp-<k>``): every removal is
   the first at its path (this process made it with ``makedirs(exist_ok=True)``, no peer noted it): no window;
 * ``pool-filled`` (issue 47): 16-style directories this process made with ``makedirs(exist_ok=True)`` and its
-  ``multiprocessing.Pool`` filled, removed by the process: no window.
+  ``multiprocessing.Pool`` filled, removed by the process: no window;
+* ``tempdir``: a ``tempfile.TemporaryDirectory`` with 8 small files, its ``cleanup()`` timed (an ``rmtree`` with
+  the clean-up's own error handler): the short course, as for ``rmtree(path)``.
 
 The arms of issue 47 (``ISSUE_47_ARMS``) are small trees (8 files), run for ``SMALL_TREE_ROUNDS`` times the rounds;
 their CPU ratio is the one ``tests/test_bench.py`` checks in the committed results file (at most
@@ -55,11 +57,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = 300
 ISSUE_47_ARMS = ("scratch", "fresh-scratch", "pool", "pool-filled")
+SMALL_TREE_ARMS = (*ISSUE_47_ARMS, "tempdir")  # 8 files each, run for SMALL_TREE_ROUNDS times the rounds
 NO_TAX_CPU_RATIO = 1.3  # issue 47: an rmtree no peer renames, at most this many times the unpatched CPU time
 SMALL_TREE_ROUNDS = 10  # the issue 47 arms run this many times the rounds: a 0.2 ms removal's median needs them
 ARMS = (
     *("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays"),
-    *("shared-renamed", "shared-stays", *ISSUE_47_ARMS),
+    *("shared-renamed", "shared-stays", *SMALL_TREE_ARMS),
 )
 JOB = {
     "RANK": "1",
@@ -147,8 +150,6 @@ def child(arm: str, rounds: int, base: str) -> None:
         elif arm == "own":
             make_tree(top, made_by_makedirs=True)
         elif arm == "mkdtemp":
-            import tempfile
-
             top = tempfile.mkdtemp(dir=base)
             make_tree(os.path.join(top, "data"), made_by_makedirs=True)
         elif arm == "rotation":
@@ -160,6 +161,14 @@ def child(arm: str, rounds: int, base: str) -> None:
             peer_tried(top)  # rank 0 makes the same name too, and finds it there
         elif arm.startswith("peer"):
             make_tree(top, made_by_makedirs=False)  # as a peer would: this process's memory has no makedirs
+        elif arm == "tempdir":
+            scratch = tempfile.TemporaryDirectory(dir=base)
+            scratch_files(scratch.name)
+            started, cpu = time.perf_counter(), time.process_time()
+            scratch.cleanup()
+            times.append(time.perf_counter() - started)
+            cpus.append(time.process_time() - cpu)
+            continue
         # "old": made by the parent before this process started
         peer = None
         if arm in ("peer-renamed", "shared-renamed"):
@@ -259,7 +268,7 @@ def main() -> None:
         on_cpu: list[float] = []
         waits = 0
         paired: list[float] = []  # each chunk's CPU ratio: both of its sides ran within a second of each other
-        per_chunk = rounds // chunks * (SMALL_TREE_ROUNDS if arm in ISSUE_47_ARMS and not args.quick else 1)
+        per_chunk = rounds // chunks * (SMALL_TREE_ROUNDS if arm in SMALL_TREE_ARMS and not args.quick else 1)
         for _ in range(chunks):
             wall, cpu, _ = run_arm(unpatched_arm, per_chunk, guarded=False)
             off, off_cpu, baseline_cpu = off + wall, off_cpu + cpu, statistics.median(cpu)

@@ -149,10 +149,10 @@ def test_yield_window_alone(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "y.json").read_text())
     assert set(result["arms"]) == {
         *("own", "mkdtemp", "rotation", "old", "peer-window-off", "peer-renamed", "peer-stays"),
-        *("shared-renamed", "shared-stays", "scratch", "fresh-scratch", "pool", "pool-filled"),
+        *("shared-renamed", "shared-stays", "scratch", "fresh-scratch", "pool", "pool-filled", "tempdir"),
     }
-    assert {arm: result["arms"][arm]["windows"] for arm in yield_window.ISSUE_47_ARMS} == dict.fromkeys(
-        yield_window.ISSUE_47_ARMS, 0
+    assert {arm: result["arms"][arm]["windows"] for arm in yield_window.SMALL_TREE_ARMS} == dict.fromkeys(
+        yield_window.SMALL_TREE_ARMS, 0
     )  # issue 47: a tree no peer could commit waits no window (counted from the records, not timed)
     assert result["arms"]["peer-stays"]["windows"] == result["arms"]["peer-stays"]["calls"]  # a peer's: it waits
 

@@ -248,8 +248,8 @@ def walk(
 def short_walk(
     wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], use_onexc: bool
 ) -> tuple[bool, Any]:
-    """``rmtree(path, **kwargs)`` down the short course of a plain removal (``fsguard.rmwalk.lane``; ``kwargs``: its
-    error keywords only, ``ignore_errors``, ``onerror``, ``onexc``). Returns (True, the error
+    """``rmtree(path, **kwargs)`` down the short course of a plain removal (``fsguard.rmwalk.lane``). ``kwargs``: its
+    error keywords only (``ignore_errors``, ``onerror``, ``onexc``). Returns (True, the error
     the caller gets: None where removed or absorbed), or (False, what the short course read for ``walk``:
     ``rmwalk.NotTaken``, or None). Its verdict goes down the pipeline as ``walk``'s does."""
     try:

@@ -34,7 +34,7 @@ class Vanishing(BaseException):
 
 
 class Handlers(Protocol):
-    """What ``Caller.arguments`` passes in place of the caller's handler: a ``Walk``, or the short course's handler."""
+    """What ``Caller.arguments`` passes in place of the caller's handler. A ``Walk``, or the short course's."""
 
     def onerror(self, func: Callable[..., Any], path: Any, exc_info: Any) -> None: ...
 

@@ -24,6 +24,8 @@ from tests.support.env import ROOT as ROOT  # noqa: E402
 from tests.support.env import TORCHRUN_ENV as TORCHRUN_ENV  # noqa: E402
 from tests.support.env import clean_env as clean_env  # noqa: E402
 
+pytest_plugins = ["tests.support.cpu"]  # each test's CPU time, where FSGUARD_TESTS_CPU names a directory
+
 
 def _make_venv(where: Path, wheel: Path, with_test_deps: bool) -> Path:
     python = venvs.make_venv(where, wheel, test_deps=with_test_deps)

@@ -3,7 +3,7 @@
 A test's CPU time: its worker's own, and that of the processes it started and waited for (``os.times``' children:
 a launcher counts the ranks it waited for), from its setup to its teardown. A service the suite started and never
 waited for (a JuiceFS mount, ``glusterd``) is not counted. Each worker appends one JSON line a test to
-``<dir>/cpu-<worker>.jsonl``; ``python -m tests.support.cpu DIR`` sums them by module and lists the costliest tests.
+``<dir>/cpu-<worker>.jsonl``; ``python -m tests.support.cpu DIR [--json FILE]`` sums them by module and lists the costliest tests.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,20 +41,35 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         out.write(json.dumps(line) + "\n")
 
 
-def summary(where: Path, shown: int = 25) -> str:
-    """The CPU seconds by module, and the ``shown`` costliest tests."""
+def summary(where: Path, shown: int = 25) -> dict[str, Any]:
+    """The tests' CPU seconds in all, by module (costliest first), and the ``shown`` costliest tests."""
     tests = [json.loads(line) for path in sorted(where.glob("cpu-*.jsonl")) for line in path.read_text().splitlines()]
+    for test in tests:  # a module by its dotted name (``tests.test_races``): no "/" in a results file's key
+        module, _, rest = test["test"].partition("::")
+        test["test"] = f"{module.removesuffix('.py').replace('/', '.')}::{rest}"
     by_module: dict[str, float] = defaultdict(float)
     for test in tests:
         by_module[test["test"].split("::")[0]] += test["own_s"] + test["children_s"]
-    total = sum(by_module.values())
-    lines = [f"{len(tests)} tests, {total:.0f} CPU s"]
-    lines += [f"{s:8.1f} {100 * s / total:5.1f}% {m}" for m, s in sorted(by_module.items(), key=lambda i: -i[1])]
-    lines.append("costliest tests:")
     costly = sorted(tests, key=lambda t: -(t["own_s"] + t["children_s"]))[:shown]
-    lines += [f"{t['own_s'] + t['children_s']:8.1f} (own {t['own_s']:.1f}) {t['test']}" for t in costly]
-    return "\n".join(lines)
+    return {
+        "tests": len(tests),
+        "cpu_s": round(sum(by_module.values()), 1),
+        "by_module": {m: round(s, 1) for m, s in sorted(by_module.items(), key=lambda i: -i[1])},
+        "costliest": {t["test"]: round(t["own_s"] + t["children_s"], 1) for t in costly},
+    }
+
+
+def main(argv: list[str]) -> None:
+    """``DIR [--json FILE]``: print the summary of ``DIR``; with ``--json``, write it there too."""
+    found = summary(Path(argv[0]))
+    if argv[1:2] == ["--json"]:
+        Path(argv[2]).write_text(json.dumps(found, indent=2) + "\n")
+    total = found["cpu_s"]
+    print(f"{found['tests']} tests, {total:.0f} CPU s")
+    print("\n".join(f"{s:8.1f} {100 * s / total:5.1f}% {m}" for m, s in found["by_module"].items()))
+    print("costliest tests:")
+    print("\n".join(f"{s:8.1f} {t}" for t, s in found["costliest"].items()))
 
 
 if __name__ == "__main__":
-    print(summary(Path(sys.argv[1])))
+    main(sys.argv[1:])

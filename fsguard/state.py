@@ -119,8 +119,8 @@ class Memory:
         self.dirs: deque[Entry] = deque(maxlen=DIRS_SIZE)
         self.index: object = None  # fsguard.memory's index of the two deques (its own type), made at its first decision
         self.index_lock = allocate_lock()  # decisions of several threads index and read together
-        # paths where this process removed a tree it made with makedirs(exist_ok=True) after a yield window that no
-        # peer used (insertion order, at most MEMORY_SIZE): its own scratch, removed at once next time (rmwalk)
+        # paths where this process removed a tree it made or found with makedirs(exist_ok=True) after a yield window
+        # that no peer used (insertion order, at most MEMORY_SIZE): scratch, removed at once next time (rmwalk)
         self.scratch: dict[str, None] = {}
 
 

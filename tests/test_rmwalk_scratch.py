@@ -7,7 +7,8 @@ and 16 the rank makes with ``makedirs(exist_ok=True)`` and its Pool fills, each 
 without fsguard; what the mechanism did is read from the records (``FSGUARD_LOG``): a window that elapsed with
 nobody renaming the tree leaves a ``hazard`` with ``detail.not_moved_within_s``; a tree removed at once leaves none.
 Flipped: where a process of another rank of the job tried to make the same directory (a name the ranks share, as
-a Trainer's ``tmp-checkpoint-N``), the window stays. No time is asserted (``bench/yield_window.py`` gives the ratio).
+a Trainer's ``tmp-checkpoint-N``), the window stays, but only once at a path where this process makes the name too
+(a cache every rank makes each step: in one rank with a peer process, and under real torchrun). No time is asserted (``bench/yield_window.py`` gives the ratio).
 """
 
 from __future__ import annotations
@@ -206,6 +207,26 @@ PROGRAMS = {
         shutil.rmtree(staging)
         print(json.dumps(sorted(os.listdir(work))))
     """,
+    "shared-scratch": """
+        import json, os, shutil, subprocess, sys
+        work = sys.argv[1]
+        cache = os.path.join(work, "step_cache")
+
+        def peer_writes():  # rank 0 of the job, on this node: makes the same name and writes its part
+            code = f"import os; os.makedirs({cache!r}, exist_ok=True); open(os.path.join({cache!r}, 'part0'), 'w')"
+            subprocess.run([sys.executable, "-c", code], env=dict(os.environ, RANK="0", LOCAL_RANK="0"), check=True)
+
+        for step in range(8):  # a cache every rank makes and writes into each step; this rank removes it
+            if step % 2:
+                peer_writes()  # the peer comes first: this rank's makedirs finds it there
+            os.makedirs(cache, exist_ok=True)
+            with open(os.path.join(cache, "part1"), "w") as f:
+                f.write(str(step))
+            if not step % 2:
+                peer_writes()
+            shutil.rmtree(cache)
+        print(json.dumps(sorted(os.listdir(work))))
+    """,
 }
 
 
@@ -271,6 +292,62 @@ def test_a_name_a_peer_tried_to_make_keeps_its_window(fsguard_python: Path, tmp_
     left, records = run(fsguard_python, tmp_path, "shared", "1", how)
     assert left == without == []
     assert len(windows(records)) == 1, records
+
+
+def test_a_cache_every_rank_makes_each_step_waits_once(fsguard_python: Path, tmp_path: Path) -> None:
+    """8 steps of a cache directory every rank makes (``makedirs(exist_ok=True)``) and writes into, removed by this
+    rank: a name peers make too, so the first removal waits its window for a peer's rename (a hazard record: nobody
+    renamed it). After that window that no peer used the path is a scratch path, whoever made the tree (this rank, or a
+    peer first and this rank's ``makedirs`` found it): no window again (on 909e862: 5 windows of 8, the first and
+    each step a peer made the tree first, 0.25 s each)."""
+    without, _ = run(fsguard_python, tmp_path, "shared-scratch", "0")
+    left, records = run(fsguard_python, tmp_path, "shared-scratch", "1")
+    assert left == without == []
+    assert len(windows(records)) == 1, [r["evidence"] for r in windows(records)]
+
+
+STEP_CACHE_JOB = """
+import json, os, shutil, sys
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, work = dist.get_rank(), sys.argv[1]
+cache = os.path.join(work, "step_cache")
+for step in range(6):
+    first = step % 2  # which rank makes the cache first this step
+    for turn in (first, 1 - first):
+        if rank == turn:
+            os.makedirs(cache, exist_ok=True)
+            with open(os.path.join(cache, f"part{rank}"), "w") as f:
+                f.write(str(step))
+        dist.barrier()
+    if rank == 0:
+        shutil.rmtree(cache)
+    dist.barrier()
+if rank == 0:
+    print(json.dumps(sorted(os.listdir(work))))
+dist.destroy_process_group()
+"""
+
+
+def test_a_step_cache_under_torchrun_waits_once(fsguard_python: Path, tmp_path: Path) -> None:
+    """The same under real torchrun (2 ranks, gloo barriers): each step both ranks make the cache and write into it,
+    rank 1 first every other step, and rank 0 removes it. One window, the first step's (on 909e862: 4 of 6, each
+    step rank 0's ``makedirs`` found the cache there, and the first)."""
+    script = tmp_path / "job.py"
+    script.write_text(STEP_CACHE_JOB)
+    listed = {}
+    for fsguard in ("0", "1"):
+        work, log = tmp_path / f"work-{fsguard}", tmp_path / f"log-{fsguard}"
+        work.mkdir()
+        command = [str(fsguard_python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        env = clean_env({"FSGUARD": fsguard, "FSGUARD_LOG": str(log), "FSGUARD_STDERR": "0"})
+        done = subprocess.run([*command, str(script), str(work)], env=env, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        listed[fsguard] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert listed == {"0": [], "1": []}, listed
+    records = json_records(tmp_path / "log-1")
+    assert len(windows(records)) == 1, [r["evidence"] for r in windows(records)]
 
 
 def test_the_plain_walk_skips_the_wrappers_and_obeys_the_programs_own_functions(

@@ -44,6 +44,10 @@ from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, journal_since, o
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
 
 
+MAKES_THE_NAME = ("made-shared", "found")
+"""This process's own memory of a directory whose name it makes too: its ``makedirs(exist_ok=True)`` made it, or found
+it there (``plan``'s ``scratch``)."""
+
 Plan = Literal["wait", "check", "plain"]
 """How to remove a tree (:func:`plan`): wait for a peer's rename first, walk checked at once, or walk plain."""
 
@@ -101,9 +105,10 @@ def plan(
     of this attempt made: the node's journal names another job or attempt, or none in a single-node job (unpacked
     by ``tar``, made by a subprocess without fsguard); only a real move mid-walk is a hazard then. Checked at once
     too: a tree another process of this rank made (the journal names this rank as its maker: a
-    ``multiprocessing.Pool``'s child of this process), and a tree this process made with ``makedirs(exist_ok=True)``
-    at a path where it already removed such a tree of its own after a window no peer used (``scratch``: a per-step
-    scratch directory; peers do not commit trees at that path). Plain, before all these: a tree this rank made that
+    ``multiprocessing.Pool``'s child of this process), and a tree whose name this process makes too
+    (``makedirs(exist_ok=True)`` made it or found it there) at a path where it already removed such a tree after a
+    window no peer used (``scratch``: a per-step scratch directory, its own or one every rank makes and writes into;
+    peers do not commit trees at that path). Plain, before all these: a tree this rank made that
     no process of another rank made or tried to make, where this node's journal sees every peer (``rank_alone``);
     not ``serialized``: there one rank makes a name for all (singleflight), and the others leave no note. ``at_once``:
     ``plain_at_once``'s answer, where the caller asked it already."""
@@ -114,7 +119,7 @@ def plan(
     own = own() if callable(own) else own  # this process's memory: asked only now (issue 47: its cost)
     if own == "made":
         return "plain"
-    if scratch and own == "made-shared":
+    if scratch and own in MAKES_THE_NAME:
         return "check"
     if yield_s <= 0 or not rules.is_fresh(max(top.st_ctime, top.st_mtime)):
         return "check"

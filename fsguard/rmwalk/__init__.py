@@ -195,7 +195,7 @@ def _escaped_absorbed(walk: Walk, error: FileNotFoundError) -> bool:
 
 
 def _remember_scratch(scratch: dict[str, None], top: str) -> None:
-    """Note ``top`` as this process's own scratch path (``fsguard.guards.rmtree.plan``), keeping the newest
+    """Note ``top`` as one of this process's scratch paths (``fsguard.guards.rmtree.plan``), keeping the newest
     ``MEMORY_SIZE`` paths."""
     scratch.pop(top, None)
     scratch[top] = None
@@ -247,6 +247,7 @@ class _Course:
         if plan == "wait" or self._announced():
             yielded = self._yield(yield_s)
             if yielded is not None:
+                scratch.pop(top, None)  # a peer moved it: no scratch path
                 self._tell_handler()
                 return yielded
         try:
@@ -254,6 +255,7 @@ class _Course:
             if yielded is not None:
                 return yielded
         except Moved as moved:
+            scratch.pop(top, None)  # a peer moved it: no scratch path
             removed, waited = position.removed.names, walk.found.waited + self.window
             return rule.moved_mid_walk(top, moved.renamed_to, removed, waited)
         except FileNotFoundError as exc:
@@ -261,8 +263,9 @@ class _Course:
                 raise
         found = walk.found.verdict(world)
         if plan == "wait" and position.removed.count:
-            made_here = own() == "made-shared"
-            if made_here:  # no peer used the window: this process's own scratch at this path
+            event = own()
+            made_here = event == "made-shared"
+            if event in rule.MAKES_THE_NAME:  # no peer used the window: a scratch path (a name this process makes)
                 _remember_scratch(scratch, top)
             identity = by_tag(rules.whose(world.job_tag(top)))
             return rule.removed_peer_tree(top, self.window, found, made_here=made_here, identity=identity)

@@ -200,7 +200,10 @@ def _remember_scratch(scratch: dict[str, None], top: str) -> None:
     scratch.pop(top, None)
     scratch[top] = None
     while len(scratch) > MEMORY_SIZE:
-        del scratch[next(iter(scratch))]
+        try:
+            del scratch[next(iter(scratch))]
+        except (KeyError, RuntimeError, StopIteration):  # another thread's removal meanwhile
+            break
 
 
 class _Course:

@@ -91,6 +91,7 @@ def test_json_schema(fsguard_python: Path) -> None:
         "paths": [{"pattern": "/ckpt/staging-<n>", "count": 2}],
         "other_paths": 0,
         "longest_wait_s": 0.0,
+        "total_wait_s": 0.0,
         "first": "2026-11-30T01:03:24+0000",
         "last": "2026-11-30T01:03:25+0000",
         "first_epoch": 1796000604.5,
@@ -104,6 +105,8 @@ def test_json_schema(fsguard_python: Path) -> None:
         30.0,
     )
     assert (renames["count"], renames["ranks"], renames["longest_wait_s"]) == (6, [1, 9, 10], 1.25)
+    # what a call site paid in all: its row says so where more than its longest wait adds up to a second or more
+    assert (mixed["total_wait_s"], renames["total_wait_s"]) == (32.5, 1.25)
     assert renames["paths"] == [{"pattern": "/ckpt/tmp-checkpoint-<n> -> /ckpt/checkpoint-<n>", "count": 6}]
     assert (renames["first"], renames["last"]) == ("2026-11-30T00:53:20+0000", "2026-11-30T01:03:20+0000")
 
@@ -131,6 +134,7 @@ OTHER RECORDS: 2 call sites
      mix   1 unserialized, 1 waited
      hosts n1
      why   lock timed out after 30 s: ran unserialized
+     waits 32.50 s in all, over 2 records
    absorbed      rename        6  1,9-10          2    1.25s  00:53:20  01:03:20
      at    /job/train.py:120 in save
      path  /ckpt/tmp-checkpoint-<n> -> /ckpt/checkpoint-<n>

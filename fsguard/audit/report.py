@@ -49,6 +49,18 @@ def _severity(decision: str) -> int:
 
 
 @dataclass
+class Waits:
+    """What the records of one call site waited: the longest wait, and all together."""
+
+    longest: float = 0.0
+    total: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.longest = max(self.longest, seconds)
+        self.total += seconds
+
+
+@dataclass
 class Group(tables.Tally):
     """The records of one operation at one call site."""
 
@@ -57,7 +69,7 @@ class Group(tables.Tally):
     site_text: str
     decisions: Counter[str] = field(default_factory=Counter)
     other_paths: int = 0
-    longest_wait: float = 0.0
+    waits: Waits = field(default_factory=Waits)
     first: float = float("inf")
     last: float = float("-inf")
     evidence: str = ""
@@ -73,7 +85,7 @@ class Group(tables.Tally):
             self.hosts.add(record.origin.host)
         if not self.add_path(_pattern(tuple(str(a) for a in record.args))):
             self.other_paths += 1
-        self.longest_wait = max(self.longest_wait, float(record.waited_s or 0.0))
+        self.waits.add(float(record.waited_s or 0.0))
         self.first = min(self.first, record.time)
         self.last = max(self.last, record.time)
         by = record.deferred_by()
@@ -86,6 +98,14 @@ class Group(tables.Tally):
     @property
     def decision(self) -> str:
         return min(self.decisions, key=_severity)
+
+    @property
+    def longest_wait(self) -> float:
+        return self.waits.longest
+
+    @property
+    def total_wait(self) -> float:
+        return self.waits.total
 
     @property
     def attention(self) -> bool:
@@ -108,6 +128,7 @@ class Group(tables.Tally):
             "paths": [{"pattern": p, "count": n} for p, n in self.paths.most_common()],
             "other_paths": self.other_paths,
             "longest_wait_s": round(self.longest_wait, 6),
+            "total_wait_s": round(self.total_wait, 6),
             "first": tables.iso(self.first),
             "last": tables.iso(self.last),
             "first_epoch": self.first,
@@ -270,6 +291,7 @@ def sites(n: int) -> str:
 
 
 AT_RISK = "DATA MAY HAVE BEEN LOST: hazards and conflicts"
+WAITED_SHOWN_S = 1.0  # a call site's waits in all, from which its row says so (``waits``)
 OTHERS = "OTHER RECORDS"
 
 
@@ -282,6 +304,8 @@ def _row(g: Group) -> tables.Row:
         details.append(("hosts", ", ".join(sorted(g.hosts)), tables.WRAP))
     if g.evidence:
         details.append(("why", g.evidence, tables.WRAP))
+    if g.total_wait >= WAITED_SHOWN_S and g.total_wait > g.longest_wait:  # several waits here (a window a step)
+        details.append(("waits", f"{g.total_wait:.2f} s in all, over {g.count} records", tables.WRAP))
     details += [("defer" if i == 0 else "", text, tables.WRAP) for i, text in enumerate(g.deferrals())]
     return tables.Row(
         "!!" if g.attention else "",

@@ -67,8 +67,9 @@ def choose(
         return FileBackend(host), None, None
     if lock == "store":
         return StoreBackend(lock_timeout, env), None, None
-    # A store needs torch, and somewhere to find the job's store: the launcher's address, or a process
-    # group (torch.distributed in use). Without both, importing torch would only cost seconds for nothing.
+    # The job's store is torch's (its launcher's agent, or a process group's), so it needs torch here, and somewhere
+    # to find it: the launcher's address, or a process group (torch.distributed in use). fsguard's own connection
+    # imports no torch (``wire``), but without torch in this venv no store of this job is likely to be there.
     why = None
     if not _torch_importable():
         why = "torch is not importable"

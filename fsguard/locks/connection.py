@@ -3,7 +3,8 @@
 ``fsguard.locks.store`` builds its lock and its flights on them.
 
 - Requests go through the default process group's store client where one exists on that server. Otherwise they go
-  through a connection of fsguard's own, given up for the group's client once such a group exists.
+  through a connection of fsguard's own, given up for the group's client once such a group exists. fsguard's own
+  connections are ``wire.StoreClient``s: no torch import (c10d's client where a server fails their handshake).
 - Blocking waits use one more connection of their own, each bounded by its own alarm (``Alarms``).
 - Connections are opened ahead of the first serialized call, off its critical path (``prepare``). A background thread
   opens them once the program has imported ``torch.distributed``.
@@ -239,22 +240,17 @@ class Requests:
         self.address = f"{root.host}:{root.port} (the process group's client)"
 
     def _open(self) -> Any:
-        try:
-            import torch.distributed as dist
-        except ImportError as error:
-            raise Unreachable(f"torch is not importable ({error})") from error
-        if not dist.is_available():
-            raise Unreachable("this torch build has no torch.distributed")
         with Unforkable():  # imports (the idna codec's, c10d's) and name lookups: no fork may split them
-            return self._open_client(dist)
+            return self._open_client()
 
-    def _open_client(self, dist: Any) -> Any:
+    def _open_client(self) -> Any:
         host, port = self._address
-        tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 - not re-exported for type checkers
         group = None
-        if dist.is_initialized():
+        if group_initialized():  # torch.distributed is imported already: no import here
+            import torch.distributed as dist
+
             root = self._group_store()
-            if not isinstance(root, tcp_store):
+            if not isinstance(root, getattr(dist, "TCPStore")):  # noqa: B009 - not re-exported for type checkers
                 self.address = type(root).__name__
                 return root  # a FileStore or HashStore the job shares already: use it as it is
             host, port, group = root.host, str(root.port), root
@@ -262,7 +258,7 @@ class Requests:
             raise Unreachable("no process group yet and no MASTER_ADDR/MASTER_PORT to find the job's store")
 
         # A plain connect first: "nothing listens there" then fails in microseconds, without the retry
-        # loop and the C++ stack traces that a TCPStore client prints for the same answer.
+        # loop and the C++ stack traces that a c10d client prints for the same answer.
         try:
             socket.create_connection((host, int(port)), timeout=min(self.op_timeout, 5.0)).close()
         except (OSError, ValueError) as error:
@@ -272,17 +268,30 @@ class Requests:
             self.address = f"{host}:{port} (the process group's client)"
             store = group
         else:
-            store = self.client(tcp_store, host, int(port))
+            store = self.client(host, int(port))
             self.address = f"{host}:{port}"
             self._may_join = True
         self._opened()  # the second connection, off this path (``prepare`` opens it itself)
         return store
 
-    def client(self, tcp_store: Any, host: str, port: int) -> Any:
-        """A new client connection to the store's server."""
+    def client(self, host: str, port: int) -> Any:
+        """A new client connection to the store's server. It is fsguard's own (``wire``, no torch import), or c10d's
+        where the server does not answer its handshake as c10d's TCPStore server does."""
+        from .wire import StoreClient, WireMismatch
+
+        try:
+            return StoreClient(host, port, self.op_timeout)
+        except WireMismatch:
+            pass
+        try:
+            import torch.distributed as dist
+        except ImportError as error:
+            raise Unreachable(
+                f"{host}:{port} is no TCPStore fsguard can speak to, and torch is not importable"
+            ) from error
         from datetime import timedelta
 
-        return tcp_store(
+        return getattr(dist, "TCPStore")(  # noqa: B009 - not re-exported for type checkers
             host, port, is_master=False, timeout=timedelta(seconds=self.op_timeout), wait_for_workers=False
         )
 
@@ -334,10 +343,8 @@ class Wakes:
             return
         try:
             if self.waiter is None:
-                import torch.distributed as dist
-
-                with Unforkable(), NATIVE.call():  # c10d's name lookups: no fork may split them (``Requests._open``)
-                    self.waiter = self._requests.client(getattr(dist, "TCPStore"), *tcp)  # noqa: B009
+                with Unforkable(), NATIVE.call():  # name lookups: no fork may split them (``Requests._open``)
+                    self.waiter = self._requests.client(*tcp)
         except Exception:  # noqa: BLE001 - waits keep polling; the next wait tries again
             pass
         finally:

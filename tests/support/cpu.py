@@ -37,6 +37,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     own_after, children_after = _cpu()
     line = {"test": item.nodeid, "own_s": own_after - own, "children_s": children_after - children}
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    Path(WHERE).mkdir(parents=True, exist_ok=True)
     with open(Path(WHERE) / f"cpu-{worker}.jsonl", "a") as out:
         out.write(json.dumps(line) + "\n")
 

@@ -27,7 +27,8 @@ the first trial's ``boot_at`` comes, so that every rank of the pool starts fsgua
 ranks of a job start together (forking one by one spreads the start-ups over seconds, during which the first
 ranks' background connections would be made); the trial's own call comes at its ``start``.
 
-Store operations: in the store arm, ``torch.distributed.TCPStore`` is replaced in the rank by a factory of
+Store operations: in the store arm, fsguard's store clients (``fsguard.locks.wire.StoreClient``, and
+``torch.distributed.TCPStore``, its fallback and the process group's) are replaced in the rank by factories of
 counting proxies before fsguard's first serialized call makes its clients, so every request fsguard sends
 to the store (the lease renewal thread's included) is counted, per method; fsguard itself is untouched.
 """
@@ -71,24 +72,29 @@ class CountingStore:
 
 
 def count_store_ops() -> None:
-    """Make every TCPStore client of this process (fsguard's) a counting one. A forked rank does it before
-    fsguard starts (its connection is opened ahead of the first serialized call, by a thread, once
-    torch.distributed is imported); a fresh rank right after importing torch.distributed (that thread looks
-    every 20 ms)."""
+    """Make every store client of fsguard's in this process a counting one: its own (``fsguard.locks.wire``) and
+    c10d's (the fallback). A forked rank does it before fsguard starts; a fresh rank before its first serialized
+    call."""
     if _REAL_STORE:
         return
     import torch.distributed as dist
 
+    import fsguard.locks.wire as wire
+
     real = getattr(dist, "TCPStore")  # noqa: B009
     _REAL_STORE.append(real)  # the probe's own requests are not fsguard's: it uses the real class
 
-    def factory(*args: Any, **kwargs: Any) -> CountingStore:
-        began = time.monotonic()
-        client = real(*args, **kwargs)
-        CONNECTS.append((began, time.monotonic()))
-        return CountingStore(client)
+    def counting(made: Any) -> Any:
+        def factory(*args: Any, **kwargs: Any) -> CountingStore:
+            began = time.monotonic()
+            client = made(*args, **kwargs)
+            CONNECTS.append((began, time.monotonic()))
+            return CountingStore(client)
 
-    setattr(dist, "TCPStore", factory)  # noqa: B010
+        return factory
+
+    setattr(dist, "TCPStore", counting(real))  # noqa: B010
+    setattr(wire, "StoreClient", counting(wire.StoreClient))  # noqa: B010
 
 
 _PROBE: list[Any] = []
@@ -238,7 +244,7 @@ def zygote(size: int) -> int:
     import dataclasses  # noqa: F401
 
     if rank_env.get("FSGUARD_LOCK") == "store":
-        import torch.distributed  # noqa: F401 - what fsguard's first serialized call imports
+        import torch.distributed  # noqa: F401 - what the counting clients and the probe import, shared
     gc.collect()
     gc.freeze()
     children = []

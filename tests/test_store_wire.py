@@ -113,11 +113,19 @@ def _answers_another_number(conn: socket.socket, _: int) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("serve", [_closes, _answers_another_number])
+def _never_answers(conn: socket.socket, _: int) -> None:
+    conn.recv(64)
+    time.sleep(5)
+    conn.close()
+
+
+@pytest.mark.parametrize("serve", [_closes, _answers_another_number, _never_answers])
 def test_a_server_that_is_no_tcpstore_fails_the_handshake(serve: Any) -> None:
     listener = _Listener(serve)
+    started = time.monotonic()
     with pytest.raises(WireMismatch):
-        StoreClient("127.0.0.1", listener.port, 5.0)
+        StoreClient("127.0.0.1", listener.port, 1.0)
+    assert time.monotonic() - started < 4  # bounded by the client's timeout
 
 
 def test_a_server_that_refuses_the_handshake_gets_c10ds_client(server: Any) -> None:

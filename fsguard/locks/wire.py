@@ -26,6 +26,7 @@ T = TypeVar("T")
 
 MAGIC = 0x3C85F7CE  # c10d::detail::validationMagicNumber
 KEY_PREFIX = "/"  # c10d's TCPStore client puts it before every key
+HANDSHAKE_S = 10.0  # the longest wait for the ping's echo: a server of another protocol may never answer
 
 # c10d::detail::QueryType (its order is the wire's byte values)
 VALIDATE, SET, COMPARE_SET, GET, ADD, CHECK, WAIT, GETNUMKEYS, DELETE_KEY = range(9)
@@ -120,6 +121,7 @@ class StoreClient:
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(min(self.timeout, HANDSHAKE_S))
             nonce = int.from_bytes(os.urandom(4), "little")
             sock.sendall(_U8.pack(VALIDATE) + _U32.pack(MAGIC) + _U8.pack(PING) + _U32.pack(nonce))
             try:

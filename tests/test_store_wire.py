@@ -129,24 +129,36 @@ def test_a_server_that_is_no_tcpstore_fails_the_handshake(serve: Any) -> None:
 
 
 def test_a_server_that_refuses_the_handshake_gets_c10ds_client(server: Any) -> None:
-    """The first connection is closed at once (as by a server of another protocol); later ones reach the real
-    server. ``Requests.client`` then opens c10d's own client, which works."""
+    """The first connection that sends anything is closed at once (as by a server of another protocol); later ones
+    reach the real server. fsguard's connection is then c10d's own client, which works, and its address says so."""
     from fsguard.locks.connection import Requests
 
+    talked: list[int] = []
+
     def proxy(conn: socket.socket, number: int) -> None:
-        if number == 1:
-            _closes(conn, number)
+        first = conn.recv(65536)
+        if not first:  # the plain connect that checks something listens
+            conn.close()
+            return
+        talked.append(number)
+        if len(talked) == 1:
+            conn.close()
             return
         upstream = socket.create_connection(("127.0.0.1", server.port))
+        upstream.sendall(first)
         for source, sink in ((conn, upstream), (upstream, conn)):
             threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
 
     listener = _Listener(proxy)
-    client = Requests(10.0, {}, lambda: None).client("127.0.0.1", listener.port)
+    requests = Requests(10.0, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(listener.port)}, lambda: None)
+    client = requests.connect()
     assert isinstance(client, getattr(dist, "TCPStore")), type(client)  # noqa: B009
+    assert (
+        requests.address == f"127.0.0.1:{listener.port} (c10d's client: the server did not answer fsguard's handshake)"
+    )
     client.set("through the proxy", b"1")
     assert _c10d(server.port).get("through the proxy") == b"1"
-    assert listener.accepted >= 2
+    assert len(talked) >= 2
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:

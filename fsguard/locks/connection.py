@@ -191,6 +191,7 @@ class Requests:
         self.io = threading.Lock()  # around each request: a c10d client serves one at a time
         self.tcp: tuple[str, int] | None = None  # where a second connection for waits can be opened
         self._may_join = False  # requests on our own connection until a process group on the same server exists
+        self.c10d_client = False  # fsguard's own connections are c10d's (the server failed the wire handshake)
 
     def connect(self) -> Any:
         store = self.store
@@ -269,7 +270,8 @@ class Requests:
             store = group
         else:
             store = self.client(host, int(port))
-            self.address = f"{host}:{port}"
+            whose = " (c10d's client: the server did not answer fsguard's handshake)" if self.c10d_client else ""
+            self.address = f"{host}:{port}{whose}"
             self._may_join = True
         self._opened()  # the second connection, off this path (``prepare`` opens it itself)
         return store
@@ -282,7 +284,7 @@ class Requests:
         try:
             return StoreClient(host, port, self.op_timeout)
         except WireMismatch:
-            pass
+            self.c10d_client = True
         try:
             import torch.distributed as dist
         except ImportError as error:
@@ -351,9 +353,9 @@ class Wakes:
             self._opening.release()
 
     def open_soon(self) -> None:
-        """Open the connection for waits off the calling thread. Each new c10d connection reverse-resolves the store's
-        address. That costs seconds where a DNS server drops a burst of queries (many ranks at once). So only one
-        connection is ever opened on a call's path."""
+        """Open the connection for waits off the calling thread. Each new connection looks the store's address up
+        (c10d's reverse-resolve it too). That costs seconds where a DNS server drops a burst of queries (many ranks at
+        once). So only one connection is ever opened on a call's path."""
         if self.waiter is None and self._requests.tcp is not None and not self._opening.locked():
             threading.Thread(target=self.open, name="fsguard-wait-connect", daemon=True).start()
 

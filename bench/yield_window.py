@@ -91,6 +91,7 @@ def make_tree(path: str, made_by_makedirs: bool, exist_ok: bool = False) -> None
             if tag is not None and where is not None:
                 with open(os.path.join(where, journal.file_name(tag)), "ab") as note:
                     note.write(b"%.6f@0 %s\0" % (time.time(), os.fsencode(os.path.abspath(path))))
+                journal.SLOTS.bump(tag, 0, journal.tokens_path)  # as rank 0's fsguard does after its note
     for i in range(FILES):
         with open(os.path.join(path, f"shard-{i}"), "w") as f:
             f.write("x")
@@ -105,6 +106,7 @@ def peer_tried(path: str) -> None:
     if tag is not None and where is not None:
         with open(os.path.join(where, journal.file_name(tag, journal.TRIED)), "ab") as note:
             note.write(b"%.6f@0 %s\0" % (time.time(), os.fsencode(os.path.abspath(path))))
+        journal.SLOTS.bump(tag, 1, journal.tokens_path)  # as rank 0's fsguard does after its note
 
 
 def scratch_files(path: str) -> None:

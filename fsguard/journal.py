@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import time
 
 from .state import MEMORY_SIZE, STATE
+from .tokens import PREFIX as SEQ
+from .tokens import SLOTS, sweep_unheld
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported
 if TYPE_CHECKING:
     from typing import Any
 
 CANDIDATES = ("/dev/shm", "/tmp")
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()  # os.fsencode's
 PREFIX = "made."
 ASIDE = "made~."  # a job's journal set aside when it passed ``JOURNAL_MAX_BYTES`` (one such generation is kept)
 JOURNAL_MAX_BYTES = 8 << 20  # about 100,000 entries: /dev/shm is memory (a container's is often 64 MB in all)
@@ -57,9 +61,10 @@ class _Opened:
 
     def __init__(self) -> None:
         self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1)
-        # (descriptor, the journal's size just after this process's last note, that note's " <path>\0" and rank),
-        # where nothing else was appended between the size read before the note and the note itself.
-        self.last: tuple[int, int, bytes, bytes] | None = None
+        # (descriptor, the journal's size just after this process's last note, that note's " <path>\0" and rank, the
+        # journal's token it set after it or None), where nothing else was appended between the size read before the
+        # note and the note itself (nor before the token, where there is one).
+        self.last: tuple[int, int, bytes, bytes, bytes | None] | None = None
 
     def clear(self) -> None:
         self.journal = None
@@ -75,7 +80,7 @@ class _Tried:
     ``fstat``), not the whole file each time. The first read starts at most ``_CHUNKS`` chunks from its end, as before;
     a cache registered with ``state.STATE.caches``."""
 
-    __slots__ = ("end", "fd", "made", "ranks", "tag")
+    __slots__ = ("end", "fd", "made", "ranks", "seen", "tag")
 
     def __init__(self) -> None:
         self.tag: str | None = None
@@ -83,6 +88,7 @@ class _Tried:
         self.end = 0  # where the notes read so far end: just past an entry's NUL
         self.ranks: dict[bytes, set[bytes]] = {}  # path -> the ranks that noted it (b"": a note without one)
         self.made = False  # whether this process tried to make the notes file where there was none
+        self.seen: bytes | None = None  # the notes' token read before they were last read (``fsguard.tokens``)
 
     def clear(self) -> None:
         if self.fd >= 0:
@@ -92,8 +98,19 @@ class _Tried:
                 pass
         self.__init__()  # type: ignore[misc]
 
-    def others(self, own: str, path: bytes, mine: bytes) -> bool:
-        """Whether a process of a rank other than ``mine`` noted ``path`` in job ``own``'s notes."""
+    def others(self, own: str, path: bytes, mine: bytes, token: bytes | None = None) -> bool:
+        """Whether a process of a rank other than ``mine`` noted ``path`` in job ``own``'s notes. ``token``: the notes'
+        token (``fsguard.tokens``), read before this call: where it is the one seen at the last read, nothing was noted
+        since, and nothing is read."""
+        if token is not None and token == self.seen and self.tag == own:
+            ranks = self.ranks.get(path)
+            return ranks is not None and any(rank != mine for rank in ranks)
+        found = self._others(own, path, mine)
+        if self.tag == own and self.fd >= 0:
+            self.seen = token
+        return found
+
+    def _others(self, own: str, path: bytes, mine: bytes) -> bool:
         if self.tag != own:
             self.clear()
             self.tag = own
@@ -107,7 +124,7 @@ class _Tried:
         st = os.fstat(self.fd)
         if st.st_nlink == 0:  # swept away and made afresh since it was opened: read the new one from the start
             self.clear()
-            return self.others(own, path, mine)
+            return self._others(own, path, mine)
         if st.st_size > self.end:
             self._read(st.st_size)
         ranks = self.ranks.get(path)  # most often none: no generator made (issue 47)
@@ -171,6 +188,12 @@ def directory() -> str | None:
     return None
 
 
+def tokens_path(tag: str) -> str | None:
+    """Where job ``tag``'s change tokens are (``fsguard.tokens``), in ``directory``; None where there is none."""
+    where = directory()
+    return None if where is None else os.path.join(where, file_name(tag, SEQ))
+
+
 def _open(tag: str) -> int:
     """This job's journal, opened for appending once per process (-1: none can be). The process that creates it sweeps
     old journals away."""
@@ -203,9 +226,12 @@ def _sweep(where: str) -> None:
     try:
         with os.scandir(where) as entries:
             for entry in entries:
-                ours = entry.name.startswith((PREFIX, ASIDE, TRIED))
+                ours = entry.name.startswith((PREFIX, ASIDE, TRIED, SEQ))
                 if ours and entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                    unlink(entry.path)
+                    if not entry.name.startswith(SEQ):
+                        unlink(entry.path)
+                    else:
+                        sweep_unheld(entry.path, unlink)
     except OSError:
         pass
 
@@ -219,10 +245,15 @@ def made(path: Any, tag: str) -> None:
         if fd >= 0:
             entry = _entry(path)
             written = os.write(fd, entry)
-            # Where the journal then ends, if this note was all that came after the size read (see made_alone).
+            token = SLOTS.bump(tag, 0, tokens_path)
+            # Where the journal then ends, if this note was all that came after the size read (see made_alone); with
+            # a token, if nothing came after the note before the token either (its size read again).
             at = entry.index(b" ")
             rank = entry[:at].partition(b"@")[2]
-            OPENED.last = (fd, size + written, entry[at:], rank) if size >= 0 and written == len(entry) else None
+            whole = size >= 0 and written == len(entry)
+            if whole and token is not None and os.lseek(fd, 0, os.SEEK_END) != size + written:
+                token = None  # another note came between: the token does not say this one is the last
+            OPENED.last = (fd, size + written, entry[at:], rank, token) if whole else None
     except (OSError, TypeError, ValueError):
         pass
 
@@ -231,14 +262,15 @@ def _current(tag: str, fd: int) -> tuple[int, int]:
     """This process's descriptor of job ``tag``'s journal, kept current, and its size (-1: not read).
 
     The journal is set aside once it passed ``JOURNAL_MAX_BYTES`` (``ASIDE``, replacing the one set aside before: a
-    job's journals keep at most twice that), and reopened where another process set it aside. One ``fstat``: only a
+    job's journals keep at most twice that), and reopened where another process set it aside. One ``lseek``: only a
     full journal is ever set aside, so one under the bound is current (a job that made millions of directories filled
     ``/dev/shm``)."""
     if fd < 0:
         return fd, -1
+    size = os.lseek(fd, 0, os.SEEK_END)  # (appends go to the end whatever the offset; reads are preads)
+    if size < JOURNAL_MAX_BYTES:
+        return fd, size
     st = os.fstat(fd)
-    if st.st_size < JOURNAL_MAX_BYTES:
-        return fd, st.st_size
     where = directory()
     if where is None:
         return fd, -1
@@ -294,6 +326,7 @@ def tried(path: Any, tag: str) -> None:
             os.write(fd, entry)
         finally:
             os.close(fd)
+        SLOTS.bump(tag, 1, tokens_path)
         NOTED.done(tag, name)
     except (OSError, TypeError, ValueError):
         pass
@@ -408,19 +441,31 @@ def made_alone(path: str, own: str, rank: int) -> bool:
     only: the job's ``tried`` notes (most often there are none), and the end of its journal back to the path's newest
     making (at most about 1 MiB back: beyond that, no telling: False). Where this process's own note of ``path`` is
     still the journal's last (its size is where that note ended: ``_Opened.last``), nothing is read (issue 47)."""
-    needle = b" " + os.fsencode(path) + b"\0"
+    name = path.encode(_FS_ENCODING, _FS_ERRORS) if type(path) is str else os.fsencode(path)
+    needle = b" " + name + b"\0"
     mine = b"%d" % rank
-    journal = OPENED.journal
+    last = OPENED.last
     try:
-        fd, size = _current(own, journal[1] if journal is not None and journal[0] == own else _open(own))
-    except OSError:
-        return False
-    if fd < 0:
-        return False
-    try:
-        if TRIED_READ.others(own, needle[1:-1], mine):
+        now = SLOTS.read(own, tokens_path)  # before anything is read: a note made after it changes them
+        if now is not None and last is not None and last[4] == now[:8] and last[2:4] == (needle, mine):
+            # This process's note of path is the journal's last: nothing was noted since. Nor in the tried notes,
+            # where their token is the one seen when they were last read: their ranks, as read then, decide.
+            tried = TRIED_READ
+            if tried.seen == now[8:] and tried.tag == own:
+                ranks = tried.ranks.get(name)
+                return ranks is None or all(rank == mine for rank in ranks)
+        journal = OPENED.journal
+        fd = journal[1] if journal is not None and journal[0] == own else _open(own)
+        if fd < 0:
+            return False
+        if TRIED_READ.others(own, name, mine, None if now is None else now[8:]):
             return False  # another rank of the job found it there: it shares the name
-        if OPENED.last == (fd, size, needle, mine):
+        if now is not None and last is not None and last[4] == now[:8] and last[2:4] == (needle, mine):
+            return True  # this process's note of path is the journal's last: nothing was noted since
+        fd, size = _current(own, fd)
+        if fd < 0:
+            return False
+        if last is not None and last[:4] == (fd, size, needle, mine):
             return True  # this process's note of path is the journal's last: nothing was appended since
         return _newest_rank(fd, needle, size) == mine
     except OSError:

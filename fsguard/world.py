@@ -55,8 +55,8 @@ class Live:
     ) -> tuple[T | None, float]:
         return evidence.wait_for_seen(probe, budget_s, where)
 
-    def lookups_may_be_stale(self, path: str | int) -> bool:
-        return mounts.lookups_may_be_stale(path)
+    # ``mounts``'s own function: every plain rmtree asks, and a method around it was one call more (issue 47)
+    lookups_may_be_stale = staticmethod(mounts.lookups_may_be_stale)
 
     def generation_beside(self, path: str) -> str | None:
         return evidence.generation_beside(path)

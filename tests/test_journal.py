@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,11 +26,13 @@ def tag() -> Iterator[str]:
     name = f"TORCHELASTIC_RUN_ID=test-journal-{uuid.uuid4().hex}"
     journal.TRIED_READ.clear()
     journal.OPENED.clear()
+    journal.SLOTS.clear()
     yield name
     journal.TRIED_READ.clear()
     journal.OPENED.clear()
+    journal.SLOTS.clear()
     where = journal.directory()
-    for prefix in (journal.PREFIX, journal.TRIED):
+    for prefix in (journal.PREFIX, journal.TRIED, journal.SEQ):
         if where is not None:
             try:
                 os.unlink(os.path.join(where, journal.file_name(name, prefix)))
@@ -57,6 +61,8 @@ def _note(tag: str, prefix: str, path: str, rank: int | None, whole: bool = True
     entry = b"%.6f%s %s" % (stamp, b"" if rank is None else b"@%d" % rank, os.fsencode(path))
     with open(os.path.join(where, journal.file_name(tag, prefix)), "ab") as f:
         f.write(entry + (b"\0" if whole else b""))
+    if whole:  # as a peer's fsguard does after each note: a new token (``journal._Slots``)
+        journal.SLOTS.bump(tag, 1 if prefix == journal.TRIED else 0, journal.tokens_path)
 
 
 def test_a_note_another_rank_appends_later_is_read(tag: str, tmp_path: Path) -> None:
@@ -114,6 +120,7 @@ def test_a_note_still_being_written_counts_once_whole(tag: str, tmp_path: Path) 
     assert where is not None
     with open(os.path.join(where, journal.file_name(tag, journal.TRIED)), "ab") as f:
         f.write(b"\0")
+    journal.SLOTS.bump(tag, 1, journal.tokens_path)  # the note whole: its writer's token
     assert not journal.made_alone(top, tag, 1)
 
 
@@ -417,3 +424,107 @@ def test_a_rerun_on_two_nodes_leaves_a_peers_fresh_tree_to_its_rename(fsguard_py
     assert results[True] == (0, "removed\n", ["shard-0"]), results[True]
     found = [r for r in json_records(logs) if r["op"] == "rmtree"]
     assert [r["decision"] for r in found] == ["yielded"], found
+
+
+def test_every_note_sets_a_new_token_and_a_peer_s_note_ends_the_quick_answer(
+    tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: each note's writer sets a new token after it, the journal's or the tried notes'. While the journal's
+    token is the one this process set after its own note of the path, ``made_alone`` answers with no system call; a
+    note by another process of the node (a real one, its own fsguard) changes the token, and is read."""
+    from fsguard.launcher import detect
+    from fsguard.state import STATE
+
+    top = str(tmp_path / "eval_tmp")
+    STATE.launch, launch = detect({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}), STATE.launch
+    try:
+        before = journal.SLOTS.read(tag, journal.tokens_path)
+        assert before is not None and len(before) == 16
+        journal.made(top, tag)
+        after = journal.SLOTS.read(tag, journal.tokens_path)
+        assert after is not None and after[:8] != before[:8] and after[8:] == before[8:]
+        assert journal.made_alone(top, tag, 1)
+        syscalls: list[str] = []
+        with monkeypatch.context() as patched:
+            for name in ("lseek", "fstat", "pread", "open"):
+                real = getattr(os, name)
+                patched.setattr(
+                    os, name, lambda *a, _real=real, _name=name, **k: syscalls.append(_name) or _real(*a, **k)
+                )
+            assert journal.made_alone(top, tag, 1)
+        assert syscalls == []  # the tokens alone answered
+        peer = (
+            "import sys; from fsguard import journal; from fsguard.state import STATE; from fsguard.launcher import "
+            "detect; STATE.launch = detect({'RANK': sys.argv[3], 'WORLD_SIZE': '4'}); "
+            "(journal.made if sys.argv[4] == 'made' else journal.tried)(sys.argv[1], sys.argv[2])"
+        )
+        subprocess.run([sys.executable, "-c", peer, top, tag, "2", "tried"], env=clean_env(), check=True, timeout=60)
+        assert not journal.made_alone(top, tag, 1)  # rank 2 found it there since: it shares the name
+        journal.made(top, tag)
+        other = str(tmp_path / "other")
+        subprocess.run([sys.executable, "-c", peer, other, tag, "2", "made"], env=clean_env(), check=True, timeout=60)
+        assert not journal.made_alone(other, tag, 1) and not journal.made_alone(top, tag, 1)  # still tried by 2
+    finally:
+        STATE.launch = launch
+
+
+def test_a_note_between_this_process_s_note_and_its_token_is_not_passed_over(
+    tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer's note that lands after this process's note but before its token: the token does not stand for this
+    note being the last (the journal's size read again), so the peer's making is read."""
+    from fsguard.launcher import detect
+    from fsguard.state import STATE
+
+    top = str(tmp_path / "eval_tmp")
+    monkeypatch.setattr(STATE, "launch", detect({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}))
+    bump = type(journal.SLOTS).bump
+
+    def peer_first(self: Any, tag_: str, slot: int, locate: Any) -> bytes | None:
+        where = journal.directory()
+        assert where is not None
+        with open(os.path.join(where, journal.file_name(tag_)), "ab") as f:  # a peer's note, its token after ours
+            f.write(b"%.6f@2 %s\0" % (time.time(), os.fsencode(top)))
+        return bump(self, tag_, slot, locate)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(journal.SLOTS), "bump", peer_first)
+        journal.made(top, tag)
+    assert not journal.made_alone(top, tag, 1)
+
+
+def test_a_sweep_leaves_the_tokens_of_a_running_job_and_removes_an_ended_job_s(tag: str, tmp_path: Path) -> None:
+    """The tokens' file is removed by a sweep only when no process holds it (its shared ``flock``), whatever its age:
+    a process that maps it keeps it while it runs."""
+    where = journal.directory()
+    assert where is not None
+    assert journal.SLOTS.read(tag, journal.tokens_path) is not None
+    path = os.path.join(where, journal.file_name(tag, journal.SEQ))
+    old = time.time() - 2 * journal.STALE_S
+    os.utime(path, (old, old))
+    journal._sweep(where)
+    assert os.path.exists(path)  # held by this process
+    journal.SLOTS.clear()
+    journal._sweep(where)
+    assert not os.path.exists(path)  # nobody holds it: its job ended
+    assert journal.SLOTS.read(tag, journal.tokens_path) is not None and os.path.exists(path)  # made afresh when needed
+
+
+def test_a_forked_child_draws_tokens_of_its_own(tag: str) -> None:
+    """A forked child shares the mapping (its notes are seen) but not the parent's sequence of tokens: a child's token
+    equal to one the parent set would hide the notes set between them."""
+    assert journal.SLOTS.read(tag, journal.tokens_path) is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, journal.SLOTS.bump(tag, 0, journal.tokens_path) or b"")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 8)
+    os.close(read)
+    os.close(write)
+    tokens = journal.SLOTS.read(tag, journal.tokens_path)
+    assert tokens is not None and tokens[:8] == child  # the child's token, in the parent's mapping
+    assert journal.SLOTS.bump(tag, 0, journal.tokens_path) != child

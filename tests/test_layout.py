@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsguard.config", "fsguard.launcher"),
     ("fsguard.state",),  # the one process state and the one at-fork hook
     ("fsguard.callers",),  # who called: the standard library's own business (frame questions, no import)
+    ("fsguard.tokens",),  # a job's change tokens: whether its journals changed since a process last looked
     ("fsguard.memory", "fsguard.journal", "fsguard.mounts", "fsguard.records"),  # mounts: what each filesystem honours
     ("fsguard.evidence", "fsguard.runtime"),
     ("fsguard.world",),  # the live World the rules ask: evidence, memory and the clock

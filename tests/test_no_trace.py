@@ -164,8 +164,8 @@ def test_the_journal_names_the_newest_job_that_made_a_path(tmp_path: Path, monke
         journal.made(str(tmp_path / "runs" / "exp"), second)
         assert journal.newest("runs/exp", second)[1] == second  # type: ignore[index]
         assert sorted(os.listdir(tmp_path / f"fsguard-{os.geteuid()}")) == sorted(
-            journal.file_name(tag) for tag in (first, second)
-        )
+            journal.file_name(tag, prefix) for tag in (first, second) for prefix in (journal.PREFIX, journal.SEQ)
+        )  # each job's journal, and its change tokens
         assert oct(os.stat(tmp_path / f"fsguard-{os.geteuid()}").st_mode & 0o777) == "0o700"
     finally:
         STATE.caches.clear()

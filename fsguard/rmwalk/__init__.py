@@ -13,7 +13,7 @@ steps. Its modules, from the call down:
 
 from __future__ import annotations
 
-import stat
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -26,7 +26,7 @@ from ..waiting import Backoff
 from .handler import Caller, Vanishing, Walk
 from .position import Moved, Position
 from .standard import checked, plain, real
-from .tree import Held, find_renamed, lstat_top
+from .tree import Held, find_renamed, open_top
 
 __all__ = ["NotTaken", "Walk", "checked", "lane", "run", "wait_for_move"]
 
@@ -108,28 +108,26 @@ def lane(
     ``onexc``: a ``TemporaryDirectory``'s clean-up passes one).
 
     The course of a call not serialized, whose plan is ``"plain"`` at once (``fsguard.guards.rmtree.plain_at_once``):
-    the top's ``lstat``, the plan, the held top, the standard walk (its kept copy, ``plain``) with the caller's
-    arguments as ``run`` passes them (``Caller.arguments``: fsguard's handler in place of the caller's; none with
-    ``ignore_errors``). fsguard's error handler for the walk (``Walk``) and its position are made at the walk's first
-    error, with what the course read before it: from there the walk goes on as ``run``'s would (issue 47: ``run``'s
-    objects cost a plain removal of 8 files about a third of its CPU time)."""
+    the top held open and its ``fstat`` (``open_top``), the plan, the standard walk (its kept copy, ``plain``) with the
+    caller's arguments as ``run`` passes them (``Caller.arguments``: fsguard's handler in place of the caller's; none
+    with ``ignore_errors``). fsguard's error handler for the walk (``Walk``) and its position are made at the walk's
+    first error, with what the course read before it: from there the walk goes on as ``run``'s would (issue 47:
+    ``run``'s objects cost a plain removal of 8 files about a third of its CPU time)."""
     try:
         top = norm(path)
     except (TypeError, ValueError, OSError):  # the full course lets the standard rmtree say what is wrong
         return NOT_TAKEN
-    before = lstat_top(top)
-    st = before[0]
-    if st is None or not stat.S_ISDIR(st.st_mode):
+    fd, before = open_top(top)  # the held top (see find_renamed, and _Course.run) and its lstat_top
+    st = None if before is None else before[0]
+    if fd < 0 or st is None:
         return NotTaken(top, before, None)
-    if not rule.plain_at_once(top, st, world, rules):
-        return NotTaken(top, before, False)
-    remover = plain(original)
-    if remover is None:
-        return NOT_TAKEN
-    on_error = kwargs.get("ignore_errors", False), kwargs.get("onerror"), kwargs.get("onexc")
-    with Held() as held:
-        held.take(top, st)  # see find_renamed, and _Course.run
-        handler = _LaneHandler((top, before, held, original, world, rules, Caller(*on_error, use_onexc)))
+    handler = _LaneHandler((top, before, fd, original, world, rules, kwargs, use_onexc))
+    try:
+        if not rule.plain_at_once(top, st, world, rules):
+            return NotTaken(top, before, False)
+        remover = plain(original)
+        if remover is None:
+            return NOT_TAKEN
         try:
             if not kwargs:
                 if use_onexc:
@@ -137,7 +135,7 @@ def lane(
                 else:
                     remover(path, onerror=handler.onerror)
             else:
-                positional, named = handler.caller.arguments((path,), kwargs, handler)
+                positional, named = handler.caller().arguments((path,), kwargs, handler)
                 remover(*positional, **named)
         except Vanishing:  # (only without the caller's handler: see _LaneHandler.walk)
             walk = handler.walk()
@@ -149,24 +147,43 @@ def lane(
                 raise
         built = handler.built
         return None if built is None else built.found.verdict(world)
+    finally:
+        held = handler.held
+        if held is None:
+            os.close(fd)
+        else:
+            held.__exit__()  # the held top, and whatever the walk's Held took besides
 
 
 class _LaneHandler:
     """The short course's error handler. It is the full course's ``Walk`` for this call, made at the walk's first
-    error. Its handler is called as ``Walk.onerror``/``onexc`` would be, one frame below the standard walk's
-    (``Walk._retry`` reads that frame)."""
+    error, with its ``Caller`` and ``Held`` (the held top's descriptor; ``lane`` closes it): none of them is made for
+    a walk without errors. Its handler is called as ``Walk.onerror``/``onexc`` would be, one frame below the standard
+    walk's (``Walk._retry`` reads that frame)."""
 
-    __slots__ = ("built", "caller", "made_of")
+    __slots__ = ("built", "held", "made_of", "wanted")
 
     def __init__(self, made_of: tuple[Any, ...]) -> None:
-        self.made_of = made_of
-        self.caller: Caller = made_of[-1]
+        self.made_of = made_of  # top, before, the held top's descriptor, original, world, rules, kwargs, use_onexc
+        self.wanted: Caller | None = None
+        self.held: Held | None = None
         self.built: Walk | None = None
+
+    def caller(self) -> Caller:
+        """What the caller asked of its errors (its keywords), made once."""
+        if self.wanted is None:
+            kwargs, use_onexc = self.made_of[-2:]
+            ignore = kwargs.get("ignore_errors", False)
+            self.wanted = Caller(ignore, kwargs.get("onerror"), kwargs.get("onexc"), use_onexc)
+        return self.wanted
 
     def walk(self) -> Walk:
         """The ``Walk`` that ``run`` would have made for this call, for a plain walk."""
         if self.built is None:
-            top, before, held, original, world, rules, caller = self.made_of
+            top, before, fd, original, world, rules = self.made_of[:6]
+            held = self.held = Held()
+            held.adopt(fd, before[0])
+            caller = self.caller()
             walk = Walk(Position(top, world, held, before), original, caller, world, rules)
             walk.set_checking(False)
             # as run's walk: peers to wait for where the caller's errors raise (no handler of its own)

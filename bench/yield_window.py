@@ -37,7 +37,10 @@ their CPU ratio is the one ``tests/test_bench.py`` checks in the committed resul
 Prints the median and worst added milliseconds per arm, and the ratios to the unpatched removal: of the medians,
 of the totals (every round's time, the first round's window included), and of the median CPU time (the process's
 user and system time: steadier than wall time on a loaded machine, but blind to waiting) (``--json FILE`` writes
-them).
+them). For the issue-47 arms and ``tempdir`` also ``cpu_in_process_ratio``: the patched process removes a twin tree,
+built the same way, with fsguard's wrappers taken off just before each patched removal (``unpatched_cpu``), so both
+sides of that ratio see the same load and the same process (the separate processes' ratio of the same code moved
+from 1.14 to 1.57 between runs an hour apart).
 usage: python bench/yield_window.py [--quick] [--json FILE] [--arms ARM,ARM...]
 """
 
@@ -130,19 +133,56 @@ def pool_dirs(base: str, rounds: int, made_here: bool = False) -> list[str]:
     return tops
 
 
-def child(arm: str, rounds: int, base: str) -> None:
-    """One arm, in this process (patched unless FSGUARD=0): prints the rmtree durations as JSON."""
+def unpatched_cpu(remove: object) -> float:
+    """The CPU time of ``remove()`` with fsguard's wrappers taken off (``os``'s and ``shutil.rmtree``), then put
+    back: the same removal without fsguard, in this process (only the call is timed)."""
     import shutil
 
-    if os.environ.get("FSGUARD") != "0":
+    wrapped = [(module, name) for module in (os, shutil) for name in dir(module)]
+    wrapped = [(m, n) for m, n in wrapped if hasattr(getattr(m, n), "__wrapped__") and callable(getattr(m, n))]
+    saved = [(m, n, getattr(m, n)) for m, n in wrapped]
+    for module, name, function in saved:
+        setattr(module, name, function.__wrapped__)
+    try:
+        cpu = time.process_time()
+        remove()  # type: ignore[operator]
+        return time.process_time() - cpu
+    finally:
+        for module, name, function in saved:
+            setattr(module, name, function)
+
+
+def child(arm: str, rounds: int, base: str) -> None:
+    """One arm, in this process (patched unless FSGUARD=0): prints the rmtree durations as JSON. Patched, each removal
+    of an issue-47 arm is paired with a twin's removal unpatched in this process (``unpatched_cpu``), just before it."""
+    import shutil
+
+    guarded = os.environ.get("FSGUARD") != "0"
+    if guarded:
         import fsguard
 
         fsguard.install()
     rename = os.rename.__wrapped__ if hasattr(os.rename, "__wrapped__") else os.rename  # the peer's: unguarded
+    twins = guarded and arm in SMALL_TREE_ARMS
     times: list[float] = []
     cpus: list[float] = []  # the process's CPU time (user and system) per rmtree: steadier on a loaded machine
-    made = pool_dirs(base, rounds, made_here=arm == "pool-filled") if arm.startswith("pool") else []
+    bare: list[float] = []  # the twin's, unpatched in this process (issue 47 arms, patched)
+    made = (
+        pool_dirs(base, rounds * (2 if twins else 1), made_here=arm == "pool-filled") if arm.startswith("pool") else []
+    )
     for k in range(rounds):
+        if twins:  # the same tree, built the same way, removed without fsguard's wrappers
+            if arm == "tempdir":
+                twin = tempfile.TemporaryDirectory(dir=base)
+                scratch_files(twin.name)
+                bare.append(unpatched_cpu(twin.cleanup))
+            else:
+                if arm.startswith("pool"):
+                    twin_top = made[rounds + k]
+                else:
+                    twin_top = os.path.join(base, "twin" if arm == "scratch" else f"twin-{chr(97 + k % 26)}{k // 26}")
+                    scratch_files(twin_top)
+                bare.append(unpatched_cpu(lambda top=twin_top: shutil.rmtree(top)))  # (rmtree read when called)
         top = os.path.join(base, f"{arm}-{k}")
         if arm in ("scratch", "fresh-scratch"):
             top = os.path.join(base, "eval_tmp" if arm == "scratch" else f"eval_tmp-{chr(97 + k % 26)}{k // 26}")
@@ -184,7 +224,7 @@ def child(arm: str, rounds: int, base: str) -> None:
         cpus.append(time.process_time() - cpu)
         if peer is not None:
             peer.join()
-    print(json.dumps([times, cpus]))
+    print(json.dumps([times, cpus, bare]))
 
 
 def windows(log: str) -> int:
@@ -203,8 +243,9 @@ def windows(log: str) -> int:
     return count
 
 
-def run_arm(arm: str, rounds: int, guarded: bool) -> tuple[list[float], list[float], int]:
-    """One arm's rounds in a fresh process: wall seconds per rmtree, CPU seconds per rmtree, windows waited."""
+def run_arm(arm: str, rounds: int, guarded: bool) -> tuple[list[float], list[float], int, list[float]]:
+    """One arm's rounds in a fresh process: wall seconds per rmtree, CPU seconds per rmtree, windows waited, and the
+    CPU seconds of each twin removed unpatched in the same process (patched issue-47 arms; else none)."""
     base = tempfile.mkdtemp(prefix="fsguard-yield-")
     log = os.path.join(base, "log")  # records go there, not into the tree the arm removes
     try:
@@ -228,8 +269,8 @@ def run_arm(arm: str, rounds: int, guarded: bool) -> tuple[list[float], list[flo
             check=True,
             timeout=600,
         )
-        wall, cpu = json.loads(done.stdout.strip().splitlines()[-1])
-        return wall, cpu, windows(log)
+        wall, cpu, bare = json.loads(done.stdout.strip().splitlines()[-1])
+        return wall, cpu, windows(log), bare
     finally:
         import shutil
 
@@ -257,7 +298,7 @@ def main() -> None:
     )
     print(
         f"{'arm':<24}{'unpatched ms':>14}{'median added ms':>16}{'worst added ms':>16}{'median ratio':>14}"
-        f"{'total ratio':>13}{'cpu ratio':>12}{'paired':>9}{'windows':>9}"
+        f"{'total ratio':>13}{'cpu ratio':>12}{'paired':>9}{'in-proc':>9}{'windows':>9}"
     )
     for arm in args.arms.split(",") if args.arms else ARMS:
         # the same tree removed unpatched (a rename racing an unpatched rmtree fails: the rename's arm is timed
@@ -271,11 +312,12 @@ def main() -> None:
         waits = 0
         paired: list[float] = []  # each chunk's CPU ratio: both of its sides ran within a second of each other
         per_chunk = rounds // chunks * (SMALL_TREE_ROUNDS if arm in SMALL_TREE_ARMS and not args.quick else 1)
+        twin_cpu: list[float] = []  # the patched process's own unpatched removals (issue-47 arms)
         for _ in range(chunks):
-            wall, cpu, _ = run_arm(unpatched_arm, per_chunk, guarded=False)
+            wall, cpu, _, _ = run_arm(unpatched_arm, per_chunk, guarded=False)
             off, off_cpu, baseline_cpu = off + wall, off_cpu + cpu, statistics.median(cpu)
-            wall, cpu, waited = run_arm(arm, per_chunk, guarded=True)
-            on, on_cpu, waits = on + wall, on_cpu + cpu, waits + waited
+            wall, cpu, waited, bare = run_arm(arm, per_chunk, guarded=True)
+            on, on_cpu, waits, twin_cpu = on + wall, on_cpu + cpu, waits + waited, twin_cpu + bare
             paired.append(statistics.median(cpu) / max(baseline_cpu, 1e-9))
         baseline = base[arm] = statistics.median(off)
         results[arm] = {
@@ -286,6 +328,12 @@ def main() -> None:
             "cpu_median_ratio": statistics.median(on_cpu) / max(statistics.median(off_cpu), 1e-9),
             "cpu_total_ratio": sum(on_cpu) / max(sum(off_cpu), 1e-9),
             "cpu_paired_ratio": statistics.median(paired),
+            # issue 47: each patched removal over its twin's removed unpatched just before it, in the same process
+            **(
+                {"cpu_in_process_ratio": statistics.median(on_cpu) / max(statistics.median(twin_cpu), 1e-9)}
+                if twin_cpu
+                else {}
+            ),
             "windows": waits,
             "calls": len(on),
         }
@@ -293,7 +341,8 @@ def main() -> None:
             f"{arm:<24}{baseline * 1000:>14.2f}{results[arm]['median_added_ms']:>16.2f}"
             f"{results[arm]['worst_added_ms']:>16.2f}{results[arm]['median_ratio']:>14.2f}"
             f"{results[arm]['total_ratio']:>13.2f}{results[arm]['cpu_median_ratio']:>12.2f}"
-            f"{results[arm]['cpu_paired_ratio']:>9.2f}{waits:>9}"
+            f"{results[arm]['cpu_paired_ratio']:>9.2f}{results[arm].get('cpu_in_process_ratio', float('nan')):>9.2f}"
+            f"{waits:>9}"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -157,15 +157,18 @@ def test_yield_window_alone(tmp_path: Path) -> None:
     assert result["arms"]["peer-stays"]["windows"] == result["arms"]["peer-stays"]["calls"]  # a peer's: it waits
 
 
-# The committed full run of bench/yield_window.py (issue 47), and its no-tax arms' CPU target.
-YIELD_WINDOW_RESULTS = ROOT / "bench" / "results" / "2026-12-07-yield-window-09570d3.json"
+# The committed full run of bench/yield_window.py (issue 47), and its no-tax arms' CPU target. The target is read
+# against the twin removed unpatched in the patched process itself (``cpu_in_process_ratio``): both sides see the same
+# load, where the separate processes' ratio of the same code moved from 1.14 to 1.57 between runs an hour apart.
+YIELD_WINDOW_RESULTS = ROOT / "bench" / "results" / "2026-12-07-yield-window-fc58271.json"
 CPU_MISSED = pytest.mark.xfail(
-    reason="issue 47: 1.30-1.50x the unpatched CPU time in the committed run (1.30-1.41x in one process, paired "
-    "with the same walk bare: the plan's journal answer, the held top, which a renamed tree's hazard needs, the short "
-    "course's Python; the bare removal is about 200 us of CPU here, mostly the kernel's, and moves by a third with "
-    "the load); the wait and the wrapper per entry are gone",
+    reason="issue 47: 1.31-1.40x the same removal unpatched in the process in the committed run (the scratch dir at "
+    "one path: 1.28x); a Pool's trees are not the journal's last note of this process, so the journal is read back "
+    "to the path's newest making; what is left besides is the held top (an O_PATH open, its fstat, its close) and the "
+    "course's Python, about 90 us of a 290 us removal's CPU with cold caches",
     strict=True,
 )
+MISSED_ARMS = ("fresh-scratch", "pool", "pool-filled")  # over NO_TAX_CPU_RATIO in the committed run
 
 
 @pytest.mark.parametrize("arm", yield_window.ISSUE_47_ARMS)
@@ -176,12 +179,14 @@ def test_the_committed_yield_window_run_waits_no_window_where_no_peer_commits(ar
     assert arms["peer-stays"]["windows"] == arms["peer-stays"]["calls"], arms
 
 
-@CPU_MISSED
-@pytest.mark.parametrize("arm", yield_window.ISSUE_47_ARMS)
+@pytest.mark.parametrize(
+    "arm", [pytest.param(arm, marks=CPU_MISSED if arm in MISSED_ARMS else ()) for arm in yield_window.ISSUE_47_ARMS]
+)
 def test_the_committed_yield_window_run_meets_the_cpu_target(arm: str) -> None:
-    """The CPU time of an rmtree of a small tree no peer renames, at most ``NO_TAX_CPU_RATIO`` times the unpatched
-    one's (medians, patched and unpatched in alternating chunks of one run)."""
-    ratio = json.loads(YIELD_WINDOW_RESULTS.read_text())["arms"][arm]["cpu_median_ratio"]
+    """The CPU time of an rmtree of a small tree no peer renames, at most ``NO_TAX_CPU_RATIO`` times the same removal's
+    unpatched in the same process (medians of 300 each, a twin tree removed with fsguard's wrappers taken off just
+    before each patched removal)."""
+    ratio = json.loads(YIELD_WINDOW_RESULTS.read_text())["arms"][arm]["cpu_in_process_ratio"]
     assert ratio <= yield_window.NO_TAX_CPU_RATIO, ratio
 
 

@@ -148,6 +148,51 @@ class _Tried:
 TRIED_READ = STATE.caches.register(_Tried())
 
 
+class _Makings:
+    """The newest maker's rank of each path of the job's journal, as read so far.
+
+    Each read goes on from where the last one ended (issue 47). The first read starts one chunk from its end; the
+    newest ``MEMORY_SIZE`` paths are kept. A path not kept is looked up in the journal itself (``_newest_rank``). A
+    cache registered with ``state.STATE.caches``."""
+
+    __slots__ = ("end", "fd", "ranks", "seen")
+
+    def __init__(self) -> None:
+        self.fd = -1  # the journal read (this process's descriptor of it)
+        self.end = 0  # where the notes read so far end: just past an entry's NUL
+        self.ranks: dict[bytes, bytes] = {}  # path -> the rank of its newest note (b"": a note without one)
+        self.seen: bytes | None = None  # the journal's token read before it was last read (``fsguard.tokens``)
+
+    def clear(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def rank(self, fd: int, size: int, path: bytes) -> bytes | None:
+        """The rank of the newest note of ``path`` in journal ``fd`` (of ``size``). None: no kept note names it."""
+        if fd != self.fd:
+            self.__init__()  # type: ignore[misc]
+            self.fd = fd
+        if size > self.end:
+            start = self.end or max(0, size - _CHUNK)
+            data = os.pread(fd, size - start, start)
+            first = data.find(b"\0") + 1 if start and not self.end else 0  # the first read may start mid-entry
+            last = data.rfind(b"\0") + 1  # an entry still being appended is read next time
+            if last > first:
+                self.end = start + last
+                ranks = self.ranks
+                for entry in data[first : last - 1].split(b"\0"):
+                    head, _, name = entry.partition(b" ")
+                    when, _, rank = head.partition(b"@")
+                    if when.replace(b".", b"", 1).isdigit() and (not rank or rank.isdigit()):
+                        ranks.pop(name, None)
+                        ranks[name] = rank
+                while len(ranks) > MEMORY_SIZE:
+                    del ranks[next(iter(ranks))]
+        return self.ranks.get(path)
+
+
+MAKINGS = STATE.caches.register(_Makings())
+
+
 def file_name(tag: str, prefix: str = PREFIX) -> str:
     """The journal's file name for a job tag. ``%``, ``/`` and NUL are escaped; a long tag ends in its hash. With
     ``prefix`` ``TRIED``, the name of its notes of directories found there."""
@@ -462,11 +507,20 @@ def made_alone(path: str, own: str, rank: int) -> bool:
             return False  # another rank of the job found it there: it shares the name
         if now is not None and last is not None and last[4] == now[:8] and last[2:4] == (needle, mine):
             return True  # this process's note of path is the journal's last: nothing was noted since
+        makings = MAKINGS
+        if now is not None and makings.seen == now[:8] and makings.fd == fd:  # nothing noted since the last read
+            found = makings.ranks.get(name)
+            if found is not None:
+                return found == mine
         fd, size = _current(own, fd)
         if fd < 0:
             return False
         if last is not None and last[:4] == (fd, size, needle, mine):
             return True  # this process's note of path is the journal's last: nothing was appended since
+        found = makings.rank(fd, size, name)
+        makings.seen = None if now is None else now[:8]
+        if found is not None:
+            return found == mine
         return _newest_rank(fd, needle, size) == mine
     except OSError:
         return False

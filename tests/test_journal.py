@@ -89,14 +89,14 @@ def test_this_process_s_last_note_answers_without_a_read_until_anything_is_appen
     from fsguard.state import STATE
 
     monkeypatch.setattr(STATE, "launch", detect({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}))
-    reads: list[bytes] = []
-    newest_rank = journal._newest_rank
+    reads: list[int] = []
+    pread = os.pread
 
-    def counted(fd: int, needle: bytes, size: int = -1) -> bytes | None:
-        reads.append(needle)
-        return newest_rank(fd, needle, size)
+    def counted(fd: int, length: int, offset: int) -> bytes:
+        reads.append(fd)
+        return pread(fd, length, offset)
 
-    monkeypatch.setattr(journal, "_newest_rank", counted)  # counted, not replaced: every answer is the real one
+    monkeypatch.setattr(os, "pread", counted)  # counted, not replaced: every answer is the real one
     top, other = str(tmp_path / "eval_tmp"), str(tmp_path / "other")
     journal.made(top, tag)
     assert journal.made_alone(top, tag, 1) and reads == []  # its own note is the last: no read
@@ -528,3 +528,48 @@ def test_a_forked_child_draws_tokens_of_its_own(tag: str) -> None:
     tokens = journal.SLOTS.read(tag, journal.tokens_path)
     assert tokens is not None and tokens[:8] == child  # the child's token, in the parent's mapping
     assert journal.SLOTS.bump(tag, 0, journal.tokens_path) != child
+
+
+def test_a_pool_s_notes_are_read_once_then_answered_from_what_was_kept(
+    tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: directories a forked child of this rank made (a ``multiprocessing.Pool``'s) are not this process's last
+    note. Their notes are read once, on from where the last read ended; while the journal's token stays, the kept
+    ranks answer with no read. A peer's making since is read, and decides."""
+    from fsguard.launcher import detect
+    from fsguard.state import STATE
+
+    monkeypatch.setattr(STATE, "launch", detect({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}))
+    tops = [str(tmp_path / f"part-{k}") for k in range(20)]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for top in tops:
+                journal.made(top, tag)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    reads: list[int] = []
+    pread = os.pread
+
+    def counted(fd: int, length: int, offset: int) -> bytes:
+        reads.append(fd)
+        return pread(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", counted)
+    assert journal.made_alone(tops[0], tag, 1) and len(reads) == 1  # the child's notes, read once
+    assert all(journal.made_alone(top, tag, 1) for top in tops) and len(reads) == 1  # then what was kept answers
+    _note(tag, journal.PREFIX, tops[3], 2)  # a peer of rank 2 made one since
+    assert not journal.made_alone(tops[3], tag, 1) and journal.made_alone(tops[4], tag, 1)
+    assert len(reads) == 2  # the peer's note read, once
+
+
+def test_a_note_older_than_what_was_kept_is_still_found(tag: str, tmp_path: Path) -> None:
+    """The first read keeps one chunk of notes from the journal's end; a path noted before that is looked up in the
+    journal itself, as far back as ``made_alone`` reads."""
+    top = str(tmp_path / "eval_tmp")
+    _note(tag, journal.PREFIX, top, 1)
+    for k in range(2 * journal._CHUNK // 60):  # more than a chunk of other notes after it
+        _note(tag, journal.PREFIX, str(tmp_path / f"other-{k}"), 2)
+    assert journal.made_alone(top, tag, 1) and not journal.made_alone(top, tag, 2)
+    assert journal.made_alone(str(tmp_path / "other-0"), tag, 2)

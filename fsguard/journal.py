@@ -191,6 +191,7 @@ class _Makings:
 
 
 MAKINGS = STATE.caches.register(_Makings())
+_NOT_NOTED = b"-"  # ``_Makings``'s rank of a path no note within ``made_alone``'s reach names (never a rank)
 
 
 def file_name(tag: str, prefix: str = PREFIX) -> str:
@@ -519,9 +520,11 @@ def made_alone(path: str, own: str, rank: int) -> bool:
             return True  # this process's note of path is the journal's last: nothing was appended since
         found = makings.rank(fd, size, name)
         makings.seen = None if now is None else now[:8]
-        if found is not None:
-            return found == mine
-        return _newest_rank(fd, needle, size) == mine
+        if found is None:
+            found = _newest_rank(fd, needle, size)
+            if makings.fd == fd:  # kept too: the notes read on from here update it (a miss read 1 MiB back each time)
+                makings.ranks[name] = _NOT_NOTED if found is None else found
+        return found == mine
     except OSError:
         return False
 

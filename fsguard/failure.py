@@ -268,9 +268,11 @@ def short_walk(
         found = MADE.lane = (rmwalk.lane, rmwalk.NotTaken, _live_world())
     lane, not_taken, world = found
     verdict = lane(wrapped, args[0], kwargs, world, numbers, use_onexc)
+    if verdict is None:  # removed, nothing met (the most common answer first)
+        return True, None
     if isinstance(verdict, not_taken):
         return False, verdict
-    if verdict is None or walked(verdict, Call("rmtree", args, kwargs)) or verdict.handled_by is not None:
+    if walked(verdict, Call("rmtree", args, kwargs)) or verdict.handled_by is not None:
         return True, None
     return True, verdict.error if isinstance(verdict.error, OSError) else None
 

@@ -17,7 +17,7 @@ that in ``/dev/shm``, which is memory.
 
 Beside it, ``tried.<tag>`` (issue 47): a guarded mkdir's ``FileExistsError`` and a ``makedirs(exist_ok=True)`` that
 found the directory there note the name, one ``open``/``write`` each (they are few): a name another rank shares.
-``made_alone`` reads both before a guarded ``rmtree`` (``fsguard.guards.rmtree.rank_alone``): this rank made the
+``made_alone`` reads both before a guarded ``rmtree`` (``fsguard.guards.rmtree.plain_at_once``): this rank made the
 tree and no other rank tried to, so no peer could commit it.
 """
 
@@ -62,9 +62,10 @@ class _Opened:
     def __init__(self) -> None:
         self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1)
         # (descriptor, the journal's size just after this process's last note, that note's " <path>\0" and rank, the
-        # journal's token it set after it or None), where nothing else was appended between the size read before the
-        # note and the note itself (nor before the token, where there is one).
-        self.last: tuple[int, int, bytes, bytes, bytes | None] | None = None
+        # journal's token it set after it or None, the path as given where it is that note's path as text (an
+        # absolute str; else None)), where nothing else was appended between the size read before the note and the
+        # note itself (nor before the token, where there is one).
+        self.last: tuple[int, int, bytes, bytes, bytes | None, str | None] | None = None
 
     def clear(self) -> None:
         self.journal = None
@@ -289,7 +290,7 @@ def made(path: Any, tag: str) -> None:
         journal = OPENED.journal
         fd, size = _current(tag, journal[1] if journal is not None and journal[0] == tag else _open(tag))
         if fd >= 0:
-            entry = _entry(path)
+            entry, as_given = _entry(path)
             written = os.write(fd, entry)
             token = SLOTS.bump(tag, 0, tokens_path)
             # Where the journal then ends, if this note was all that came after the size read (see made_alone); with
@@ -299,7 +300,9 @@ def made(path: Any, tag: str) -> None:
             whole = size >= 0 and written == len(entry)
             if whole and token is not None and os.lseek(fd, 0, os.SEEK_END) != size + written:
                 token = None  # another note came between: the token does not say this one is the last
-            OPENED.last = (fd, size + written, entry[at:], rank, token) if whole else None
+            # the path as text, where the note names it as given: a normal absolute str (``made_alone`` compares it)
+            text = path if as_given and type(path) is str else None
+            OPENED.last = (fd, size + written, entry[at:], rank, token, text) if whole else None
     except (OSError, TypeError, ValueError):
         pass
 
@@ -363,7 +366,7 @@ def tried(path: Any, tag: str) -> None:
             name = os.path.join(os.getcwdb() if isinstance(name, bytes) else os.getcwd(), name)
         if not NOTED.due(tag, name):
             return
-        entry = _entry(path)
+        entry = _entry(path)[0]
         where = directory()
         if where is None:
             return
@@ -412,14 +415,17 @@ class _Noted:
 NOTED = STATE.caches.register(_Noted())
 
 
-def _entry(path: Any) -> bytes:
-    """One note: ``<time>@<rank> <absolute path>\\0`` (the rank's own children, a Pool's, inherit its variables)."""
+def _entry(path: Any) -> tuple[bytes, bool]:
+    """One note, ``<time>@<rank> <absolute path>\\0``, and whether ``path`` is its path as given. The rank's own
+    children (a Pool's) inherit its variables. As given: ``path`` is absolute and normal."""
     name = os.fsencode(path)
-    if name[:1] != b"/":
+    given = name[:1] == b"/"
+    if not given:
         name = os.path.join(os.getcwdb(), name)
     launch = STATE.launch
     rank = b"" if launch is None else b"@%d" % launch.rank
-    return b"%.6f%s %s\0" % (time.time(), rank, os.path.normpath(name))
+    normal = os.path.normpath(name)
+    return b"%.6f%s %s\0" % (time.time(), rank, normal), given and normal == name
 
 
 def newest(path: str, own: str, since: float | None = None) -> tuple[float, str, int | None] | None:
@@ -487,15 +493,19 @@ def made_alone(path: str, own: str, rank: int) -> bool:
     only: the job's ``tried`` notes (most often there are none), and the end of its journal back to the path's newest
     making (at most about 1 MiB back: beyond that, no telling: False). Where this process's own note of ``path`` is
     still the journal's last (its size is where that note ended: ``_Opened.last``), nothing is read (issue 47)."""
-    name = path.encode(_FS_ENCODING, _FS_ERRORS) if type(path) is str else os.fsencode(path)
-    needle = b" " + name + b"\0"
-    mine = b"%d" % rank
     last = OPENED.last
     try:
         now = SLOTS.read(own, tokens_path)  # before anything is read: a note made after it changes them
-        if now is not None and last is not None and last[4] == now[:8] and last[2:4] == (needle, mine):
+        if now is not None and last is not None and last[5] == path and last[4] == now[:8]:
             # This process's note of path is the journal's last: nothing was noted since. Nor in the tried notes,
             # where their token is the one seen when they were last read: their ranks, as read then, decide.
+            tried = TRIED_READ
+            if tried.seen == now[8:] and tried.tag == own and not tried.ranks and last[3] == b"%d" % rank:
+                return True  # (the path's text is the note's; no tried notes at all, the most common case)
+        name = path.encode(_FS_ENCODING, _FS_ERRORS) if type(path) is str else os.fsencode(path)
+        needle = b" " + name + b"\0"
+        mine = b"%d" % rank
+        if now is not None and last is not None and last[4] == now[:8] and last[2:4] == (needle, mine):
             tried = TRIED_READ
             if tried.seen == now[8:] and tried.tag == own:
                 ranks = tried.ranks.get(name)

@@ -14,7 +14,7 @@ import time
 from . import _later, _wrapt, callers, config, failure, launcher
 from .calls import FAMILY, Call, fds_given, first_path, makedirs_exist_ok, resolve_fds
 from .operations import MAKES, OPERATIONS
-from .state import STATE, Unforkable, busy, shutting_down
+from .state import STATE, THREAD, Unforkable, busy, shutting_down
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported (see bench/startup.py)
 if TYPE_CHECKING:
@@ -39,6 +39,11 @@ if TYPE_CHECKING:
     _Wrapper = wrapt.FunctionWrapper[Any, Any]
 else:  # wrapt's type without wrapt's package imports (fsguard/_wrapt.py); not subscriptable at run time
     _Wrapper = _wrapt.function_wrapper()
+# wrapt's ``_FunctionWrapperBase``, whose ``__init__`` takes the instance (None: not found, see GuardedFunction)
+_WRAPPER_BASE: Any = next((kind for kind in _Wrapper.__mro__ if kind.__name__ == "_FunctionWrapperBase"), None)
+
+
+_CALLED = object()  # the ``instance`` fsguard's wrapper gets from a call of the guarded function itself (not bound)
 
 
 class GuardedFunction(_Wrapper):
@@ -50,6 +55,12 @@ class GuardedFunction(_Wrapper):
 
     def __init__(self, wrapped: Any, wrapper: Any, qualified: str) -> None:
         super().__init__(wrapped, wrapper)
+        if self._self_binding == "function" and _WRAPPER_BASE is not None:
+            # A Python function (``makedirs``, ``rmtree``). wrapt calls the wrapper of an unbound one with ``instance``
+            # the function's ``__self__``, looked up at every call: the ``AttributeError`` it raises and clears cost
+            # each call about 360 ns (issue 47). Given an instance, wrapt passes it and looks nothing up. It binds as
+            # before: as a class attribute, its ``__get__`` makes wrapt's bound wrapper, as a function's would.
+            _WRAPPER_BASE.__init__(self, wrapped, _CALLED, wrapper, None, "function")
         self._self_qualified = qualified
 
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -346,44 +357,54 @@ def _rmtree_wrapper(rmtree: Callable[..., Any]) -> Callable[..., Any]:
     use_onexc = _takes_onexc(rmtree)
     # rmtree(path), or with its error keywords (a TemporaryDirectory's clean-up): perhaps the short course
     lane_keywords = frozenset(("ignore_errors", "onerror", "onexc") if use_onexc else ("ignore_errors", "onerror"))
+    short_walk, thread = failure.short_walk, THREAD
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if busy() or sys.meta_path is None:  # (shutting down: unguarded)
+        if thread.busy or sys.meta_path is None:  # (busy(); shutting down: unguarded)
             return wrapped(*args, **kwargs)
         read = None  # what the short course read of the top, where it left the call to the full one
         if len(args) == 1 and state.serializer is None and (not kwargs or kwargs.keys() <= lane_keywords):
-            taken, found = failure.short_walk(wrapped, args, kwargs, use_onexc)  # perhaps a plain removal
+            taken, found = short_walk(wrapped, args, kwargs, use_onexc)  # perhaps a plain removal
             if taken:
                 remember(("rmtree", args, kwargs))
                 if found is not None:
                     raise found
                 return None
             read = found
-        call = Call("rmtree", args, kwargs)
-        if not call.bound or call.given[0] is None:  # the standard rmtree says what is wrong
-            return wrapped(*args, **kwargs)
-        if call.fds.dir_fd is not None:  # passed through, but remembered as removed
-            wrapped(*args, **kwargs)
-            remember(resolve_fds(("rmtree", args, kwargs)))
-            return None
-        # A peer can only move a tree away in a job that has peers: alone, no window at all.
-        launch = state.launch
-        yield_s = state.settings.yield_s if launch is not None and launch.distributed else 0.0
-        serializer = state.serializer
-
-        def perform() -> None:
-            error = failure.walk(wrapped, call, use_onexc, yield_s, serializer, read)
-            remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
-            if error is not None:
-                raise error
-
-        if serializer is None:
-            perform()
-        elif serializer.flown(call, perform, shared=_SERIALIZED) is _SERIALIZED:
-            remember(("rmtree", args, kwargs))  # a peer's identical call removed the tree for this one
-        return None
+        return _rmtree_course(wrapped, args, kwargs, use_onexc, read)
 
     return wrapper
+
+
+def _rmtree_course(
+    wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], use_onexc: bool, read: Any
+) -> None:
+    """A guarded rmtree down the full course (``failure.walk``): the short course did not take it. Apart from
+    the wrapper: its closure would make the wrapper's variables cells at every call (issue 47)."""
+    remember, state = STATE.memory.calls.append, STATE
+    call = Call("rmtree", args, kwargs)
+    if not call.bound or call.given[0] is None:  # the standard rmtree says what is wrong
+        return wrapped(*args, **kwargs)  # type: ignore[no-any-return]
+    if call.fds.dir_fd is not None:  # passed through, but remembered as removed
+        wrapped(*args, **kwargs)
+        remember(resolve_fds(("rmtree", args, kwargs)))
+        return None
+    # A peer can only move a tree away in a job that has peers: alone, no window at all.
+    launch = state.launch
+    yield_s = state.settings.yield_s if launch is not None and launch.distributed else 0.0
+    serializer = state.serializer
+
+    def perform() -> None:
+        error = failure.walk(wrapped, call, use_onexc, yield_s, serializer, read)
+        remember(resolve_fds(("rmtree", args, kwargs)) if kwargs else ("rmtree", args, kwargs))
+        if error is not None:
+            raise error
+
+    if serializer is None:
+        perform()
+    elif serializer.flown(call, perform, shared=_SERIALIZED) is _SERIALIZED:
+        remember(("rmtree", args, kwargs))  # a peer's identical call removed the tree for this one
+    return None
 
 
 def install(ops: Iterable[str] | None = None, settings: config.Settings | None = None) -> list[str]:

@@ -206,6 +206,7 @@ class _ThreadFlags(local):
 
 
 _local = _ThreadFlags()
+THREAD = _local  # this thread's flags: ``THREAD.busy`` is ``busy()`` without its call (a guarded rmtree's first test)
 
 
 def busy() -> bool:

@@ -304,6 +304,40 @@ def test_patched_functions_keep_their_faces(fsguard_python: Path) -> None:
     assert result.stdout.strip() == "GuardedFunction"
 
 
+BINDING = """
+    import os, shutil, tempfile
+    class Tools:
+        make = os.makedirs  # a Python function as a class attribute binds: the instance is its first argument
+        remove = shutil.rmtree
+        rename = os.rename  # a builtin does not bind
+        quiet = staticmethod(shutil.rmtree)
+    base = tempfile.mkdtemp()
+    tools = Tools()
+    for call in (lambda: tools.make(), lambda: tools.remove(), lambda: Tools.make(os.path.join(base, 'a'))):
+        try:
+            call()
+            print('ok')
+        except Exception as exc:
+            print(type(exc).__name__, str(exc).replace(repr(tools), 'TOOLS'))
+    os.makedirs(os.path.join(base, 'b', 'c'))
+    tools.rename(os.path.join(base, 'b'), os.path.join(base, 'd'))
+    tools.quiet(os.path.join(base, 'd'))
+    Tools.remove(base)
+    print(type(tools.make).__name__, os.path.exists(base))
+"""
+
+
+def test_guarded_functions_bind_as_the_functions_do(fsguard_python: Path) -> None:
+    """As a class attribute, a guarded Python function binds to the instance as the function does (wrapt's bound
+    wrapper), a guarded builtin does not: the same output with fsguard as without."""
+    guarded = run_python(fsguard_python, BINDING, {"FSGUARD": "force"})
+    plain = run_python(fsguard_python, BINDING, {})
+    assert guarded.returncode == 0 and plain.returncode == 0, guarded.stderr + plain.stderr
+    assert guarded.stdout.splitlines()[:3] == plain.stdout.splitlines()[:3]
+    assert plain.stdout.splitlines()[-1] == "method False"
+    assert guarded.stdout.splitlines()[-1] == "BoundFunctionWrapper False"
+
+
 def test_pickles_load_as_the_real_function_where_fsguard_is_off(fsguard_python: Path) -> None:
     dumped = run_python(
         fsguard_python,

@@ -109,7 +109,7 @@ def plan(
     (``makedirs(exist_ok=True)`` made it or found it there) at a path where it already removed such a tree after a
     window no peer used (``scratch``: a per-step scratch directory, its own or one every rank makes and writes into;
     peers do not commit trees at that path). Plain, before all these: a tree this rank made that
-    no process of another rank made or tried to make, where this node's journal sees every peer (``rank_alone``);
+    no process of another rank made or tried to make, where this node's journal sees every peer (``plain_at_once``);
     not ``serialized``: there one rank makes a name for all (singleflight), and the others leave no note. ``at_once``:
     ``plain_at_once``'s answer, where the caller asked it already."""
     if top is None or not stat.S_ISDIR(top.st_mode):
@@ -133,22 +133,21 @@ def plan(
 
 
 def plain_at_once(path: str, top: os.stat_result, world: World, rules: Rules, serialized: bool = False) -> bool:
-    """Whether the directory ``top`` at ``path`` is removed plainly before anything else is asked. In a job without
-    peers; and, not ``serialized``, a tree this rank made alone (``rank_alone``: no peer of this attempt made it or
-    tried to, so nobody here could commit it; issue 47). ``plan``'s first answer, and the short course's test
-    (``fsguard.rmwalk.lane``)."""
-    return not rules.peers or (not serialized and rank_alone(path, top, world, rules))
+    """Whether the directory ``top`` at ``path`` is removed plainly before anything else is asked. ``plan``'s first
+    answer, and the short course's test (``fsguard.rmwalk.lane``). In a job without peers; and, not ``serialized``, a
+    tree this rank made alone, as far as this node sees (issue 47).
 
-
-def rank_alone(path: str, top: os.stat_result, world: World, rules: Rules) -> bool:
-    """Whether this rank made the tree alone, as far as this node sees. This process or its children (a
-    ``multiprocessing.Pool``'s) made it, and no process of another rank of this attempt made it or tried to make it
-    since. Only where this node's journal sees every peer that could (``World.made_alone``): in a single-node job, or on
-    a node-local filesystem (a coherent local mount, which no other node sees). A peer that commits a tree makes it, or
-    tries to, before it writes into it (every rank's ``makedirs(tmp-checkpoint-N, exist_ok=True)``); one that did
-    neither is not seen (issue 47)."""
-    if world.lookups_may_be_stale(top.st_dev) and not is_single_node(rules.job):
-        return False  # a peer on another node notes in its own node's journal
+    Made alone: this process or its children (a ``multiprocessing.Pool``'s) made it, and no process of another rank of
+    this attempt made it or tried to make it since, so nobody here could commit it. Only where this node's journal sees
+    every peer that could (``World.made_alone``): in a single-node job, or on a node-local filesystem (a coherent local
+    mount, which no other node sees). A peer that commits a tree makes it, or tries to, before it writes into it (every
+    rank's ``makedirs(tmp-checkpoint-N, exist_ok=True)``); one that did neither is not seen. One frame: every small
+    ``rmtree`` asks it."""
+    if not rules.peers:
+        return True
+    if serialized or (world.lookups_may_be_stale(top.st_dev) and not is_single_node(rules.job)):
+        return False  # (serialized: one rank makes a name for all, the others leave no note; a peer on another
+        # node notes in its own node's journal)
     return world.made_alone(path)
 
 

@@ -26,7 +26,7 @@ from ..waiting import Backoff
 from .handler import Caller, Vanishing, Walk
 from .position import Moved, Position
 from .standard import checked, plain, real
-from .tree import Held, find_renamed, open_top
+from .tree import HOLD_FLAGS, Held, find_renamed
 
 __all__ = ["NotTaken", "Walk", "checked", "lane", "run", "wait_for_move"]
 
@@ -108,19 +108,25 @@ def lane(
     ``onexc``: a ``TemporaryDirectory``'s clean-up passes one).
 
     The course of a call not serialized, whose plan is ``"plain"`` at once (``fsguard.guards.rmtree.plain_at_once``):
-    the top held open and its ``fstat`` (``open_top``), the plan, the standard walk (its kept copy, ``plain``) with the
-    caller's arguments as ``run`` passes them (``Caller.arguments``: fsguard's handler in place of the caller's; none
-    with ``ignore_errors``). fsguard's error handler for the walk (``Walk``) and its position are made at the walk's
-    first error, with what the course read before it: from there the walk goes on as ``run``'s would (issue 47:
-    ``run``'s objects cost a plain removal of 8 files about a third of its CPU time)."""
+    the top held open and its ``fstat``, the plan, the standard walk (its kept copy, ``plain``) with the caller's
+    arguments as ``run`` passes them (``Caller.arguments``). fsguard's error handler for the walk (``Walk``) and its
+    position are made at the walk's first error: from there the walk goes on as ``run``'s would (issue 47)."""
     try:
         top = norm(path)
     except (TypeError, ValueError, OSError):  # the full course lets the standard rmtree say what is wrong
         return NOT_TAKEN
-    fd, before = open_top(top)  # the held top (see find_renamed, and _Course.run) and its lstat_top
-    st = None if before is None else before[0]
-    if fd < 0 or st is None:
-        return NotTaken(top, before, None)
+    # The held top (find_renamed) and its lstat_top: an O_PATH open and its fstat (no lstat; a symlink: the full course)
+    try:
+        fd = os.open(top, HOLD_FLAGS)
+    except FileNotFoundError:
+        return NotTaken(top, (None, True), None)
+    except (OSError, ValueError):  # not a directory one can hold: lstat_top tells
+        return NotTaken(top, None, None)
+    try:
+        before = (st := os.fstat(fd), False)
+    except OSError:
+        os.close(fd)
+        return NotTaken(top, None, None)
     handler = _LaneHandler((top, before, fd, original, world, rules, kwargs, use_onexc))
     try:
         if not rule.plain_at_once(top, st, world, rules):

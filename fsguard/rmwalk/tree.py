@@ -45,27 +45,7 @@ def lstat_top(path: str) -> tuple[os.stat_result | None, bool]:
 
 
 # ``Held``'s open: an ``O_PATH`` descriptor where there is one (it reads nothing), of the directory itself
-_HOLD_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def open_top(path: str) -> tuple[int, tuple[os.stat_result | None, bool] | None]:
-    """The directory at ``path`` held open, and its ``lstat_top`` read through the descriptor.
-
-    Returns (descriptor, (its ``fstat``, False)). Two calls in place of the ``lstat``, ``open`` and ``fstat`` of
-    ``lstat_top`` and ``Held.take`` (issue 47: the short course's). (-1, (None, True)) where the name is missing,
-    (-1, None) where it is not a directory one can hold (a symlink, a file, an unreadable path: ``lstat_top``
-    tells)."""
-    try:
-        fd = os.open(path, _HOLD_FLAGS)
-    except FileNotFoundError:
-        return -1, (None, True)
-    except (OSError, ValueError):
-        return -1, None
-    try:
-        return fd, (os.fstat(fd), False)
-    except OSError:
-        os.close(fd)
-        return -1, None
+HOLD_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 UNSET: Any = object()
@@ -140,7 +120,7 @@ class Held:
             os.close(fd)
 
     def adopt(self, fd: int, st: os.stat_result) -> None:
-        """Hold ``fd``, the directory ``st`` describes (``open_top``'s): closed with the others."""
+        """Hold ``fd``, the directory ``st`` describes (the short course's held top): closed with the others."""
         self.fds[(st.st_dev, st.st_ino)] = fd
 
     def take(self, path: str, expected: os.stat_result) -> None:
@@ -151,7 +131,7 @@ class Held:
         if key in self.fds:
             return
         try:
-            fd = os.open(path, _HOLD_FLAGS)
+            fd = os.open(path, HOLD_FLAGS)
         except OSError:
             return
         try:

@@ -30,6 +30,7 @@ import time
 
 from .state import MEMORY_SIZE, STATE
 from .tokens import PREFIX as SEQ
+from .tokens import SIZE as TOKENS_SIZE
 from .tokens import SLOTS, sweep_unheld
 
 TYPE_CHECKING = False  # not typing's: only what startup needs is imported
@@ -63,9 +64,9 @@ class _Opened:
         self.journal: tuple[str, int] | None = None  # (job tag, its journal's descriptor or -1)
         # (descriptor, the journal's size just after this process's last note, that note's " <path>\0" and rank, the
         # journal's token it set after it or None, the path as given where it is that note's path as text (an
-        # absolute str; else None)), where nothing else was appended between the size read before the note and the
-        # note itself (nor before the token, where there is one).
-        self.last: tuple[int, int, bytes, bytes, bytes | None, str | None] | None = None
+        # absolute str; else None), the rank as a number), where nothing else was appended between the size read
+        # before the note and the note itself (nor before the token, where there is one).
+        self.last: tuple[int, int, bytes, bytes, bytes | None, str | None, int | None] | None = None
 
     def clear(self) -> None:
         self.journal = None
@@ -302,7 +303,9 @@ def made(path: Any, tag: str) -> None:
                 token = None  # another note came between: the token does not say this one is the last
             # the path as text, where the note names it as given: a normal absolute str (``made_alone`` compares it)
             text = path if as_given and type(path) is str else None
-            OPENED.last = (fd, size + written, entry[at:], rank, token, text) if whole else None
+            launch = STATE.launch
+            number = None if launch is None else launch.rank
+            OPENED.last = (fd, size + written, entry[at:], rank, token, text, number) if whole else None
     except (OSError, TypeError, ValueError):
         pass
 
@@ -495,21 +498,18 @@ def made_alone(path: str, own: str, rank: int) -> bool:
     still the journal's last (its size is where that note ended: ``_Opened.last``), nothing is read (issue 47)."""
     last = OPENED.last
     try:
-        now = SLOTS.read(own, tokens_path)  # before anything is read: a note made after it changes them
-        if now is not None and last is not None and last[5] == path and last[4] == now[:8]:
+        # The tokens, before anything is read: a note made after it changes them (SLOTS.read, without its call)
+        mapped = SLOTS.map if SLOTS.tag == own else None
+        now = mapped[:TOKENS_SIZE] if mapped is not None else SLOTS.read(own, tokens_path)
+        if now is not None and last is not None and last[5] == path and last[4] == now[:8] and last[6] == rank:
             # This process's note of path is the journal's last: nothing was noted since. Nor in the tried notes,
             # where their token is the one seen when they were last read: their ranks, as read then, decide.
             tried = TRIED_READ
-            if tried.seen == now[8:] and tried.tag == own and not tried.ranks and last[3] == b"%d" % rank:
+            if tried.seen == now[8:] and tried.tag == own and not tried.ranks:
                 return True  # (the path's text is the note's; no tried notes at all, the most common case)
         name = path.encode(_FS_ENCODING, _FS_ERRORS) if type(path) is str else os.fsencode(path)
         needle = b" " + name + b"\0"
         mine = b"%d" % rank
-        if now is not None and last is not None and last[4] == now[:8] and last[2:4] == (needle, mine):
-            tried = TRIED_READ
-            if tried.seen == now[8:] and tried.tag == own:
-                ranks = tried.ranks.get(name)
-                return ranks is None or all(rank == mine for rank in ranks)
         journal = OPENED.journal
         fd = journal[1] if journal is not None and journal[0] == own else _open(own)
         if fd < 0:

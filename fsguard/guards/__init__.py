@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from .._values import Frozen, Value
-from ..launcher import same_job
+from ..launcher import is_single_node, same_job
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class Rules(Frozen):
     """The numbers a rule needs from the configuration and the job."""
 
     _fields = ("settle_s", "fresh_s", "job_start", "peers", "job_start_source", "job", "attempt_start")
-    __slots__ = _fields
+    __slots__ = (*_fields, "single_node")
     settle_s: float
     fresh_s: float
     job_start: float
@@ -153,6 +153,7 @@ class Rules(Frozen):
     job_start_source: str  # how ``job_start`` was found (fsguard.evidence.job_start)
     job: str | None  # this job's and attempt's tag (fsguard.launcher.job_tag), None: none to compare with
     attempt_start: float | None  # when a restarted attempt started here (fsguard.evidence.attempt_start)
+    single_node: bool  # (derived from ``job``, not a field)
 
     def __init__(
         self,
@@ -165,6 +166,9 @@ class Rules(Frozen):
         attempt_start: float | None = None,
     ) -> None:
         super().__init__(settle_s, fresh_s, job_start, peers, job_start_source, job, attempt_start)
+        # Derived from ``job``: whether the job is a single-node one (``launcher.is_single_node``), asked by every
+        # plain rmtree (issue 47)
+        object.__setattr__(self, "single_node", is_single_node(job))
 
     def without_waits(self) -> Rules:
         """The same numbers with no settle budget: decide from what the fresh listings show now."""

@@ -35,10 +35,9 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .._values import Value
-from ..launcher import is_single_node
 from . import ABSORBED, SERIALIZE, Rules, Scan, Verdict, World, journal_since, own_event
 
 REMOVED_SHOWN = 50  # names of removed entries a hazard record lists (and says how many more)
@@ -132,7 +131,15 @@ def plan(
     return "wait"
 
 
-def plain_at_once(path: str, top: os.stat_result, world: World, rules: Rules, serialized: bool = False) -> bool:
+class Device(Protocol):
+    """What ``plain_at_once`` reads of the top: its device. An ``os.stat_result``, or the short course's
+    ``fsguard.rmwalk.tree.TopStat``, which reads it when first asked."""
+
+    @property
+    def st_dev(self) -> int: ...
+
+
+def plain_at_once(path: str, top: Device, world: World, rules: Rules, serialized: bool = False) -> bool:
     """Whether the directory ``top`` at ``path`` is removed plainly before anything else is asked. ``plan``'s first
     answer, and the short course's test (``fsguard.rmwalk.lane``). In a job without peers; and, not ``serialized``, a
     tree this rank made alone, as far as this node sees (issue 47).
@@ -145,9 +152,9 @@ def plain_at_once(path: str, top: os.stat_result, world: World, rules: Rules, se
     ``rmtree`` asks it."""
     if not rules.peers:
         return True
-    if serialized or (world.lookups_may_be_stale(top.st_dev) and not is_single_node(rules.job)):
+    if serialized or (not rules.single_node and world.lookups_may_be_stale(top.st_dev)):
         return False  # (serialized: one rank makes a name for all, the others leave no note; a peer on another
-        # node notes in its own node's journal)
+        # node notes in its own node's journal. The top's device is asked only in a job of several nodes.)
     return world.made_alone(path)
 
 

@@ -26,7 +26,7 @@ from ..waiting import Backoff
 from .handler import Caller, Vanishing, Walk
 from .position import Moved, Position
 from .standard import checked, plain, real
-from .tree import HOLD_FLAGS, Held, find_renamed
+from .tree import HOLD_FLAGS, Held, TopStat, find_renamed
 
 __all__ = ["NotTaken", "Walk", "checked", "lane", "run", "wait_for_move"]
 
@@ -115,22 +115,22 @@ def lane(
         top = norm(path)
     except (TypeError, ValueError, OSError):  # the full course lets the standard rmtree say what is wrong
         return NOT_TAKEN
-    # The held top (find_renamed) and its lstat_top: an O_PATH open and its fstat (no lstat; a symlink: the full course)
+    # The held top (find_renamed): an O_PATH open (no lstat; a symlink: the full course), its fstat when asked (TopStat)
     try:
         fd = os.open(top, HOLD_FLAGS)
     except FileNotFoundError:
         return NotTaken(top, (None, True), None)
     except (OSError, ValueError):  # not a directory one can hold: lstat_top tells
         return NotTaken(top, None, None)
+    attributes = TopStat(fd)
+    handler = _LaneHandler((top, attributes, fd, original, world, rules, kwargs, use_onexc))
     try:
-        before = (st := os.fstat(fd), False)
-    except OSError:
-        os.close(fd)
-        return NotTaken(top, None, None)
-    handler = _LaneHandler((top, before, fd, original, world, rules, kwargs, use_onexc))
-    try:
-        if not rule.plain_at_once(top, st, world, rules):
-            return NotTaken(top, before, False)
+        try:
+            at_once = rule.plain_at_once(top, attributes, world, rules)
+        except OSError:  # its fstat failed: the full course reads the top again
+            return NotTaken(top, None, None)
+        if not at_once:
+            return NotTaken(top, attributes.before(), False)
         remover = plain(original)
         if remover is None:
             return NOT_TAKEN
@@ -170,7 +170,7 @@ class _LaneHandler:
     __slots__ = ("built", "held", "made_of", "wanted")
 
     def __init__(self, made_of: tuple[Any, ...]) -> None:
-        self.made_of = made_of  # top, before, the held top's descriptor, original, world, rules, kwargs, use_onexc
+        self.made_of = made_of  # top, its TopStat, the held top's descriptor, original, world, rules, kwargs, use_onexc
         self.wanted: Caller | None = None
         self.held: Held | None = None
         self.built: Walk | None = None
@@ -186,9 +186,13 @@ class _LaneHandler:
     def walk(self) -> Walk:
         """The ``Walk`` that ``run`` would have made for this call, for a plain walk."""
         if self.built is None:
-            top, before, fd, original, world, rules = self.made_of[:6]
+            top, attributes, fd, original, world, rules = self.made_of[:6]
             held = self.held = Held()
-            held.adopt(fd, before[0])
+            before = attributes.before()  # (read now: the same directory, held)
+            if before is not None:
+                held.adopt(fd, before[0])
+            else:  # nothing to tell it by: not held (Position reads the top's lstat_top itself)
+                os.close(fd)
             caller = self.caller()
             walk = Walk(Position(top, world, held, before), original, caller, world, rules)
             walk.set_checking(False)

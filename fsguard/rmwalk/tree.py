@@ -48,6 +48,34 @@ def lstat_top(path: str) -> tuple[os.stat_result | None, bool]:
 HOLD_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class TopStat:
+    """The held top's ``fstat``, read when first asked. Issue 47: a plain removal in a single-node job needs none."""
+
+    __slots__ = ("fd", "read")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.read: os.stat_result | None = None
+
+    @property
+    def st_dev(self) -> int:
+        """The top's device (``OSError`` where its ``fstat`` fails)."""
+        read = self.read
+        if read is None:
+            read = self.read = os.fstat(self.fd)
+        return read.st_dev
+
+    def before(self) -> tuple[os.stat_result, bool] | None:
+        """The top's ``lstat_top``, read through the held descriptor. None where its ``fstat`` fails."""
+        try:
+            read = self.read
+            if read is None:
+                read = self.read = os.fstat(self.fd)
+        except OSError:
+            return None
+        return read, False
+
+
 UNSET: Any = object()
 UNREADABLE: Any = object()
 

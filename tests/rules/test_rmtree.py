@@ -72,6 +72,31 @@ def test_a_tree_this_rank_made_alone_is_removed_plain_where_the_journal_sees_eve
     assert rule.plan(str(top), os.lstat(top), unasked, shared, one_node, YIELD_S) == "plain"
 
 
+def test_the_tops_device_is_read_only_in_a_job_of_several_nodes(tmp_path: Path) -> None:
+    """Issue 47: the short course reads the held top's ``fstat`` only when ``plain_at_once`` asks its device, which it
+    does only in a job of several nodes (is its mount node-local?). Flipped: a job tagged without a host asks it, and
+    the answer (a shared mount) decides."""
+    top = tmp_path / "eval_tmp"
+    top.mkdir()
+    asked: list[str] = []
+
+    class Device:
+        @property
+        def st_dev(self) -> int:
+            asked.append("st_dev")
+            return os.lstat(top).st_dev
+
+    shared = FakeWorld(stale=True)
+    shared.alone.add(str(top))
+    one_node = Rules(settle_s=1.0, fresh_s=0.0, job_start=time.time() - 100, peers=True, job="RUN=1;host=n0")
+    assert one_node.single_node and rule.plain_at_once(str(top), Device(), shared, one_node)
+    assert asked == []
+    several = Rules(settle_s=1.0, fresh_s=0.0, job_start=time.time() - 100, peers=True, job="RUN=1")
+    assert not several.single_node and not rule.plain_at_once(str(top), Device(), shared, several)
+    assert asked == ["st_dev"]
+    assert several == Rules(1.0, 0.0, several.job_start, True, several.job_start_source, "RUN=1")  # not a field
+
+
 def test_this_processs_own_scratch_path_is_removed_at_once_with_checks(tmp_path: Path) -> None:
     """Where this process already removed a tree of its own made with ``exist_ok=True`` after a window no peer used,
     the next such tree at that path is its scratch. Flipped: the same path made by a peer still waits."""

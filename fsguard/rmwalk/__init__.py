@@ -97,6 +97,9 @@ class NotTaken(NamedTuple):
 
 
 NOT_TAKEN = NotTaken(None, None, None)
+# The caller's own handler alone, in the keyword the walk's handler takes (without, with ``onexc``): the call the short
+# course makes is then the one ``Caller.arguments`` would make (a ``TemporaryDirectory``'s clean-up passes it)
+_HANDLER_ALONE = (frozenset(("onerror",)), frozenset(("onexc",)))
 
 
 def lane(
@@ -135,7 +138,7 @@ def lane(
         if remover is None:
             return NOT_TAKEN
         try:
-            if not kwargs:
+            if not kwargs or kwargs.keys() == _HANDLER_ALONE[use_onexc]:  # (fsguard's handler in its keyword's place)
                 if use_onexc:
                     remover(path, onexc=handler.onexc)
                 else:

@@ -28,7 +28,7 @@ import stat
 import sys
 import time
 
-from .state import MEMORY_SIZE, STATE
+from .state import MEMORY_SIZE, STATE, Unforkable
 from .tokens import PREFIX as SEQ
 from .tokens import SIZE as TOKENS_SIZE
 from .tokens import SLOTS, sweep_unheld
@@ -327,8 +327,11 @@ def _current(tag: str, fd: int) -> tuple[int, int]:
     if where is None:
         return fd, -1
     path = os.path.join(where, file_name(tag))
-    import fcntl  # only here: a full journal, once per process and generation
-
+    try:
+        with Unforkable():  # an import (see fsguard.tokens): only here, a full journal, once per process and generation
+            import fcntl
+    except ImportError:  # (a process whose imports fail: notes go on into this journal, the guarded call unharmed)
+        return fd, -1
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # one process sets it aside; the others reopen after
     except OSError:

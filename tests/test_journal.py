@@ -312,6 +312,55 @@ print("ok")
 """
 
 
+FULL_WITHOUT_FCNTL = """
+import os, sys
+sys.modules["fcntl"] = None  # its import fails, as in a process whose imports fail (at shutdown, a broken path)
+from fsguard import journal
+journal.JOURNAL_MAX_BYTES = 512
+root = sys.argv[1]
+for k in range(40):
+    os.mkdir(os.path.join(root, f"d{k:02d}"))
+print("ok")
+"""
+
+
+def test_a_full_journal_whose_lock_cannot_be_imported_harms_no_call(fsguard_python: Path, tmp_path: Path) -> None:
+    """A journal past its bound is set aside under a lock (``fcntl``), imported then. Where that import fails, the guarded
+    ``mkdir`` that noted its directory still returns as the standard one does, and its notes go on into the journal.
+    Flipped: with ``fcntl`` importable, the journal is set aside."""
+    run_id = f"test-journal-{uuid.uuid4().hex}"
+    from fsguard.launcher import job_tag
+
+    tag = job_tag(rank_env(0, 2, run_id))
+    where = journal.directory()
+    assert tag is not None and where is not None
+    try:
+        unbroken = FULL_WITHOUT_FCNTL.replace('sys.modules["fcntl"] = None', "")
+        for code, name in ((FULL_WITHOUT_FCNTL, "without"), (unbroken, "with")):
+            (tmp_path / name).mkdir()
+            done = subprocess.run(
+                [str(fsguard_python), "-c", code, str(tmp_path / name)],
+                env=clean_env(rank_env(0, 2, run_id, FSGUARD="1", FSGUARD_STDERR="0")),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", ""), (name, done.stderr)
+            assert len(os.listdir(tmp_path / name)) == 40
+            aside = Path(where, journal.file_name(tag, journal.ASIDE))
+            assert aside.exists() == (name == "with"), name
+    finally:
+        journal.OPENED.clear()
+        for path in [
+            os.path.join(where, journal.file_name(tag, p)) for p in (journal.PREFIX, journal.ASIDE, journal.TRIED)
+        ]:
+            if os.path.exists(path):
+                os.unlink(path)
+        tokens = journal.tokens_path(tag)
+        if tokens is not None and os.path.exists(tokens):
+            os.unlink(tokens)
+
+
 def test_a_journal_past_its_bound_is_set_aside_and_still_read(fsguard_python: Path, tmp_path: Path) -> None:
     """Two ranks make 400 directories each, the journal's bound lowered to 4 KiB: the journal is set aside again and
     again, one generation is kept, and this node's journals of the job stay within twice the bound (a job that made

@@ -301,11 +301,10 @@ def made(path: Any, tag: str) -> None:
             whole = size >= 0 and written == len(entry)
             if whole and token is not None and os.lseek(fd, 0, os.SEEK_END) != size + written:
                 token = None  # another note came between: the token does not say this one is the last
-            # the path as text, where the note names it as given: a normal absolute str (``made_alone`` compares it)
-            text = path if as_given and type(path) is str else None
-            launch = STATE.launch
-            number = None if launch is None else launch.rank
-            OPENED.last = (fd, size + written, entry[at:], rank, token, text, number) if whole else None
+            text = os.fspath(path) if as_given else None  # the note's path as text (made_alone compares it)
+            number = getattr(STATE.launch, "rank", None)
+            last = (fd, size + written, entry[at:], rank, token, text if type(text) is str else None, number)
+            OPENED.last = last if whole else None
     except (OSError, TypeError, ValueError):
         pass
 

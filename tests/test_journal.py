@@ -493,15 +493,21 @@ def test_every_note_sets_a_new_token_and_a_peer_s_note_ends_the_quick_answer(
         after = journal.SLOTS.read(tag, journal.tokens_path)
         assert after is not None and after[:8] != before[:8] and after[8:] == before[8:]
         assert journal.made_alone(top, tag, 1)
-        syscalls: list[str] = []
-        with monkeypatch.context() as patched:
-            for name in ("lseek", "fstat", "pread", "open"):
-                real = getattr(os, name)
-                patched.setattr(
-                    os, name, lambda *a, _real=real, _name=name, **k: syscalls.append(_name) or _real(*a, **k)
-                )
-            assert journal.made_alone(top, tag, 1)
-        assert syscalls == []  # the tokens alone answered
+
+        def answered_alone_without_a_system_call(path: str) -> bool:
+            syscalls: list[str] = []
+            with monkeypatch.context() as patched:
+                for name in ("lseek", "fstat", "pread", "open"):
+                    real = getattr(os, name)
+                    patched.setattr(
+                        os, name, lambda *a, _real=real, _name=name, **k: syscalls.append(_name) or _real(*a, **k)
+                    )
+                alone = journal.made_alone(path, tag, 1)
+            return alone and syscalls == []
+
+        assert answered_alone_without_a_system_call(top)  # the tokens alone answered
+        journal.made(tmp_path / "by_pathlib", tag)  # as Path.mkdir notes it: a Path, its text kept too
+        assert answered_alone_without_a_system_call(str(tmp_path / "by_pathlib"))
         peer = (
             "import sys; from fsguard import journal; from fsguard.state import STATE; from fsguard.launcher import "
             "detect; STATE.launch = detect({'RANK': sys.argv[3], 'WORLD_SIZE': '4'}); "

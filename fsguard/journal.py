@@ -28,6 +28,8 @@ import stat
 import sys
 import time
 
+from .notefile import CHUNK as _CHUNK
+from .notefile import newest_note
 from .state import MEMORY_SIZE, STATE, Unforkable
 from .tokens import PREFIX as SEQ
 from .tokens import SIZE as TOKENS_SIZE
@@ -45,9 +47,7 @@ JOURNAL_MAX_BYTES = 8 << 20  # about 100,000 entries: /dev/shm is memory (a cont
 STALE_S = 86400.0  # a journal unchanged for a day is another day's: removed when a process opens its own
 _FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # read too: made_alone
 TRIED = "tried."  # a job's notes of directories its ranks tried to make and found there (issue 47)
-_CHUNK = 1 << 16
 _CHUNKS = 18  # made_alone reads at most this many chunks of a journal back (about 1 MiB)
-_FIRST_CHUNK = 1 << 9  # an entry is about 80 bytes: the newest making is most often the last one
 # An entry's time is read before its write; the journal's change time comes from the kernel's coarser clock (or in
 # whole seconds on some filesystems), so it may trail its newest entry's by that much: ``newest`` allows this.
 _CLOCK_SLACK_S = 2.0
@@ -132,6 +132,24 @@ class _Tried:
         ranks = self.ranks.get(path)  # most often none: no generator made (issue 47)
         return ranks is not None and any(rank != mine for rank in ranks)
 
+    def noted(self, tag: str, written: int, entry: bytes, end: int, token: bytes | None) -> None:
+        """Take this process's own note ``entry`` as read, where nothing came between. It was just written through
+        ``written`` (ending at ``end``), then its ``token`` set. Taken where it is all that came after what was read
+        (the same file), with its token where nothing came after it either. The next ``made_alone`` reads nothing
+        (issue 47)."""
+        if self.tag != tag or self.fd < 0 or self.end != end - len(entry):
+            return
+        try:
+            read, wrote = os.fstat(self.fd), os.fstat(written)
+            if (read.st_dev, read.st_ino) != (wrote.st_dev, wrote.st_ino):
+                return  # swept and made afresh since this process opened it
+            self._take(entry[:-1])
+            self.end = end
+            if token is not None and os.lseek(written, 0, os.SEEK_END) == end:
+                self.seen = token
+        except OSError:
+            pass
+
     def _read(self, size: int) -> None:
         start = self.end or max(0, size - _CHUNKS * _CHUNK)
         data = os.pread(self.fd, size - start, start)
@@ -140,7 +158,10 @@ class _Tried:
         if last <= first:
             return
         self.end = start + last
-        for entry in data[first : last - 1].split(b"\0"):
+        self._take(data[first : last - 1])
+
+    def _take(self, data: bytes) -> None:
+        for entry in data.split(b"\0"):
             head, _, name = entry.partition(b" ")
             when, _, rank = head.partition(b"@")
             if when.replace(b".", b"", 1).isdigit() and (not rank or rank.isdigit()):
@@ -377,10 +398,13 @@ def tried(path: Any, tag: str) -> None:
             return
         fd = os.open(os.path.join(where, file_name(tag, TRIED)), _FLAGS, 0o600)
         try:
-            os.write(fd, entry)
+            written = os.write(fd, entry)
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # (appended: where this note ends)
+            token = SLOTS.bump(tag, 1, tokens_path)
+            if written == len(entry):
+                TRIED_READ.noted(tag, fd, entry, end, token)
         finally:
             os.close(fd)
-        SLOTS.bump(tag, 1, tokens_path)
         NOTED.done(tag, name)
     except (OSError, TypeError, ValueError):
         pass
@@ -480,7 +504,7 @@ def _last(journal: str, needle: bytes) -> tuple[float, int | None] | None:
     except OSError:
         return None
     try:
-        note = _newest_note(fd, needle, None)
+        note = newest_note(fd, needle, None)
     except OSError:
         return None
     finally:
@@ -566,34 +590,5 @@ def _open_tried(own: str, create: bool = False) -> int:
 def _newest_rank(fd: int, needle: bytes, size: int = -1) -> bytes | None:
     """The rank of the newest note naming ``needle``'s path in journal ``fd``, or None. ``size``: the journal's, -1
     where not read yet. An empty rank is a note without one; None, no note within ``_CHUNKS`` chunks of its end."""
-    note = _newest_note(fd, needle, _CHUNKS, size)
+    note = newest_note(fd, needle, _CHUNKS, size)
     return None if note is None else note[1]
-
-
-def _newest_note(fd: int, needle: bytes, chunks: int | None, size: int = -1) -> tuple[bytes, bytes] | None:
-    """The newest note naming ``needle``'s path in journal ``fd``: (time, rank), as written. None where no note does
-    within ``chunks`` chunks of its end (``chunks`` None: the whole journal; ``size``: its size, -1: read it here).
-    Read backwards in growing chunks."""
-    end = os.fstat(fd).st_size if size < 0 else size
-    chunk = _FIRST_CHUNK  # then growing: the newest making is most often among the last few notes
-    tail = b""  # the start of a chunk, up to its first note's end: that note began in the chunk before
-    read = 0
-    while chunks is None or read < chunks:
-        if end <= 0:
-            return None
-        read += 1
-        start = max(0, end - chunk)
-        chunk = min(4 * chunk, _CHUNK)
-        data = os.pread(fd, end - start, start) + tail
-        cut = data.find(b"\0") + 1 if start else 0
-        tail, data, end = data[:cut], data[cut:], start
-        at = len(data)
-        while True:
-            at = data.rfind(needle, 0, at)
-            if at < 0:
-                break
-            when, _, rank = data[data.rfind(b"\0", 0, at) + 1 : at].partition(b"@")
-            if not when.replace(b".", b"", 1).isdigit() or (rank and not rank.isdigit()):
-                continue  # the needle inside a longer path
-            return when, rank
-    return None

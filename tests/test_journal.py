@@ -523,6 +523,39 @@ def test_every_note_sets_a_new_token_and_a_peer_s_note_ends_the_quick_answer(
         STATE.launch = launch
 
 
+def test_this_process_s_own_tried_note_is_taken_as_read(
+    tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``makedirs(exist_ok=True)`` that found this process's own directory there notes it in the ``tried`` notes;
+    the process takes its own note as read where nothing came between, so its next ``made_alone`` reads nothing
+    (issue 47: a TemporaryDirectory that a helper ``makedirs`` then cleans up re-read the notes at every removal).
+    Flipped: after a peer's note, this process's own note is not taken as read, and the peer's note decides."""
+    from fsguard.launcher import detect
+    from fsguard.state import STATE
+
+    monkeypatch.setattr(STATE, "launch", detect({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}))
+    mine, other = str(tmp_path / "mine"), str(tmp_path / "other")
+    journal.made(mine, tag)
+    assert journal.made_alone(mine, tag, 1)  # (the notes opened and read once)
+    journal.tried(mine, tag)  # found there: its own
+    reads: list[str] = []
+    with monkeypatch.context() as patched:
+        for name in ("fstat", "pread", "open"):
+            real = getattr(os, name)
+            patched.setattr(os, name, lambda *a, _real=real, _name=name, **k: reads.append(_name) or _real(*a, **k))
+        assert journal.made_alone(mine, tag, 1)
+    assert reads == []
+    journal.made(other, tag)
+    peer = (
+        "import sys; from fsguard import journal; from fsguard.state import STATE; from fsguard.launcher import "
+        "detect; STATE.launch = detect({'RANK': '2', 'WORLD_SIZE': '4'}); journal.tried(sys.argv[1], sys.argv[2])"
+    )
+    subprocess.run([sys.executable, "-c", peer, other, tag], env=clean_env(), check=True, timeout=60)
+    journal.tried(str(tmp_path / "third"), tag)  # after the peer's note: not all that came after what was read
+    assert not journal.made_alone(other, tag, 1)  # rank 2 found it there
+    assert journal.made_alone(mine, tag, 1)
+
+
 def test_a_note_between_this_process_s_note_and_its_token_is_not_passed_over(
     tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

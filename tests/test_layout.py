@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fsguard"
 
 # Lowest first. A module (or a package, for everything in it) may import only from lower layers.
 LAYERS: list[tuple[str, ...]] = [
-    ("fsguard._values", "fsguard._version", "fsguard._warn", "fsguard.waiting"),  # leaves: import nothing of fsguard
+    # leaves: import nothing of fsguard
+    ("fsguard._values", "fsguard._version", "fsguard._warn", "fsguard.waiting", "fsguard.notefile"),
     ("fsguard.demo",),  # standard library only, besides the leaves
     ("fsguard._later", "fsguard._wrapt"),  # start-up's import helpers: a module's first import, wrapt's extension
     ("fsguard.operations",),  # the one table of the guarded operations (signatures, targets, rules, sharing)

@@ -160,7 +160,7 @@ def test_yield_window_alone(tmp_path: Path) -> None:
 # The committed full run of bench/yield_window.py (issue 47), and its no-tax arms' CPU target. The target is read
 # against the twin removed unpatched in the patched process itself (``cpu_in_process_ratio``): both sides see the same
 # load, where the separate processes' ratio of the same code moved from 1.14 to 1.57 between runs an hour apart.
-YIELD_WINDOW_RESULTS = ROOT / "bench" / "results" / "2026-12-07-yield-window-ae26836.json"
+YIELD_WINDOW_RESULTS = ROOT / "bench" / "results" / "2026-12-07-yield-window-a5776f5.json"
 
 
 @pytest.mark.parametrize("arm", yield_window.ISSUE_47_ARMS)
